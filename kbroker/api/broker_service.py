@@ -1,0 +1,293 @@
+"""The gRPC ``kbroker.v1.Broker`` servicer: decode, delegate, encode. No logic.
+
+Per-partition problems travel as error codes inside the response; a malformed request
+as a whole fails with gRPC status INVALID_ARGUMENT (plus the Kafka code in the
+``kbroker-error-code`` trailing metadata) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import grpc
+
+from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
+from kbroker.cluster.topic_admin import TopicAdmin
+from kbroker.cluster.zk_client import ZkClient
+from kbroker.replication.replica_manager import FetchSpec, ReplicaManager, as_response_error
+from kclient.errors import (
+    BrokerResponseError,
+    InvalidRequestError,
+    KafkaError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from kclient.proto.kbroker.v1 import (
+    admin_pb2,
+    broker_pb2_grpc,
+    log_pb2,
+    metadata_pb2,
+)
+from kclient.topic_name import validate_topic_name
+
+log = logging.getLogger(__name__)
+
+ERROR_CODE_METADATA_KEY = "kbroker-error-code"
+
+
+def _abort(context: grpc.ServicerContext, exc: BrokerResponseError) -> NoReturn:
+    context.set_trailing_metadata(((ERROR_CODE_METADATA_KEY, str(exc.errno)),))
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    raise AssertionError("context.abort returned")  # pragma: no cover
+
+
+def _code(exc: BrokerResponseError | None) -> tuple[int, str]:
+    return (0, "") if exc is None else (exc.errno, exc.message)
+
+
+def partition_metadata(snap: ClusterSnapshot, topic: str) -> list[metadata_pb2.PartitionMetadata]:
+    info = snap.topics[topic]
+    out = []
+    for p, replicas in sorted(info.assignment.items()):
+        state = info.states.get(p)
+        leader = state.leader if state else -1
+        code = 0 if leader >= 0 and leader in snap.brokers else 5  # LEADER_NOT_AVAILABLE
+        out.append(
+            metadata_pb2.PartitionMetadata(
+                error_code=code,  # type: ignore[arg-type]
+                index=p,
+                leader_id=leader if leader in snap.brokers else -1,
+                leader_epoch=state.leader_epoch if state else -1,
+                replica_nodes=replicas,
+                isr_nodes=state.isr if state else [],
+                offline_replicas=[r for r in replicas if r not in snap.brokers],
+            )
+        )
+    return out
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    def __init__(
+        self,
+        broker_id: int,
+        cluster_id: Callable[[], str],
+        replicas: ReplicaManager,
+        metadata: MetadataCache,
+        zk: ZkClient,
+        admin: TopicAdmin,
+    ) -> None:
+        self._broker_id = broker_id
+        self._cluster_id = cluster_id
+        self._replicas = replicas
+        self._metadata = metadata
+        self._zk = zk
+        self._admin = admin
+
+    # --- log -----------------------------------------------------------------------
+
+    def Produce(self, request: log_pb2.ProduceRequest, context: grpc.ServicerContext) -> log_pb2.ProduceResponse:
+        entries = []
+        for t in request.topics:
+            for p in t.partitions:
+                entries.append(((t.name, p.index), p.records))
+        if request.timeout_ms < 0:
+            _abort(context, InvalidRequestError(f"timeout_ms must be >= 0, got {request.timeout_ms}"))
+        results = self._replicas.append(request.acks, request.timeout_ms, entries)
+        resp = log_pb2.ProduceResponse()
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                r = results[(t.name, p.index)]
+                code, msg = _code(r.error)
+                tr.partitions.add(
+                    index=p.index,
+                    error_code=code,  # type: ignore[arg-type]
+                    error_message=msg,
+                    base_offset=r.base_offset,
+                    log_append_time_ms=-1,
+                    log_start_offset=r.log_start_offset,
+                )
+        return resp
+
+    def Fetch(self, request: log_pb2.FetchRequest, context: grpc.ServicerContext) -> log_pb2.FetchResponse:
+        if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
+            _abort(context, InvalidRequestError("max_wait_ms, min_bytes and max_bytes must be >= 0"))
+        specs = []
+        for t in request.topics:
+            for p in t.partitions:
+                if p.partition_max_bytes <= 0:
+                    _abort(context, InvalidRequestError(f"{t.name}-{p.index}: partition_max_bytes must be > 0"))
+                specs.append(FetchSpec(t.name, p.index, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch))
+        max_bytes = request.max_bytes or 50 * 1024 * 1024
+        results = self._replicas.fetch(request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs)
+        resp = log_pb2.FetchResponse()
+        by_topic: dict[str, Any] = {}
+        for spec, r in zip(specs, results, strict=True):
+            tr = by_topic.get(spec.topic)
+            if tr is None:
+                tr = by_topic[spec.topic] = resp.topics.add(name=spec.topic)
+            code, msg = _code(r.error)
+            pr = tr.partitions.add(index=spec.partition, error_code=code, error_message=msg)
+            if r.read is not None:
+                pr.high_watermark = r.read.high_watermark
+                pr.log_start_offset = r.read.log_start_offset
+                pr.log_end_offset = r.read.log_end_offset
+                pr.records = r.read.records
+            else:
+                pr.high_watermark = pr.log_start_offset = pr.log_end_offset = -1
+        return resp
+
+    def ListOffsets(
+        self, request: log_pb2.ListOffsetsRequest, context: grpc.ServicerContext
+    ) -> log_pb2.ListOffsetsResponse:
+        resp = log_pb2.ListOffsetsResponse()
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                r = self._replicas.list_offset(t.name, p.index, p.timestamp, request.replica_id, p.current_leader_epoch)
+                code, msg = _code(r.error)
+                tr.partitions.add(
+                    index=p.index,
+                    error_code=code,
+                    error_message=msg,  # type: ignore[arg-type]
+                    timestamp=r.timestamp,
+                    offset=r.offset,
+                    leader_epoch=r.leader_epoch,
+                )
+        return resp
+
+    def OffsetForLeaderEpoch(
+        self, request: log_pb2.OffsetForLeaderEpochRequest, context: grpc.ServicerContext
+    ) -> log_pb2.OffsetForLeaderEpochResponse:
+        resp = log_pb2.OffsetForLeaderEpochResponse()
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                pr = tr.partitions.add(index=p.index, leader_epoch=-1, end_offset=-1)
+                try:
+                    part = self._replicas.partition(t.name, p.index)
+                    part.check_epoch(p.current_leader_epoch)
+                    epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)
+                    pr.leader_epoch, pr.end_offset = epoch, end
+                except Exception as exc:
+                    err = as_response_error(exc)
+                    pr.error_code, pr.error_message = err.errno, err.message  # type: ignore[assignment]
+        return resp
+
+    # --- metadata ------------------------------------------------------------------
+
+    def Metadata(
+        self, request: metadata_pb2.MetadataRequest, context: grpc.ServicerContext
+    ) -> metadata_pb2.MetadataResponse:
+        snap = self._metadata.snapshot()
+        resp = metadata_pb2.MetadataResponse(cluster_id=self._cluster_id(), controller_id=snap.controller_id)
+        for b in sorted(snap.brokers.values(), key=lambda b: b.broker_id):
+            resp.brokers.add(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
+        names = list(request.topics) or sorted(snap.topics)
+        for name in names:
+            tm = resp.topics.add(name=name)
+            try:
+                validate_topic_name(name)
+                if name not in snap.topics:
+                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            except BrokerResponseError as exc:
+                tm.error_code, tm.error_message = exc.errno, exc.message  # type: ignore[assignment]
+                continue
+            tm.partitions.extend(partition_metadata(snap, name))
+        return resp
+
+    # --- admin ---------------------------------------------------------------------
+
+    def _wait(self, predicate: Callable[[ClusterSnapshot], bool], timeout_ms: int) -> bool:
+        return self._metadata.wait_for(predicate, max(timeout_ms, 0) / 1000.0)
+
+    def CreateTopics(
+        self, request: admin_pb2.CreateTopicsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.CreateTopicsResponse:
+        resp = admin_pb2.CreateTopicsResponse()
+        timeout = request.timeout_ms or 30000
+        for t in request.topics:
+            result = resp.topics.add(name=t.name)
+            try:
+                assignment = {p: list(r.broker_ids) for p, r in t.assignments.items()} or None
+                chosen = self._admin.create_topic(
+                    t.name,
+                    t.num_partitions or -1,
+                    t.replication_factor or -1,
+                    assignment=assignment,
+                    configs=dict(t.configs),
+                    validate_only=request.validate_only,
+                )
+                if request.validate_only:
+                    continue
+
+                def ready(snap: ClusterSnapshot, name: str = t.name, n: int = len(chosen)) -> bool:
+                    info = snap.topics.get(name)
+                    return info is not None and sum(1 for s in info.states.values() if s.has_leader) >= n
+
+                if not self._wait(ready, timeout):
+                    raise RequestTimedOutError(f"topic {t.name!r} was created but not every partition has a leader yet")
+            except KafkaError as exc:
+                err = as_response_error(exc)
+                result.error_code, result.error_message = err.errno, err.message  # type: ignore[assignment]
+        return resp
+
+    def DeleteTopics(
+        self, request: admin_pb2.DeleteTopicsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.DeleteTopicsResponse:
+        resp = admin_pb2.DeleteTopicsResponse()
+        timeout = request.timeout_ms or 30000
+        for name in request.topics:
+            result = resp.topics.add(name=name)
+            try:
+                self._admin.delete_topic(name)
+                def gone(snap: ClusterSnapshot, n: str = name) -> bool:
+                    return n not in snap.topics
+
+                if not self._wait(gone, timeout):
+                    raise RequestTimedOutError(f"topic {name!r} is marked for deletion but not deleted yet")
+            except KafkaError as exc:
+                err = as_response_error(exc)
+                result.error_code, result.error_message = err.errno, err.message  # type: ignore[assignment]
+        return resp
+
+    def DescribeTopics(
+        self, request: admin_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.DescribeTopicsResponse:
+        snap = self._metadata.snapshot()
+        resp = admin_pb2.DescribeTopicsResponse()
+        for name in list(request.topics) or sorted(snap.topics):
+            d = resp.topics.add(name=name)
+            info = snap.topics.get(name)
+            if info is None:
+                d.error_code = UnknownTopicOrPartitionError.errno  # type: ignore[assignment]
+                d.error_message = f"topic {name!r} does not exist"
+                continue
+            d.partitions.extend(partition_metadata(snap, name))
+            d.configs.update(info.config)
+        return resp
+
+    def CreatePartitions(
+        self, request: admin_pb2.CreatePartitionsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.CreatePartitionsResponse:
+        resp = admin_pb2.CreatePartitionsResponse()
+        timeout = request.timeout_ms or 30000
+        for t in request.topics:
+            result = resp.topics.add(name=t.name)
+            try:
+                self._admin.create_partitions(t.name, t.count, validate_only=request.validate_only)
+                if request.validate_only:
+                    continue
+
+                def ready(snap: ClusterSnapshot, name: str = t.name, n: int = t.count) -> bool:
+                    info = snap.topics.get(name)
+                    return info is not None and sum(1 for s in info.states.values() if s.has_leader) >= n
+
+                if not self._wait(ready, timeout):
+                    raise RequestTimedOutError(f"partitions of {t.name!r} created but not all have leaders yet")
+            except KafkaError as exc:
+                err = as_response_error(exc)
+                result.error_code, result.error_message = err.errno, err.message  # type: ignore[assignment]
+        return resp

@@ -1,0 +1,50 @@
+"""Replica placement for new topics and partitions, as Kafka's AdminUtils does it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from kbroker.cluster.zkdata import Assignment
+from kclient.errors import InvalidPartitionsError, InvalidReplicationFactorError
+
+
+def assign_replicas(
+    brokers: Sequence[int],
+    num_partitions: int,
+    replication_factor: int,
+    *,
+    first_partition: int = 0,
+    start_index: int | None = None,
+    shift: int | None = None,
+    rng: random.Random | None = None,
+) -> Assignment:
+    """Round-robin placement with a shifting follower start (rack-unaware).
+
+    The first replica of partition ``p`` is ``brokers[(p + start) % n]``; the j-th
+    follower is ``brokers[(first + 1 + (shift + j) % (n - 1)) % n]``; ``shift`` grows by
+    one every ``n`` partitions, so leaders and followers spread evenly.
+    """
+    if num_partitions < 1:
+        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions}")
+    if replication_factor < 1:
+        raise InvalidReplicationFactorError(f"replication factor must be at least 1, got {replication_factor}")
+    ids = sorted(brokers)
+    n = len(ids)
+    if replication_factor > n:
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor} is larger than the {n} live broker(s)"
+        )
+    r = rng or random.Random()
+    start = start_index if start_index is not None else r.randrange(n)
+    next_shift = shift if shift is not None else r.randrange(n)
+    out: Assignment = {}
+    for p in range(first_partition, first_partition + num_partitions):
+        if p > 0 and p % n == 0:
+            next_shift += 1
+        first = (p + start) % n
+        replicas = [ids[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(ids[(first + 1 + (next_shift + j) % (n - 1)) % n])
+        out[p] = replicas
+    return out

@@ -1,0 +1,300 @@
+"""The controller: one broker, elected through ZooKeeper, that owns partition state.
+
+Election: every broker watches ``/controller``; when it is absent each tries
+:meth:`ZkClient.try_become_controller` (create the ephemeral ``/controller`` and bump
+``/controller_epoch`` in one transaction). The winner runs the controller event loop;
+every write it makes to partition state is fenced by the ``/controller_epoch`` znode
+version, so a deposed controller cannot overwrite its successor.
+
+The controller reacts to:
+
+* new topics and new partitions (``/brokers/topics`` and each topic's znode): it
+  creates ``partitions/<p>/state`` with leader = the first live replica in assignment
+  order, ISR = the live replicas, leader epoch 0;
+* deletion markers (``/admin/delete_topics``): it removes the topic's znodes; brokers
+  drop their logs when the topic vanishes from their metadata;
+* broker membership (``/brokers/ids``): partitions led by a broker that vanished get a
+  new leader from the live ISR (first in assignment order; unclean election only when
+  the topic enables it), the ISR loses the dead broker but never its last member, and
+  the leader epoch goes up by one. Offline partitions come back when an ISR member
+  returns.
+
+Thread safety: watch callbacks only enqueue; one daemon thread (``controller-events``)
+does all the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.protocol.states import KazooState
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from kbroker.cluster import zkdata
+from kbroker.cluster.zk_client import ControllerMovedError, ZkClient
+from kbroker.cluster.zkdata import Assignment, LeaderAndIsr
+
+log = logging.getLogger(__name__)
+
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+
+class Controller:
+    """Controller election and, while elected, the controller's work."""
+
+    def __init__(self, zk: ZkClient, broker_id: int, *, unclean_default: bool = False) -> None:
+        self._zk = zk
+        self.broker_id = broker_id
+        self._unclean_default = unclean_default
+        self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="controller-events", daemon=True)
+        self._active = False
+        self.epoch = 0
+        self._epoch_zk_version = -1
+        self._generation = 0  # bumped on each election won; stale watches check it
+        self._topics: set[str] = set()
+        self._stopped = False
+        self._shutting_down: set[int] = set()
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    def start(self) -> None:
+        self._thread.start()
+        DataWatch(self._zk.kazoo, zkdata.CONTROLLER, self._controller_changed)
+        self._zk.add_state_listener(self._session_state)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._events.put(None)
+        self._thread.join(timeout=5)
+        self._active = False
+
+    def resign(self) -> None:
+        """Give up the controller role (on shutdown) so another broker takes over."""
+        if self._active:
+            self._active = False
+            try:
+                if self._zk.controller_id() == self.broker_id:
+                    self._zk.kazoo.delete(zkdata.CONTROLLER)
+            except Exception:  # pragma: no cover - best effort at shutdown
+                log.exception("could not resign as controller")
+
+    # --- callbacks: enqueue only ---------------------------------------------------
+
+    def _controller_changed(self, data: bytes | None, _stat: Any) -> bool:
+        if self._stopped:
+            return False
+        self._events.put(("controller", data))
+        return True
+
+    def _session_state(self, state: KazooState) -> None:
+        if state == KazooState.LOST:
+            self._events.put(("session_lost",))
+
+    def _watch(self, generation: int) -> None:
+        def brokers(children: list[str]) -> bool:
+            if self._stopped or generation != self._generation:
+                return False
+            self._events.put(("brokers", generation, {int(c) for c in children}))
+            return True
+
+        def topics(children: list[str]) -> bool:
+            if self._stopped or generation != self._generation:
+                return False
+            self._events.put(("topics", generation, set(children)))
+            return True
+
+        def deletions(children: list[str]) -> bool:
+            if self._stopped or generation != self._generation:
+                return False
+            self._events.put(("deletions", generation, set(children)))
+            return True
+
+        ChildrenWatch(self._zk.kazoo, zkdata.BROKER_IDS, brokers)
+        ChildrenWatch(self._zk.kazoo, zkdata.BROKER_TOPICS, topics)
+        ChildrenWatch(self._zk.kazoo, zkdata.DELETE_TOPICS, deletions)
+
+    def _watch_topic(self, generation: int, topic: str) -> None:
+        def changed(data: bytes | None, _stat: Any) -> bool:
+            if self._stopped or generation != self._generation or data is None:
+                return False
+            self._events.put(("topic", generation, topic))
+            return True
+
+        DataWatch(self._zk.kazoo, zkdata.topic_path(topic), changed)
+
+    # --- event thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            event = self._events.get()
+            if event is None:
+                return
+            try:
+                self._handle(event)
+            except ControllerMovedError:
+                log.warning("broker %d: controller moved; resigning", self.broker_id)
+                self._active = False
+                self._generation += 1
+            except Exception:
+                log.exception("controller event %s failed", event[0])
+
+    def _handle(self, event: tuple[Any, ...]) -> None:
+        kind = event[0]
+        if kind == "controller":
+            if event[1] is None:
+                self._elect()
+            elif zkdata.decode_controller(event[1]) != self.broker_id and self._active:
+                log.info("broker %d: no longer controller", self.broker_id)
+                self._active = False
+                self._generation += 1
+            return
+        if kind == "session_lost":
+            self._active = False
+            self._generation += 1
+            return
+        if not self._active or event[1] != self._generation:
+            return
+        if kind == "brokers":
+            self._on_brokers(event[2])
+        elif kind == "topics":
+            new = event[2] - self._topics
+            self._topics = set(event[2])
+            for topic in sorted(new):
+                self._watch_topic(self._generation, topic)
+        elif kind == "topic":
+            self._on_topic(event[2])
+        elif kind == "deletions":
+            for topic in sorted(event[2]):
+                self._delete_topic(topic)
+        elif kind == "elect_preferred":
+            self._elect_preferred(event[2])
+
+    def _elect(self) -> None:
+        if self._stopped:
+            return
+        won = self._zk.try_become_controller(self.broker_id)
+        if won is None:
+            return
+        self.epoch, self._epoch_zk_version = won
+        self._generation += 1
+        self._active = True
+        self._topics = set()
+        log.info("broker %d: elected controller, epoch %d", self.broker_id, self.epoch)
+        self._watch(self._generation)
+
+    # --- topic and partition state -------------------------------------------------
+
+    def _live(self) -> set[int]:
+        return set(self._zk.live_brokers())
+
+    def _unclean(self, topic: str) -> bool:
+        value = self._zk.topic_config(topic).get(UNCLEAN_KEY)
+        return self._unclean_default if value is None else value.strip().lower() == "true"
+
+    def _on_topic(self, topic: str) -> None:
+        found = self._zk.topic_assignment(topic)
+        if found is None:
+            return
+        assignment, _ = found
+        live = self._live()
+        for p, replicas in sorted(assignment.items()):
+            if self._zk.partition_state(topic, p) is not None:
+                continue
+            alive = [r for r in replicas if r in live]
+            if not alive:
+                log.warning("%s-%d: no live replica among %s; waiting", topic, p, replicas)
+                continue
+            state = LeaderAndIsr(alive[0], 0, alive, self.epoch)
+            try:
+                self._zk.create_partition_state(topic, p, state, self._epoch_zk_version)
+            except NodeExistsError:
+                continue
+            log.info("%s-%d: created, leader %d isr %s", topic, p, state.leader, state.isr)
+
+    def _delete_topic(self, topic: str) -> None:
+        self._zk.delete_topic_znodes(topic, self._epoch_zk_version)
+        self._topics.discard(topic)
+        log.info("topic %s deleted", topic)
+
+    def _on_brokers(self, live: set[int]) -> None:
+        for topic in self._zk.topics():
+            found = self._zk.topic_assignment(topic)
+            if found is None:
+                continue
+            self._reconcile_topic(topic, found[0], live)
+
+    def _reconcile_topic(self, topic: str, assignment: Assignment, live: set[int]) -> None:
+        unclean: bool | None = None
+        for p, replicas in sorted(assignment.items()):
+            state = self._zk.partition_state(topic, p)
+            if state is None:
+                alive = [r for r in replicas if r in live]
+                if alive:
+                    self._on_topic(topic)
+                continue
+            if state.leader in live and all(b in live for b in state.isr):
+                continue
+            if state.leader in live:
+                # A follower died: drop it from the ISR (epoch bump, as a controller
+                # driven ISR change).
+                isr = [b for b in state.isr if b in live] or [state.leader]
+                self._write(topic, p, state, state.leader, isr)
+                continue
+            candidates = [r for r in replicas if r in live and r in state.isr]
+            if candidates:
+                leader = candidates[0]
+                isr = [b for b in state.isr if b in live]
+                self._write(topic, p, state, leader, isr)
+                continue
+            if unclean is None:
+                unclean = self._unclean(topic)
+            alive = [r for r in replicas if r in live]
+            if unclean and alive:
+                log.warning("%s-%d: unclean leader election of %d", topic, p, alive[0])
+                self._write(topic, p, state, alive[0], [alive[0]])
+            elif state.leader != zkdata.NO_LEADER:
+                # Offline: no live ISR member. Keep the last ISR member so that it can
+                # lead again when it returns; never shrink the ISR to nothing.
+                isr = [state.leader] if state.leader in state.isr or not state.isr else state.isr[:1]
+                self._write(topic, p, state, zkdata.NO_LEADER, isr)
+                log.error("%s-%d: offline, no in-sync replica is alive", topic, p)
+
+    def _write(self, topic: str, p: int, old: LeaderAndIsr, leader: int, isr: list[int]) -> None:
+        new = LeaderAndIsr(leader, old.leader_epoch + 1, isr, self.epoch, old.zk_version)
+        try:
+            self._zk.update_partition_state(topic, p, new, self._epoch_zk_version)
+        except BadVersionError:
+            # A leader changed the ISR meanwhile; re-read and decide again.
+            fresh = self._zk.partition_state(topic, p)
+            found = self._zk.topic_assignment(topic)
+            if fresh is not None and found is not None:
+                self._reconcile_topic(topic, {p: found[0][p]}, self._live())
+            return
+        log.info("%s-%d: leader %d epoch %d isr %s", topic, p, leader, new.leader_epoch, isr)
+
+    def _elect_preferred(self, partitions: list[tuple[str, int]] | None) -> None:
+        live = self._live()
+        for topic in self._zk.topics():
+            found = self._zk.topic_assignment(topic)
+            if found is None:
+                continue
+            for p, replicas in sorted(found[0].items()):
+                if partitions is not None and (topic, p) not in partitions:
+                    continue
+                state = self._zk.partition_state(topic, p)
+                if state is None or not replicas:
+                    continue
+                preferred = replicas[0]
+                if state.leader != preferred and preferred in live and preferred in state.isr:
+                    self._write(topic, p, state, preferred, state.isr)
+
+    def request_preferred_election(self, partitions: list[tuple[str, int]] | None = None) -> None:
+        """Move leadership back to each partition's first replica where it is in sync."""
+        self._events.put(("elect_preferred", self._generation, partitions))

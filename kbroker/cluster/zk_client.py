@@ -1,0 +1,351 @@
+"""ZooKeeper I/O for kbroker (Kafka's ``KafkaZkClient``), over kazoo.
+
+Paths and codecs come from :mod:`kbroker.cluster.zkdata`; this class only reads and
+writes them. Controller writes are fenced: each is sent in one ZooKeeper transaction
+together with a version check of ``/controller_epoch``, so a deposed controller's
+write fails atomically (:class:`ControllerMovedError`).
+
+Thread safety: kazoo clients are thread-safe; so is this wrapper.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from kbroker.cluster import zkdata
+from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr
+from kclient.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+log = logging.getLogger(__name__)
+
+
+class ControllerMovedError(KafkaError):
+    """This broker's controller epoch is stale: another broker is controller now."""
+
+
+class BrokerIdInUseError(KafkaError):
+    """Another live broker holds ``/brokers/ids/<id>``."""
+
+
+def split_connect_string(connect: str) -> tuple[str, str]:
+    """``"h1:2181,h2:2181/kafka"`` -> (``"h1:2181,h2:2181"``, ``"/kafka"``)."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, (slash + chroot).rstrip("/")
+
+
+class ZkClient:
+    """kbroker's znodes over one kazoo session (chroot aware)."""
+
+    def __init__(self, connect: str, *, session_timeout_ms: int = 18000) -> None:
+        hosts, chroot = split_connect_string(connect)
+        if not hosts:
+            raise KafkaError(f"bad ZooKeeper connect string {connect!r}")
+        self.connect = connect
+        self.chroot = chroot
+        self._hosts = hosts
+        self.kazoo = KazooClient(
+            hosts=hosts + chroot,
+            timeout=session_timeout_ms / 1000.0,
+            connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 2},
+        )
+
+    # --- session -------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        if self.chroot:
+            root = KazooClient(hosts=self._hosts, timeout=10.0)
+            root.start(timeout=timeout_s)
+            try:
+                root.ensure_path(self.chroot)
+            finally:
+                root.stop()
+                root.close()
+        self.kazoo.start(timeout=timeout_s)
+
+    def close(self) -> None:
+        try:
+            self.kazoo.stop()
+        finally:
+            self.kazoo.close()
+
+    def add_state_listener(self, listener: Callable[[KazooState], object]) -> None:
+        self.kazoo.add_listener(listener)
+
+    @property
+    def session_id(self) -> int:
+        session = self.kazoo.client_id
+        return session[0] if session else -1
+
+    def ensure_persistent_paths(self) -> None:
+        for path in zkdata.PERSISTENT_PATHS:
+            self.kazoo.ensure_path(path)
+
+    # --- cluster id ----------------------------------------------------------------
+
+    def get_or_create_cluster_id(self) -> str:
+        try:
+            data, _ = self.kazoo.get(zkdata.CLUSTER_ID)
+            return zkdata.decode_cluster_id(data)
+        except NoNodeError:
+            pass
+        new_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        try:
+            self.kazoo.create(zkdata.CLUSTER_ID, zkdata.encode_cluster_id(new_id), makepath=True)
+            return new_id
+        except NodeExistsError:
+            data, _ = self.kazoo.get(zkdata.CLUSTER_ID)
+            return zkdata.decode_cluster_id(data)
+
+    # --- brokers -------------------------------------------------------------------
+
+    def register_broker(self, info: BrokerInfo) -> int:
+        """Create the ephemeral registration; returns the broker epoch (czxid).
+
+        If the znode already exists and belongs to this very session (a retried create
+        after a connection blip) it is accepted; any other owner is a live broker with
+        the same id and :class:`BrokerIdInUseError` is raised.
+        """
+        path = zkdata.broker_path(info.broker_id)
+        try:
+            self.kazoo.create(path, zkdata.encode_broker(info), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            _, stat = self.kazoo.get(path)
+            if stat.ephemeralOwner != self.session_id:
+                raise BrokerIdInUseError(
+                    f"broker id {info.broker_id} is already registered by a live broker "
+                    f"(ZooKeeper session 0x{stat.ephemeralOwner:x})"
+                ) from None
+            return int(stat.czxid)
+        _, stat = self.kazoo.get(path)
+        return int(stat.czxid)
+
+    def broker_registration_owner(self, broker_id: int) -> int | None:
+        """The ZooKeeper session that holds ``/brokers/ids/<id>``, if any."""
+        stat = self.kazoo.exists(zkdata.broker_path(broker_id))
+        return None if stat is None else int(stat.ephemeralOwner)
+
+    def deregister_broker(self, broker_id: int) -> None:
+        try:
+            self.kazoo.delete(zkdata.broker_path(broker_id))
+        except NoNodeError:
+            pass
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        try:
+            data, stat = self.kazoo.get(zkdata.broker_path(broker_id))
+        except NoNodeError:
+            return None
+        return zkdata.decode_broker(broker_id, data, int(stat.czxid))
+
+    def live_brokers(self) -> dict[int, BrokerInfo]:
+        out: dict[int, BrokerInfo] = {}
+        try:
+            children = self.kazoo.get_children(zkdata.BROKER_IDS)
+        except NoNodeError:
+            return out
+        for child in children:
+            info = self.broker(int(child))
+            if info is not None:
+                out[info.broker_id] = info
+        return out
+
+    # --- controller ----------------------------------------------------------------
+
+    def controller_id(self) -> int:
+        try:
+            data, _ = self.kazoo.get(zkdata.CONTROLLER)
+        except NoNodeError:
+            return -1
+        return zkdata.decode_controller(data)
+
+    def controller_epoch(self) -> tuple[int, int]:
+        """(epoch, znode version) of ``/controller_epoch``; (0, -1) if absent."""
+        try:
+            data, stat = self.kazoo.get(zkdata.CONTROLLER_EPOCH)
+        except NoNodeError:
+            return 0, -1
+        return zkdata.decode_controller_epoch(data), int(stat.version)
+
+    def try_become_controller(self, broker_id: int) -> tuple[int, int] | None:
+        """Create ``/controller`` and bump ``/controller_epoch`` in one transaction.
+
+        Returns (new epoch, epoch znode version) or None if another broker won.
+        """
+        while True:
+            epoch, version = self.controller_epoch()
+            if version < 0:
+                try:
+                    self.kazoo.create(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(0))
+                except NodeExistsError:
+                    pass
+                continue
+            tx = self.kazoo.transaction()
+            tx.create(zkdata.CONTROLLER, zkdata.encode_controller(broker_id), ephemeral=True)
+            tx.set_data(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(epoch + 1), version=version)
+            results = tx.commit()
+            failure = next((r for r in results if isinstance(r, Exception)), None)
+            if failure is None:
+                return epoch + 1, version + 1
+            if isinstance(results[0], NodeExistsError):
+                return None
+            if isinstance(failure, BadVersionError):
+                continue
+            raise failure
+
+    def _fenced(self, epoch_zk_version: int, build: Callable[[object], None]) -> None:
+        tx = self.kazoo.transaction()
+        tx.check(zkdata.CONTROLLER_EPOCH, epoch_zk_version)
+        build(tx)
+        results = tx.commit()
+        if isinstance(results[0], Exception):
+            raise ControllerMovedError("controller epoch changed: this broker is no longer controller")
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if failure is not None:
+            raise failure
+
+    # --- topics --------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        try:
+            return sorted(self.kazoo.get_children(zkdata.BROKER_TOPICS))
+        except NoNodeError:
+            return []
+
+    def topic_exists(self, topic: str) -> bool:
+        return self.kazoo.exists(zkdata.topic_path(topic)) is not None
+
+    def topic_assignment(self, topic: str) -> tuple[Assignment, int] | None:
+        """(assignment, znode version), or None if the topic does not exist."""
+        try:
+            data, stat = self.kazoo.get(zkdata.topic_path(topic))
+        except NoNodeError:
+            return None
+        return zkdata.decode_assignment(data), int(stat.version)
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        try:
+            data, _ = self.kazoo.get(zkdata.topic_config_path(topic))
+        except NoNodeError:
+            return {}
+        return zkdata.decode_topic_config(data)
+
+    def create_topic(self, topic: str, assignment: Assignment, config: dict[str, str]) -> None:
+        """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` atomically."""
+        tx = self.kazoo.transaction()
+        if self.kazoo.exists(zkdata.topic_config_path(topic)) is None:
+            tx.create(zkdata.topic_config_path(topic), zkdata.encode_topic_config(config))
+        else:
+            tx.set_data(zkdata.topic_config_path(topic), zkdata.encode_topic_config(config))
+        tx.create(zkdata.topic_path(topic), zkdata.encode_assignment(assignment))
+        results = tx.commit()
+        if any(isinstance(r, NodeExistsError) for r in results):
+            raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if failure is not None:
+            raise failure
+
+    def set_topic_assignment(self, topic: str, assignment: Assignment, version: int) -> None:
+        """Compare-and-set the assignment (adding partitions)."""
+        try:
+            self.kazoo.set(zkdata.topic_path(topic), zkdata.encode_assignment(assignment), version=version)
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
+        path = zkdata.topic_config_path(topic)
+        data = zkdata.encode_topic_config(config)
+        try:
+            self.kazoo.set(path, data)
+        except NoNodeError:
+            self.kazoo.create(path, data, makepath=True)
+
+    def mark_topic_for_deletion(self, topic: str) -> None:
+        try:
+            self.kazoo.create(zkdata.delete_topic_path(topic), b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    def topics_pending_deletion(self) -> list[str]:
+        try:
+            return sorted(self.kazoo.get_children(zkdata.DELETE_TOPICS))
+        except NoNodeError:
+            return []
+
+    def delete_topic_znodes(self, topic: str, epoch_zk_version: int) -> None:
+        """Controller: remove a topic's assignment, states and config, then its marker."""
+
+        def build(tx: object) -> None:
+            assert hasattr(tx, "delete")
+            for p in self._children(zkdata.partitions_path(topic)):
+                p_int = int(p)
+                if self.kazoo.exists(zkdata.partition_state_path(topic, p_int)):
+                    tx.delete(zkdata.partition_state_path(topic, p_int))
+                tx.delete(zkdata.partition_path(topic, p_int))
+            if self.kazoo.exists(zkdata.partitions_path(topic)):
+                tx.delete(zkdata.partitions_path(topic))
+            if self.kazoo.exists(zkdata.topic_path(topic)):
+                tx.delete(zkdata.topic_path(topic))
+            if self.kazoo.exists(zkdata.topic_config_path(topic)):
+                tx.delete(zkdata.topic_config_path(topic))
+            if self.kazoo.exists(zkdata.delete_topic_path(topic)):
+                tx.delete(zkdata.delete_topic_path(topic))
+
+        self._fenced(epoch_zk_version, build)
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return list(self.kazoo.get_children(path))
+        except NoNodeError:
+            return []
+
+    # --- partition state -----------------------------------------------------------
+
+    def partition_state(self, topic: str, partition: int) -> LeaderAndIsr | None:
+        try:
+            data, stat = self.kazoo.get(zkdata.partition_state_path(topic, partition))
+        except NoNodeError:
+            return None
+        return zkdata.decode_leader_and_isr(data, int(stat.version))
+
+    def create_partition_state(self, topic: str, partition: int, state: LeaderAndIsr, epoch_zk_version: int) -> None:
+        """Controller: create a new partition's state znode (and its parents)."""
+        for path in (zkdata.partitions_path(topic), zkdata.partition_path(topic, partition)):
+            try:
+                self.kazoo.create(path, b"")
+            except NodeExistsError:
+                pass
+
+        def build(tx: object) -> None:
+            assert hasattr(tx, "create")
+            tx.create(zkdata.partition_state_path(topic, partition), zkdata.encode_leader_and_isr(state))
+
+        self._fenced(epoch_zk_version, build)
+
+    def update_partition_state(
+        self, topic: str, partition: int, state: LeaderAndIsr, epoch_zk_version: int | None
+    ) -> int:
+        """Compare-and-set ``state`` against ``state.zk_version``; returns the new version.
+
+        With ``epoch_zk_version`` the write is fenced by the controller epoch (controller
+        writes); without it only the znode version guards it (leader ISR changes).
+        Raises ``BadVersionError`` if the znode changed since it was read.
+        """
+        path = zkdata.partition_state_path(topic, partition)
+        data = zkdata.encode_leader_and_isr(state)
+        if epoch_zk_version is None:
+            stat = self.kazoo.set(path, data, version=state.zk_version)
+            return int(stat.version)
+
+        def build(tx: object) -> None:
+            assert hasattr(tx, "set_data")
+            tx.set_data(path, data, version=state.zk_version)
+
+        self._fenced(epoch_zk_version, build)
+        return state.zk_version + 1

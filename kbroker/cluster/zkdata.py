@@ -1,0 +1,283 @@
+"""Every ZooKeeper path kbroker uses, and the codec of each znode's content.
+
+This module is the only place that names a znode path (Kafka's ``ZkData.scala``).
+Contents are Kafka's own JSON shapes from its ZooKeeper era, so the layout reads the
+same with ``zkCli.sh`` as a Kafka cluster's would:
+
+=============================================== ==== =====================================
+path                                            mode content
+=============================================== ==== =====================================
+/cluster/id                                     P    {"version":"1","id":"<22 chars>"}
+/brokers/ids/<id>                               E    {"version":4,"host","port","rack",
+                                                     "endpoints","timestamp"}
+/controller                                     E    {"version":1,"brokerid","timestamp"}
+/controller_epoch                               P    the epoch as a decimal string
+/brokers/topics/<t>                             P    {"version":1,"partitions":{"0":[1,2]}}
+/brokers/topics/<t>/partitions/<p>/state        P    {"version":1,"leader","leader_epoch",
+                                                     "isr","controller_epoch"}
+/config/topics/<t>                              P    {"version":1,"config":{k: "v"}}
+/admin/delete_topics/<t>                        P    empty
+/consumers/<g>/ids/<member>                     E    JSON member metadata
+/consumers/<g>/owners/<t>/<p>                   E    owning member id
+/consumers/<g>/offsets/<t>/<p>                  P    decimal offset (+ optional metadata)
+=============================================== ==== =====================================
+
+Thread safety: everything here is a pure function of its arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+CONSUMERS = "/consumers"
+
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONSUMERS)
+"""Parents that every broker makes sure exist at start-up."""
+
+NO_LEADER = -1
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data.decode())
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- /cluster/id ---------------------------------------------------------------------
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(_loads(data)["id"])
+
+
+# --- /brokers/ids/<id> ---------------------------------------------------------------
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker as registered in ``/brokers/ids/<id>``."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    timestamp_ms: int = 0
+    epoch: int = -1
+    """The registration znode's czxid (Kafka's broker epoch, KIP-380); -1 if unknown."""
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def encode_broker(info: BrokerInfo) -> bytes:
+    body: dict[str, Any] = {
+        "version": 4,
+        "host": info.host,
+        "port": info.port,
+        "jmx_port": -1,
+        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "timestamp": str(info.timestamp_ms or now_ms()),
+    }
+    if info.rack is not None:
+        body["rack"] = info.rack
+    return _dumps(body)
+
+
+def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:
+    body = _loads(data)
+    return BrokerInfo(
+        broker_id=broker_id,
+        host=str(body["host"]),
+        port=int(body["port"]),
+        rack=body.get("rack"),
+        timestamp_ms=int(body.get("timestamp", 0)),
+        epoch=epoch,
+    )
+
+
+# --- /controller and /controller_epoch -----------------------------------------------
+
+
+def encode_controller(broker_id: int) -> bytes:
+    return _dumps({"version": 1, "brokerid": broker_id, "timestamp": str(now_ms())})
+
+
+def decode_controller(data: bytes) -> int:
+    body = _loads(data)
+    return int(body["brokerid"]) if isinstance(body, dict) else int(body)
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data.decode())
+
+
+# --- /brokers/topics/<t> -------------------------------------------------------------
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+Assignment = dict[int, list[int]]
+"""Partition index -> replica broker ids; the first replica is the preferred leader."""
+
+
+def encode_assignment(assignment: Assignment) -> bytes:
+    parts = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
+    return _dumps({"version": 1, "partitions": parts})
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    body = _loads(data)
+    return {int(p): [int(b) for b in rs] for p, rs in body["partitions"].items()}
+
+
+# --- /brokers/topics/<t>/partitions/<p>/state ----------------------------------------
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """A partition's leadership as written by the controller.
+
+    ``zk_version`` is the znode's ``stat.version`` when read; writes are
+    compare-and-set against it.
+    """
+
+    leader: int
+    leader_epoch: int
+    isr: list[int] = field(default_factory=list)
+    controller_epoch: int = 0
+    zk_version: int = -1
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+
+def encode_leader_and_isr(state: LeaderAndIsr) -> bytes:
+    return _dumps(
+        {
+            "version": 1,
+            "leader": state.leader,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+            "controller_epoch": state.controller_epoch,
+        }
+    )
+
+
+def decode_leader_and_isr(data: bytes, zk_version: int = -1) -> LeaderAndIsr:
+    body = _loads(data)
+    return LeaderAndIsr(
+        leader=int(body["leader"]),
+        leader_epoch=int(body["leader_epoch"]),
+        isr=[int(b) for b in body["isr"]],
+        controller_epoch=int(body.get("controller_epoch", 0)),
+        zk_version=zk_version,
+    )
+
+
+# --- /config/topics/<t> --------------------------------------------------------------
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def encode_topic_config(config: dict[str, str]) -> bytes:
+    return _dumps({"version": 1, "config": {k: str(v) for k, v in config.items()}})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    if not data:
+        return {}
+    return {str(k): str(v) for k, v in _loads(data).get("config", {}).items()}
+
+
+# --- /admin/delete_topics/<t> --------------------------------------------------------
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+# --- /consumers/<group>/... ----------------------------------------------------------
+
+
+def group_path(group: str) -> str:
+    return f"{CONSUMERS}/{group}"
+
+
+def group_member_path(group: str, member_id: str) -> str:
+    return f"{CONSUMERS}/{group}/ids/{member_id}"
+
+
+def group_owner_path(group: str, topic: str, partition: int) -> str:
+    return f"{CONSUMERS}/{group}/owners/{topic}/{partition}"
+
+
+def group_offset_path(group: str, topic: str, partition: int) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{topic}/{partition}"
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    metadata: str = ""
+
+
+def encode_offset(committed: CommittedOffset) -> bytes:
+    # Kafka wrote a bare decimal string; a metadata string rides after a newline so
+    # Kafka-era tools that parse the first line still read the offset.
+    text = str(committed.offset)
+    if committed.metadata:
+        text += "\n" + committed.metadata
+    return text.encode()
+
+
+def decode_offset(data: bytes) -> CommittedOffset:
+    text = data.decode()
+    offset, _, metadata = text.partition("\n")
+    return CommittedOffset(int(offset), metadata)

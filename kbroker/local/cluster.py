@@ -1,0 +1,159 @@
+"""Real ``kbroker`` processes on 127.0.0.1, for scripts/run and integration tests.
+
+Each broker runs as ``python -m kbroker.server`` with its own data directory and log
+file under the cluster's root; it picks a free port itself (``--listen 127.0.0.1:0``)
+and is ready when it prints ``kbroker <id> listening on HOST:PORT``.
+
+Thread safety: none; one owner drives the processes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kbroker.local.zookeeper import tail
+
+READY = re.compile(rb"kbroker (\d+) listening on (\S+)")
+
+
+class BrokerProcess:
+    def __init__(self, broker_id: int, root: Path, zk_connect: str, overrides: dict[str, str] | None = None) -> None:
+        self.broker_id = broker_id
+        self.root = root
+        self.data_dir = root / f"broker-{broker_id}"
+        self.log_path = root / f"broker-{broker_id}.log"
+        self.zk_connect = zk_connect
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.address = ""
+        self._log_offset = 0
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "kbroker.server",
+            "--broker-id",
+            str(self.broker_id),
+            "--zookeeper",
+            self.zk_connect,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        for k, v in sorted(self.overrides.items()):
+            cmd += ["-o", f"{k}={v}"]
+        return cmd
+
+    def start(self, wait: bool = True, timeout_s: float = 60.0) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        if wait:
+            self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                m = READY.search(f.read())
+            if m:
+                self.address = m.group(2).decode()
+                return self.address
+            if not self.running():
+                raise RuntimeError(f"broker {self.broker_id} exited with {self.returncode()}:\n{self.log_tail()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"broker {self.broker_id} not ready after {timeout_s}s:\n{self.log_tail()}")
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def signal(self, sig: int) -> None:
+        if self.running():
+            assert self.proc is not None
+            os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM (clean shutdown) and wait; SIGKILL if it hangs."""
+        if self.proc is None:
+            return None
+        if self.running():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def log_tail(self, lines: int = 60) -> str:
+        return tail(self.log_path, lines)
+
+
+class LocalCluster:
+    """N brokers sharing one ZooKeeper connect string, under ``root``."""
+
+    def __init__(self, root: Path, zk_connect: str, overrides: dict[str, str] | None = None) -> None:
+        self.root = Path(root)
+        self.zk_connect = zk_connect
+        self.overrides = dict(overrides or {})
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    def add_broker(self, broker_id: int | None = None, *, start: bool = True, **overrides: str) -> BrokerProcess:
+        bid = broker_id if broker_id is not None else (max(self.brokers) + 1 if self.brokers else 0)
+        b = BrokerProcess(bid, self.root, self.zk_connect, {**self.overrides, **overrides})
+        self.brokers[bid] = b
+        if start:
+            b.start()
+        return b
+
+    def start(self, n: int) -> LocalCluster:
+        procs = [self.add_broker(start=False) for _ in range(n)]
+        for b in procs:
+            b.start(wait=False)
+        for b in procs:
+            b.wait_ready()
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers.values() if b.running() and b.address)
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            b.stop()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"----- broker {b.broker_id} ({b.log_path}) -----\n{b.log_tail(200)}" for b in self.brokers.values()
+        )

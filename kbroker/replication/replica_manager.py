@@ -1,0 +1,279 @@
+"""The broker-wide facade over its partitions: append with acks, fetch, roles.
+
+Roles come from ZooKeeper through the metadata cache: when a partition's state names
+this broker as leader it becomes leader with that epoch, otherwise a follower. Logs
+are created for every partition assigned here and deleted with their topic.
+
+Thread safety: the partition map is guarded by a lock; each :class:`Partition`
+guards itself. gRPC request threads call ``append``/``fetch``; the metadata thread
+calls the ``on_*`` listeners.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kbroker.cluster.zkdata import LeaderAndIsr
+from kbroker.replication.partition import Partition, ReadResult
+from kbroker.replication.purgatory import Purgatory
+from kbroker.storage.log_config import LogConfig
+from kbroker.storage.log_manager import LogManager
+from kclient.errors import (
+    BrokerResponseError,
+    InvalidRequiredAcksError,
+    KafkaError,
+    NotLeaderForPartitionError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+@dataclass
+class ProduceResult:
+    error: BrokerResponseError | None = None
+    base_offset: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass
+class FetchSpec:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass
+class FetchResult:
+    error: BrokerResponseError | None = None
+    read: ReadResult | None = None
+
+
+@dataclass
+class OffsetResult:
+    error: BrokerResponseError | None = None
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+def as_response_error(exc: Exception) -> BrokerResponseError:
+    if isinstance(exc, BrokerResponseError):
+        return exc
+    log.exception("unexpected error", exc_info=exc)
+    return UnknownError(f"{type(exc).__name__}: {exc}")
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, logs: LogManager, log_defaults: LogConfig) -> None:
+        self.broker_id = broker_id
+        self._logs = logs
+        self._defaults = log_defaults
+        self._lock = threading.Lock()
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._configs: dict[str, LogConfig] = {}
+        self.purgatory = Purgatory()
+        self.on_became_leader: list[Callable[[Partition], None]] = []
+
+    # --- lookups -------------------------------------------------------------------
+
+    def partition(self, topic: str, index: int) -> Partition:
+        with self._lock:
+            p = self._partitions.get((topic, index))
+        if p is None:
+            raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {topic}-{index}")
+        return p
+
+    def partitions(self) -> list[Partition]:
+        with self._lock:
+            return list(self._partitions.values())
+
+    def topic_config(self, topic: str) -> LogConfig:
+        return self._configs.get(topic, self._defaults)
+
+    # --- role changes (metadata thread) --------------------------------------------
+
+    def on_partition_change(
+        self, topic: str, index: int, replicas: list[int], state: LeaderAndIsr | None, config: dict[str, str]
+    ) -> None:
+        if self.broker_id not in replicas:
+            self._drop(topic, index)
+            return
+        log_config = self._config_for(topic, config)
+        with self._lock:
+            p = self._partitions.get((topic, index))
+        if p is None:
+            plog = self._logs.get_or_create(topic, index, log_config)
+            p = Partition(topic, index, self.broker_id, plog)
+            with self._lock:
+                self._partitions[(topic, index)] = p
+        elif p.log.config != log_config:
+            p.log.update_config(log_config)
+        if state is None:
+            return
+        if state.leader == self.broker_id:
+            if p.make_leader(state, replicas):
+                log.info("%s-%d: leader, epoch %d, isr %s", topic, index, state.leader_epoch, state.isr)
+                for cb in self.on_became_leader:
+                    cb(p)
+        else:
+            if p.make_follower(state, replicas):
+                log.info("%s-%d: follower of %d, epoch %d", topic, index, state.leader, state.leader_epoch)
+        self.purgatory.progress()
+
+    def on_topic_deleted(self, topic: str) -> None:
+        with self._lock:
+            doomed = [tp for tp in self._partitions if tp[0] == topic]
+        for tp in doomed:
+            self._drop(*tp, delete=True)
+        self._configs.pop(topic, None)
+        self.purgatory.progress()
+
+    def _config_for(self, topic: str, overrides: dict[str, str]) -> LogConfig:
+        try:
+            cfg = LogConfig.from_properties(overrides, self._defaults)
+        except KafkaError as exc:
+            log.error("topic %s: bad config in ZooKeeper (%s); using broker defaults", topic, exc)
+            cfg = self._defaults
+        self._configs[topic] = cfg
+        return cfg
+
+    def _drop(self, topic: str, index: int, delete: bool = True) -> None:
+        with self._lock:
+            p = self._partitions.pop((topic, index), None)
+        if p is not None and delete:
+            self._logs.delete(topic, index)
+            log.info("%s-%d: replica removed", topic, index)
+
+    # --- produce -------------------------------------------------------------------
+
+    def append(
+        self, acks: int, timeout_ms: int, entries: Iterable[tuple[TopicPartition, bytes]]
+    ) -> dict[TopicPartition, ProduceResult]:
+        results: dict[TopicPartition, ProduceResult] = {}
+        if acks not in (0, 1, -1):
+            err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
+            return {tp: ProduceResult(err) for tp, _ in entries}
+        waiting: dict[TopicPartition, tuple[Partition, int]] = {}
+        for tp, records in entries:
+            try:
+                p = self.partition(*tp)
+                min_isr = self.topic_config(tp[0]).min_insync_replicas
+                base, next_offset = p.append_as_leader(records, acks, min_isr)
+                results[tp] = ProduceResult(None, base, p.log.log_start_offset)
+                if acks == -1:
+                    waiting[tp] = (p, next_offset)
+            except Exception as exc:
+                results[tp] = ProduceResult(as_response_error(exc))
+        self.purgatory.progress()
+        if waiting:
+            self._await_replication(waiting, results, timeout_ms)
+        return results
+
+    def _await_replication(
+        self,
+        waiting: dict[TopicPartition, tuple[Partition, int]],
+        results: dict[TopicPartition, ProduceResult],
+        timeout_ms: int,
+    ) -> None:
+        pending = dict(waiting)
+
+        def check() -> bool | None:
+            for tp, (p, required) in list(pending.items()):
+                try:
+                    if p.acks_satisfied(required):
+                        del pending[tp]
+                except Exception as exc:
+                    results[tp] = ProduceResult(as_response_error(exc))
+                    del pending[tp]
+            return True if not pending else None
+
+        self.purgatory.wait(check, max(timeout_ms, 0) / 1000.0)
+        for tp in pending:
+            results[tp] = ProduceResult(
+                RequestTimedOutError(f"{tp[0]}-{tp[1]}: not replicated to the ISR within {timeout_ms} ms")
+            )
+
+    # --- fetch ---------------------------------------------------------------------
+
+    def fetch(
+        self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, specs: list[FetchSpec]
+    ) -> list[FetchResult]:
+        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000.0
+
+        def read_all() -> list[FetchResult]:
+            budget = max_bytes
+            out: list[FetchResult] = []
+            for spec in specs:
+                try:
+                    p = self.partition(spec.topic, spec.partition)
+                    limit = max(min(spec.max_bytes, budget), 0)
+                    r = p.read(spec.offset, limit, replica_id, spec.current_leader_epoch)
+                    budget -= len(r.records)
+                    out.append(FetchResult(None, r))
+                except Exception as exc:
+                    out.append(FetchResult(as_response_error(exc)))
+            return out
+
+        results = read_all()
+        if self._enough(results, min_bytes) or max_wait_ms <= 0:
+            return results
+
+        def check() -> list[FetchResult] | None:
+            nonlocal results
+            results = read_all()
+            return results if self._enough(results, min_bytes) else None
+
+        self.purgatory.wait(check, max(deadline - time.monotonic(), 0))
+        return results
+
+    @staticmethod
+    def _enough(results: list[FetchResult], min_bytes: int) -> bool:
+        total = 0
+        for r in results:
+            if r.error is not None:
+                return True
+            if r.read is not None:
+                total += len(r.read.records)
+        return total >= max(min_bytes, 1)
+
+    # --- list offsets --------------------------------------------------------------
+
+    def list_offset(
+        self, topic: str, index: int, timestamp: int, replica_id: int, current_leader_epoch: int = -1
+    ) -> OffsetResult:
+        try:
+            p = self.partition(topic, index)
+            if not p.is_leader and replica_id < 0:
+                raise NotLeaderForPartitionError(f"broker {self.broker_id} is not the leader of {topic}-{index}")
+            p.check_epoch(current_leader_epoch)
+            epoch = p.leader_epoch
+            if timestamp == EARLIEST_TIMESTAMP:
+                return OffsetResult(None, p.log.log_start_offset, -1, epoch)
+            if timestamp == LATEST_TIMESTAMP:
+                end = p.high_watermark if replica_id < 0 else p.log.log_end_offset
+                return OffsetResult(None, end, -1, epoch)
+            if timestamp < 0:
+                raise OffsetOutOfRangeError(f"timestamp {timestamp} is neither -1 (latest), -2 (earliest) nor >= 0")
+            found = p.log.offset_for_timestamp(timestamp)
+            if found is None or (replica_id < 0 and found[0] >= p.high_watermark):
+                return OffsetResult(None, -1, -1, epoch)
+            return OffsetResult(None, found[0], found[1], epoch)
+        except Exception as exc:
+            return OffsetResult(as_response_error(exc))
+
+    def shutdown(self) -> None:
+        self.purgatory.close()

@@ -1,0 +1,219 @@
+"""Opening a partition directory: segments, indexes, crash recovery (Kafka's LogLoader)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker.storage import files
+from kbroker.storage.index import CorruptIndexError
+from kbroker.storage.leader_epoch import LeaderEpochCache
+from kbroker.storage.log_config import LogConfig
+from kbroker.storage.segment import LogSegment
+from kclient.errors import CorruptRecordError, KafkaStorageError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedLog:
+    """The state of a partition directory after loading."""
+
+    segments: list[LogSegment]
+    log_start_offset: int
+    recovery_point: int
+    epoch_cache: LeaderEpochCache
+    recovered_segments: int = 0
+    truncated_bytes: int = 0
+    deleted_segments: int = 0
+
+
+def _remove_leftovers(dir: Path) -> list[int]:
+    """Delete temporary and orphaned files; return the base offsets of the ``.log`` files."""
+    bases: list[int] = []
+    index_files: list[tuple[int, Path]] = []
+    for path in dir.iterdir():
+        name = path.name
+        if not path.is_file():
+            continue
+        if files.is_temporary_file(path):
+            logger.info("%s: removing leftover file %s", dir.name, name)
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            base = files.offset_from_filename(name)
+        except ValueError:
+            continue
+        if files.is_log_file(path):
+            bases.append(base)
+        elif files.is_index_file(path):
+            index_files.append((base, path))
+    present = set(bases)
+    for base, path in index_files:
+        if base not in present:
+            logger.info("%s: removing orphaned index file %s", dir.name, path.name)
+            path.unlink(missing_ok=True)
+    return sorted(bases)
+
+
+def _open_segment(dir: Path, base: int, config: LogConfig, now_ms: int) -> LogSegment:
+    return LogSegment.open(
+        dir,
+        base,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        create=False,
+        now_ms=now_ms,
+    )
+
+
+def _load_trusted(segment: LogSegment, indexes_present: bool) -> int | None:
+    """Load a segment that needs no recovery; rebuild it if its indexes do not hold up.
+
+    Returns the bytes truncated by a rebuild, or None if no rebuild was needed.
+    """
+    reason = "" if indexes_present else "index file missing"
+    if not reason:
+        try:
+            segment.sanity_check()
+            if not segment.load():
+                reason = "data does not end on a batch boundary"
+        except (CorruptIndexError, CorruptRecordError) as exc:
+            reason = str(exc)
+    if not reason:
+        return None
+    logger.warning("segment %s: %s; rebuilding its indexes", segment.log_path, reason)
+    return segment.recover()
+
+
+def load_log(
+    dir: Path,
+    config: LogConfig,
+    *,
+    recovery_point: int,
+    log_start_offset: int | None,
+    clean_shutdown: bool,
+    now_ms: int,
+) -> LoadedLog:
+    """Open (or create) the log in ``dir``.
+
+    - removes ``.deleted``/``.cleaned``/``.swap``/``.tmp`` leftovers and orphaned indexes;
+    - opens every segment; indexes that are missing or fail their sanity check are
+      rebuilt from the data;
+    - unless ``clean_shutdown``, recovers every segment from the one holding
+      ``recovery_point``: each batch is validated and the first invalid byte ends the
+      log: that segment is truncated there and every later segment is deleted;
+    - loads the leader-epoch cache (rebuilt from the batches if its file is missing
+      or unreadable) and trims it to the loaded offsets.
+    """
+    dir.mkdir(parents=True, exist_ok=True)
+    bases = _remove_leftovers(dir)
+    try:
+        epoch_cache = LeaderEpochCache.load(dir)
+        rebuild_epochs = epoch_cache.path is not None and not epoch_cache.path.exists() and bool(
+            bases
+        )
+    except KafkaStorageError as exc:
+        logger.warning("%s: %s; rebuilding the leader epoch cache from the log", dir.name, exc)
+        epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
+        rebuild_epochs = True
+
+    loaded = LoadedLog([], 0, 0, epoch_cache)
+    segments = loaded.segments
+    try:
+        for i, base in enumerate(bases):
+            indexes_present = (
+                files.offset_index_file(dir, base).exists()
+                and files.time_index_file(dir, base).exists()
+            )
+            segment = _open_segment(dir, base, config, now_ms)
+            segments.append(segment)
+            last = i == len(bases) - 1
+            unflushed = not clean_shutdown and (last or bases[i + 1] > recovery_point)
+            if unflushed:
+                continue  # recovered below, in order
+            truncated = _load_trusted(segment, indexes_present)
+            if truncated is not None:
+                loaded.recovered_segments += 1
+                loaded.truncated_bytes += truncated
+
+        if not clean_shutdown:
+            _recover_unflushed(loaded, recovery_point)
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+
+    if segments:
+        end = segments[-1].next_offset
+        start = max(log_start_offset or 0, segments[0].base_offset)
+        if end < start:
+            logger.warning(
+                "%s: log end offset %d is below the log start offset %d (segment files were "
+                "removed?); deleting every segment",
+                dir.name, end, start,
+            )
+            for segment in segments:
+                segment.delete()
+            loaded.deleted_segments += len(segments)
+            segments.clear()
+            epoch_cache.clear()
+    if not segments:
+        base = max(log_start_offset or 0, 0)
+        segments.append(
+            LogSegment.open(
+                dir,
+                base,
+                index_interval_bytes=config.index_interval_bytes,
+                max_index_size=config.segment_index_bytes,
+                create=True,
+                now_ms=now_ms,
+            )
+        )
+    log_end = segments[-1].next_offset
+    loaded.log_start_offset = max(log_start_offset or 0, segments[0].base_offset)
+    loaded.recovery_point = log_end if clean_shutdown else min(max(recovery_point, 0), log_end)
+
+    if rebuild_epochs:
+        epoch_cache.clear()
+        for segment in segments:
+            for _, header in segment.iter_headers():
+                if header.partition_leader_epoch >= 0:
+                    epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        epoch_cache.flush()
+    epoch_cache.truncate_from_end(log_end)
+    epoch_cache.truncate_from_start(loaded.log_start_offset)
+
+    if loaded.recovered_segments or loaded.deleted_segments:
+        logger.warning(
+            "%s: loaded with recovery: %d segments recovered, %d bytes truncated, "
+            "%d segments deleted; log end offset %d",
+            dir.name, loaded.recovered_segments, loaded.truncated_bytes,
+            loaded.deleted_segments, log_end,
+        )
+    return loaded
+
+
+def _recover_unflushed(loaded: LoadedLog, recovery_point: int) -> None:
+    """Validate the segments after the recovery point; cut the log at the first bad byte."""
+    segments = loaded.segments
+    first = 0
+    while first < len(segments) - 1 and segments[first + 1].base_offset <= recovery_point:
+        first += 1
+    for i in range(first, len(segments)):
+        segment = segments[i]
+        min_offset = segments[i - 1].next_offset if i > 0 else None
+        truncated = segment.recover(loaded.epoch_cache, min_offset=min_offset)
+        loaded.recovered_segments += 1
+        if truncated:
+            loaded.truncated_bytes += truncated
+            doomed = segments[i + 1 :]
+            for later in doomed:
+                logger.warning(
+                    "deleting segment %s after corruption in %s", later.log_path, segment.log_path
+                )
+                later.delete()
+            loaded.deleted_segments += len(doomed)
+            del segments[i + 1 :]
+            break

@@ -1,0 +1,264 @@
+"""Per-topic log configuration with Kafka's topic config names and defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kclient.errors import InvalidConfigurationError
+
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+
+DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024
+DEFAULT_SEGMENT_MS = 7 * 24 * 60 * 60 * 1000
+DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
+DEFAULT_FILE_DELETE_DELAY_MS = 60_000
+
+CLEANUP_POLICIES = ("compact", "delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The settings of one partition's log, as Kafka's topic-level configs.
+
+    Field ``segment_bytes`` is config ``segment.bytes`` and so on (see
+    :data:`CONFIG_NAMES`). Immutable: change a log's settings with
+    ``Log.update_config(config.replace(...))`` or :meth:`from_properties`.
+
+    - ``flush_messages`` / ``flush_ms``: None (Kafka: Long.MAX_VALUE / unset) leaves
+      flushing to the OS page cache.
+    - ``retention_ms`` / ``retention_bytes``: -1 means unlimited.
+    - ``cleanup_policy``: ``"delete"``, ``"compact"`` or ``"compact,delete"``. It is
+      accepted and stored; only deletion is implemented (a ``compact``-only log keeps
+      everything).
+    - ``min_insync_replicas`` and ``unclean_leader_election_enable`` are read by the
+      replication layer, not by the log.
+    """
+
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    segment_ms: int = DEFAULT_SEGMENT_MS
+    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    retention_ms: int = DEFAULT_RETENTION_MS
+    retention_bytes: int = -1
+    flush_messages: int | None = None
+    flush_ms: int | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    file_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
+    cleanup_policy: str = "delete"
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    message_timestamp_type: str = "CreateTime"
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            name = CONFIG_NAMES[field.name]
+            _VALIDATORS[field.name](name, getattr(self, field.name))
+
+    @property
+    def delete_enabled(self) -> bool:
+        """cleanup.policy includes ``delete``: retention applies."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def log_append_time(self) -> bool:
+        """message.timestamp.type is LogAppendTime: the leader sets batch timestamps."""
+        return self.message_timestamp_type == "LogAppendTime"
+
+    def replace(self, **changes: Any) -> LogConfig:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_properties(
+        cls, props: Mapping[str, str], defaults: LogConfig | None = None
+    ) -> LogConfig:
+        """A config from Kafka topic-config strings, over ``defaults`` (or Kafka's).
+
+        Raises InvalidConfigurationError with one line naming the key for an unknown
+        key or a bad value.
+        """
+        base = defaults if defaults is not None else cls()
+        changes: dict[str, Any] = {}
+        for key, raw in props.items():
+            field = _FIELDS_BY_NAME.get(key)
+            if field is None:
+                raise InvalidConfigurationError(f"Unknown topic config name: {key}")
+            if not isinstance(raw, str):
+                raw = str(raw)
+            changes[field] = _PARSERS[field](key, raw.strip())
+        return dataclasses.replace(base, **changes)
+
+    def to_properties(self) -> dict[str, str]:
+        """Every setting as a Kafka topic-config string (round-trips through from_properties)."""
+        out: dict[str, str] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                text = str(_LONG_MAX)
+            elif isinstance(value, bool):
+                text = "true" if value else "false"
+            else:
+                text = str(value)
+            out[CONFIG_NAMES[field.name]] = text
+        return out
+
+
+CONFIG_NAMES: dict[str, str] = {
+    "segment_bytes": "segment.bytes",
+    "segment_ms": "segment.ms",
+    "segment_index_bytes": "segment.index.bytes",
+    "index_interval_bytes": "index.interval.bytes",
+    "retention_ms": "retention.ms",
+    "retention_bytes": "retention.bytes",
+    "flush_messages": "flush.messages",
+    "flush_ms": "flush.ms",
+    "max_message_bytes": "max.message.bytes",
+    "file_delete_delay_ms": "file.delete.delay.ms",
+    "cleanup_policy": "cleanup.policy",
+    "min_insync_replicas": "min.insync.replicas",
+    "unclean_leader_election_enable": "unclean.leader.election.enable",
+    "message_timestamp_type": "message.timestamp.type",
+}
+"""Python field name -> Kafka topic config name."""
+
+_FIELDS_BY_NAME = {name: field for field, name in CONFIG_NAMES.items()}
+
+
+# ---------------------------------------------------------------------------
+# Validation (on the typed value) and parsing (from the config string)
+# ---------------------------------------------------------------------------
+
+
+def _bad(name: str, value: object, why: str) -> InvalidConfigurationError:
+    return InvalidConfigurationError(f"Invalid value {value!r} for configuration {name}: {why}")
+
+
+def _int_range(lo: int, hi: int) -> Callable[[str, Any], None]:
+    def check(name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(name, value, "not an integer")
+        if not lo <= value <= hi:
+            raise _bad(name, value, f"must be between {lo} and {hi}")
+
+    return check
+
+
+def _optional_positive(name: str, value: Any) -> None:
+    if value is not None:
+        _int_range(1, _LONG_MAX)(name, value)
+
+
+def _bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise _bad(name, value, "not a boolean")
+
+
+def _cleanup_policy(name: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise _bad(name, value, "not a string")
+    parts = [p.strip() for p in value.split(",")]
+    if not parts or any(p not in CLEANUP_POLICIES for p in parts) or len(set(parts)) != len(parts):
+        raise _bad(name, value, "must be a list of 'delete' and/or 'compact'")
+    if value != _normal_policy(parts):
+        raise _bad(name, value, "use 'delete', 'compact' or 'compact,delete'")
+
+
+def _normal_policy(parts: list[str]) -> str:
+    return ",".join(sorted(set(parts)))
+
+
+def _timestamp_type(name: str, value: Any) -> None:
+    if value not in TIMESTAMP_TYPES:
+        raise _bad(name, value, "must be CreateTime or LogAppendTime")
+
+
+_VALIDATORS: dict[str, Callable[[str, Any], None]] = {
+    # Kafka: segment.bytes >= 14 (one legacy record); here one batch header (61).
+    "segment_bytes": _int_range(61, _INT_MAX),
+    "segment_ms": _int_range(1, _LONG_MAX),
+    # Kafka allows 4; one time index entry (12 bytes) is the useful minimum.
+    "segment_index_bytes": _int_range(12, _INT_MAX),
+    "index_interval_bytes": _int_range(0, _INT_MAX),
+    "retention_ms": _int_range(-1, _LONG_MAX),
+    "retention_bytes": _int_range(-1, _LONG_MAX),
+    "flush_messages": _optional_positive,
+    "flush_ms": _optional_positive,
+    "max_message_bytes": _int_range(0, _INT_MAX),
+    "file_delete_delay_ms": _int_range(0, _LONG_MAX),
+    "cleanup_policy": _cleanup_policy,
+    "min_insync_replicas": _int_range(1, _INT_MAX),
+    "unclean_leader_election_enable": _bool,
+    "message_timestamp_type": _timestamp_type,
+}
+
+
+def _parse_int(name: str, raw: str) -> int:
+    try:
+        return int(raw, 10)
+    except ValueError:
+        raise _bad(name, raw, "not an integer") from None
+
+
+def _parse_flush(name: str, raw: str) -> int | None:
+    value = _parse_int(name, raw)
+    if value >= _LONG_MAX:
+        return None  # Kafka's "never": leave flushing to the OS
+    return value
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise _bad(name, raw, "must be true or false")
+
+
+def _parse_policy(name: str, raw: str) -> str:
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if not parts or any(p not in CLEANUP_POLICIES for p in parts):
+        raise _bad(name, raw, "must be a list of 'delete' and/or 'compact'")
+    return _normal_policy(parts)
+
+
+def _parse_str(name: str, raw: str) -> str:
+    return raw
+
+
+def _validated(
+    field: str, parse: Callable[[str, str], Any]
+) -> Callable[[str, str], Any]:
+    def parse_and_check(name: str, raw: str) -> Any:
+        value = parse(name, raw)
+        _VALIDATORS[field](name, value)
+        return value
+
+    return parse_and_check
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    field: _validated(
+        field,
+        {
+            "flush_messages": _parse_flush,
+            "flush_ms": _parse_flush,
+            "unclean_leader_election_enable": _parse_bool,
+            "cleanup_policy": _parse_policy,
+            "message_timestamp_type": _parse_str,
+        }.get(field, _parse_int),
+    )
+    for field in CONFIG_NAMES
+}

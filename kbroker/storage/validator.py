@@ -1,0 +1,188 @@
+"""Checks and stamps applied to record batches on their way into a log (Kafka's LogValidator).
+
+The broker never decodes records: everything here reads and writes batch headers
+only (plus one CRC-32C when the topic uses LogAppendTime).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from kclient.errors import CorruptRecordError, MessageSizeTooLargeError
+from kclient.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    check_batch,
+    read_header,
+    stamp_batch,
+)
+
+Buffer = bytes | bytearray | memoryview
+
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+# Header field positions (see kclient.records): crc, attributes, maxTimestamp.
+_CRC_POS = 17
+_ATTRIBUTES_POS = 21
+_MAX_TIMESTAMP_POS = 35
+_TIMESTAMP_TYPE_MASK = 0x08
+_CONTROL_MASK = 0x20
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+
+
+class BatchSummary(NamedTuple):
+    """What an append needs to know about a list of validated batches."""
+
+    batches: list[tuple[int, BatchHeader]]
+    """(position in the buffer, header) of every batch, in order."""
+    num_records: int
+    max_timestamp: int
+    """Largest batch max timestamp, -1 if none."""
+    offset_of_max_timestamp: int
+    """Last offset of the first batch holding ``max_timestamp``, -1 if none."""
+
+    @property
+    def first_offset(self) -> int:
+        return self.batches[0][1].base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1][1].last_offset
+
+
+def summarize(batches: list[tuple[int, BatchHeader]]) -> BatchSummary:
+    max_ts = -1
+    offset_of_max = -1
+    records = 0
+    for _, header in batches:
+        records += header.record_count
+        if header.max_timestamp > max_ts:
+            max_ts = header.max_timestamp
+            offset_of_max = header.last_offset
+    return BatchSummary(batches, records, max_ts, offset_of_max)
+
+
+def validate_batches(
+    records: Buffer, *, as_leader: bool, max_message_bytes: int | None
+) -> list[tuple[int, BatchHeader]]:
+    """(position, header) of every batch in ``records``, each one checked.
+
+    ``records`` must be one or more complete batches and nothing else. Each batch
+    passes ``check_batch`` (magic 2, length, CRC-32C) and has a consistent offset
+    range. From a producer (``as_leader``) a batch must hold exactly
+    ``lastOffsetDelta + 1`` records and must not be a control batch; from a leader
+    (follower side) offsets must increase from batch to batch, and fewer records
+    than offsets are allowed (compacted batches).
+
+    Raises CorruptRecordError, or MessageSizeTooLargeError for a batch larger than
+    ``max_message_bytes`` (not checked when None), naming the batch's position.
+    """
+    total = len(records)
+    if total == 0:
+        raise CorruptRecordError("no record batches: the records are empty")
+    batches: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    previous_next = -1
+    while pos < total:
+        remaining = total - pos
+        if remaining < HEADER_SIZE:
+            raise CorruptRecordError(
+                f"{remaining} trailing bytes at position {pos} are not a complete batch "
+                f"(a batch header is {HEADER_SIZE} bytes)"
+            )
+        header = read_header(records, pos)
+        if header.magic != MAGIC:
+            raise CorruptRecordError(
+                f"batch at position {pos} has magic {header.magic}, only magic {MAGIC} is supported"
+            )
+        if header.batch_length < _MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch at position {pos} has batchLength {header.batch_length}, "
+                f"less than the minimum {_MIN_BATCH_LENGTH}"
+            )
+        size = header.batch_length + LOG_OVERHEAD
+        if size > remaining:
+            raise CorruptRecordError(
+                f"batch at position {pos} declares {size} bytes but only {remaining} remain "
+                f"(truncated batch)"
+            )
+        if max_message_bytes is not None and size > max_message_bytes:
+            raise MessageSizeTooLargeError(
+                f"batch at position {pos} is {size} bytes, larger than "
+                f"max.message.bytes={max_message_bytes}"
+            )
+        check_batch(records, pos, header)
+        delta = header.last_offset_delta
+        count = header.record_count
+        if delta < 0:
+            raise CorruptRecordError(
+                f"batch at position {pos} has a negative lastOffsetDelta {delta}"
+            )
+        if as_leader:
+            if count != delta + 1:
+                raise CorruptRecordError(
+                    f"batch at position {pos} holds {count} records but its offsets span "
+                    f"{delta + 1} (lastOffsetDelta {delta})"
+                )
+            if header.attributes & _CONTROL_MASK:
+                raise CorruptRecordError(
+                    f"batch at position {pos} is a control batch: clients cannot write those"
+                )
+        else:
+            if count > delta + 1:
+                raise CorruptRecordError(
+                    f"batch at position {pos} holds {count} records, more than its "
+                    f"{delta + 1} offsets"
+                )
+            if header.base_offset < 0 or header.base_offset < previous_next:
+                raise CorruptRecordError(
+                    f"batch at position {pos} starts at offset {header.base_offset}, "
+                    f"before the end of the previous batch ({previous_next})"
+                )
+            previous_next = header.next_offset
+        batches.append((pos, header))
+        pos += size
+    return batches
+
+
+def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
+    """Make the batch at ``pos`` a LogAppendTime batch stamped ``now_ms`` (recomputes the CRC).
+
+    As Kafka's ``DefaultRecordBatch.setMaxTimestamp``: the timestamp-type bit is set
+    and maxTimestamp becomes ``now_ms``; every record then reads as ``now_ms``.
+    """
+    attributes = header.attributes | _TIMESTAMP_TYPE_MASK
+    if attributes == header.attributes and header.max_timestamp == now_ms:
+        return header
+    _I16.pack_into(buf, pos + _ATTRIBUTES_POS, attributes)
+    _I64.pack_into(buf, pos + _MAX_TIMESTAMP_POS, now_ms)
+    end = pos + header.batch_length + LOG_OVERHEAD
+    with memoryview(buf) as view:
+        crc = crc32c(view[pos + _ATTRIBUTES_POS : end])
+    _U32.pack_into(buf, pos + _CRC_POS, crc)
+    return header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
+
+
+def assign_offsets(
+    buf: bytearray,
+    batches: list[tuple[int, BatchHeader]],
+    first_offset: int,
+    leader_epoch: int,
+) -> list[tuple[int, BatchHeader]]:
+    """Stamp consecutive base offsets from ``first_offset`` and the leader epoch, in place.
+
+    Both fields lie outside the CRC. Returns the updated headers.
+    """
+    stamped: list[tuple[int, BatchHeader]] = []
+    offset = first_offset
+    for pos, header in batches:
+        stamp_batch(buf, pos, offset, leader_epoch)
+        stamped.append((pos, header._replace(base_offset=offset, partition_leader_epoch=leader_epoch)))
+        offset += header.last_offset_delta + 1
+    return stamped

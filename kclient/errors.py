@@ -1,0 +1,390 @@
+"""Errors shared by broker and client: one table of Kafka error codes.
+
+Hierarchy::
+
+    KafkaError                        base of everything kclient raises
+    ├── KafkaTimeoutError             a request or a wait ran out of time (retriable)
+    ├── KafkaConnectionError          a broker could not be reached (retriable)
+    ├── NoBrokersAvailable            none of the bootstrap servers answered
+    ├── IllegalStateError             the client was used wrongly (e.g. poll after close)
+    ├── InvalidConfigError            a client or broker setting is wrong
+    ├── UnsupportedCodecError         a compression codec is unknown or not installed
+    ├── NoOffsetForPartitionError     no position and auto_offset_reset is "none"
+    └── BrokerResponseError           an error code carried by a broker response
+        ├── OffsetOutOfRangeError ... (one class per code in ``ERRORS``)
+
+Each ``BrokerResponseError`` subclass has the numeric ``errno`` Kafka gives it (the
+same numbers as ``kbroker.v1.ErrorCode`` in ``protos/kbroker/v1/common.proto``; codes
+never change), a ``retriable`` flag (the same request may succeed later) and an
+``invalid_metadata`` flag (refresh metadata before retrying). The broker raises these
+classes internally too; the gRPC layer turns ``errno`` into the response code and the
+client turns the code back into the class with :func:`for_code`.
+"""
+
+from __future__ import annotations
+
+
+class KafkaError(Exception):
+    """Base class of every kclient and kbroker error."""
+
+    retriable = False
+    invalid_metadata = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        name = type(self).__name__
+        return f"{name}: {self.message}" if self.message else name
+
+
+class KafkaTimeoutError(KafkaError):
+    retriable = True
+
+
+class KafkaConnectionError(KafkaError):
+    retriable = True
+    invalid_metadata = True
+
+
+class NoBrokersAvailable(KafkaError):
+    retriable = True
+    invalid_metadata = True
+
+
+class IllegalStateError(KafkaError):
+    pass
+
+
+class InvalidConfigError(KafkaError):
+    pass
+
+
+class UnsupportedCodecError(KafkaError):
+    """A compression codec is unknown or its library is not installed (e.g. snappy)."""
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """No position for a partition and ``auto_offset_reset`` is ``"none"``."""
+
+
+class BrokerResponseError(KafkaError):
+    """An error a broker reported with a Kafka error code."""
+
+    errno = -1
+    description = "The server experienced an unexpected error."
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.description)
+
+
+class UnknownError(BrokerResponseError):
+    errno = -1
+    description = "The server experienced an unexpected error when processing the request."
+
+
+class OffsetOutOfRangeError(BrokerResponseError):
+    errno = 1
+    description = "The requested offset is not within the range of offsets maintained by the server."
+
+
+class CorruptRecordError(BrokerResponseError):
+    errno = 2
+    retriable = True
+    description = "The record failed its CRC check, exceeds the valid size or is otherwise corrupt."
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    errno = 3
+    retriable = True
+    invalid_metadata = True
+    description = "This server does not host this topic-partition."
+
+
+class InvalidFetchSizeError(BrokerResponseError):
+    errno = 4
+    description = "The requested fetch size is invalid."
+
+
+class LeaderNotAvailableError(BrokerResponseError):
+    errno = 5
+    retriable = True
+    invalid_metadata = True
+    description = "There is no leader for this topic-partition as we are in the middle of a leadership election."
+
+
+class NotLeaderForPartitionError(BrokerResponseError):
+    errno = 6
+    retriable = True
+    invalid_metadata = True
+    description = "This server is not the leader for that topic-partition."
+
+
+class RequestTimedOutError(BrokerResponseError):
+    errno = 7
+    retriable = True
+    description = "The request timed out."
+
+
+class BrokerNotAvailableError(BrokerResponseError):
+    errno = 8
+    description = "The broker is not available."
+
+
+class ReplicaNotAvailableError(BrokerResponseError):
+    errno = 9
+    retriable = True
+    invalid_metadata = True
+    description = "The replica is not available for the requested topic-partition."
+
+
+class MessageSizeTooLargeError(BrokerResponseError):
+    errno = 10
+    description = "The request included a message larger than the max message size the server will accept."
+
+
+class StaleControllerEpochError(BrokerResponseError):
+    errno = 11
+    description = "The controller moved to another broker."
+
+
+class OffsetMetadataTooLargeError(BrokerResponseError):
+    errno = 12
+    description = "The metadata field of the offset request was too large."
+
+
+class NetworkError(BrokerResponseError):
+    errno = 13
+    retriable = True
+    invalid_metadata = True
+    description = "The server disconnected before a response was received."
+
+
+class CoordinatorLoadInProgressError(BrokerResponseError):
+    errno = 14
+    retriable = True
+    description = "The coordinator is loading and hence can't process requests."
+
+
+class CoordinatorNotAvailableError(BrokerResponseError):
+    errno = 15
+    retriable = True
+    description = "The coordinator is not available."
+
+
+class NotCoordinatorError(BrokerResponseError):
+    errno = 16
+    retriable = True
+    description = "This is not the correct coordinator."
+
+
+class InvalidTopicError(BrokerResponseError):
+    errno = 17
+    description = "The request attempted to perform an operation on an invalid topic."
+
+
+class RecordListTooLargeError(BrokerResponseError):
+    errno = 18
+    description = "The request included message batch larger than the configured segment size on the server."
+
+
+class NotEnoughReplicasError(BrokerResponseError):
+    errno = 19
+    retriable = True
+    description = "Messages are rejected since there are fewer in-sync replicas than required."
+
+
+class NotEnoughReplicasAfterAppendError(BrokerResponseError):
+    errno = 20
+    retriable = True
+    description = "Messages are written to the log, but to fewer in-sync replicas than required."
+
+
+class InvalidRequiredAcksError(BrokerResponseError):
+    errno = 21
+    description = "Produce request specified an invalid value for required acks."
+
+
+class IllegalGenerationError(BrokerResponseError):
+    errno = 22
+    description = "Specified group generation id is not valid."
+
+
+class InconsistentGroupProtocolError(BrokerResponseError):
+    errno = 23
+    description = "The group member's supported protocols are incompatible with those of existing members."
+
+
+class InvalidGroupIdError(BrokerResponseError):
+    errno = 24
+    description = "The configured groupId is invalid."
+
+
+class UnknownMemberIdError(BrokerResponseError):
+    errno = 25
+    description = "The coordinator is not aware of this member."
+
+
+class InvalidSessionTimeoutError(BrokerResponseError):
+    errno = 26
+    description = "The session timeout is not within the range allowed by the broker."
+
+
+class RebalanceInProgressError(BrokerResponseError):
+    errno = 27
+    description = "The group is rebalancing, so a rejoin is needed."
+
+
+class InvalidCommitOffsetSizeError(BrokerResponseError):
+    errno = 28
+    description = "The committing offset data size is not valid."
+
+
+class InvalidTimestampError(BrokerResponseError):
+    errno = 32
+    description = "The timestamp of the message is out of acceptable range."
+
+
+class TopicAlreadyExistsError(BrokerResponseError):
+    errno = 36
+    description = "Topic with this name already exists."
+
+
+class InvalidPartitionsError(BrokerResponseError):
+    errno = 37
+    description = "Number of partitions is below 1."
+
+
+class InvalidReplicationFactorError(BrokerResponseError):
+    errno = 38
+    description = "Replication factor is below 1 or larger than the number of available brokers."
+
+
+class InvalidReplicaAssignmentError(BrokerResponseError):
+    errno = 39
+    description = "Replica assignment is invalid."
+
+
+class InvalidConfigurationError(BrokerResponseError):
+    errno = 40
+    description = "Configuration is invalid."
+
+
+class NotControllerError(BrokerResponseError):
+    errno = 41
+    retriable = True
+    description = "This is not the correct controller for this cluster."
+
+
+class InvalidRequestError(BrokerResponseError):
+    errno = 42
+    description = "This most likely occurs because of a request being malformed by the client library."
+
+
+class OutOfOrderSequenceNumberError(BrokerResponseError):
+    errno = 45
+    description = "The broker received an out of order sequence number."
+
+
+class DuplicateSequenceNumberError(BrokerResponseError):
+    errno = 46
+    description = "The broker received a duplicate sequence number."
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    errno = 47
+    description = "Producer attempted to produce with an old epoch."
+
+
+class KafkaStorageError(BrokerResponseError):
+    errno = 56
+    retriable = True
+    invalid_metadata = True
+    description = "Disk error when trying to access log file on the disk."
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    errno = 59
+    description = "The broker could not locate the producer metadata associated with the producer id."
+
+
+class NonEmptyGroupError(BrokerResponseError):
+    errno = 68
+    description = "The group is not empty."
+
+
+class GroupIdNotFoundError(BrokerResponseError):
+    errno = 69
+    description = "The group id does not exist."
+
+
+class FencedLeaderEpochError(BrokerResponseError):
+    errno = 74
+    retriable = True
+    invalid_metadata = True
+    description = "The leader epoch in the request is older than the epoch on the broker."
+
+
+class UnknownLeaderEpochError(BrokerResponseError):
+    errno = 75
+    retriable = True
+    invalid_metadata = True
+    description = "The leader epoch in the request is newer than the epoch on the broker."
+
+
+class OffsetNotAvailableError(BrokerResponseError):
+    errno = 78
+    retriable = True
+    description = "The leader high watermark has not caught up from a recent leader election."
+
+
+class MemberIdRequiredError(BrokerResponseError):
+    errno = 79
+    description = "The group member needs to have a valid member id before actually entering a consumer group."
+
+
+class PreferredLeaderNotAvailableError(BrokerResponseError):
+    errno = 80
+    retriable = True
+    invalid_metadata = True
+    description = "The preferred leader was not available."
+
+
+class ElectionNotNeededError(BrokerResponseError):
+    errno = 84
+    description = "Leader election not needed for topic partition."
+
+
+class UnstableOffsetCommitError(BrokerResponseError):
+    errno = 88
+    retriable = True
+    description = "There are unstable offsets that need to be cleared."
+
+
+def _collect() -> dict[int, type[BrokerResponseError]]:
+    table: dict[int, type[BrokerResponseError]] = {}
+    pending: list[type[BrokerResponseError]] = [BrokerResponseError]
+    while pending:
+        cls = pending.pop()
+        for sub in cls.__subclasses__():
+            if sub.errno in table and table[sub.errno] is not sub:
+                raise RuntimeError(f"error code {sub.errno} defined twice")
+            table[sub.errno] = sub
+            pending.append(sub)
+    return table
+
+
+ERRORS: dict[int, type[BrokerResponseError]] = _collect()
+"""Error code -> exception class. ``0`` (NONE) is not an error and is absent."""
+
+
+def for_code(code: int) -> type[BrokerResponseError]:
+    """The exception class for a Kafka error code (``UnknownError`` if unknown)."""
+    return ERRORS.get(code, UnknownError)
+
+
+def raise_for_code(code: int, message: str = "") -> None:
+    """Raise the exception for ``code`` unless it is ``0`` (no error)."""
+    if code:
+        raise for_code(code)(message)

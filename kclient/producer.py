@@ -1,0 +1,396 @@
+"""The producer: a thin facade over a record accumulator and a sender thread.
+
+``send`` picks the partition (explicit; murmur2 of the key as Kafka does; keyless
+records stick to one partition per batch and move round-robin to the next when that
+batch closes, so they spread evenly), appends the record to that partition's open
+batch and returns a future. The sender thread drains batches that are full, older than
+``linger_ms`` or being flushed, groups them by partition leader and sends one Produce
+RPC per broker. Retriable errors refresh metadata and put the batch back at the head
+of its partition's queue; only one batch per partition is in flight, so retries never
+reorder records within a partition.
+
+Thread safety: ``send``, ``flush`` and ``close`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from kclient.errors import (
+    IllegalStateError,
+    InvalidConfigError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from kclient.metadata import ClusterMetadata
+from kclient.partitioner import partition_for_key
+from kclient.proto.kbroker.v1 import log_pb2
+from kclient.records import HEADER_SIZE, BatchBuilder, Compression
+from kclient.structs import RecordMetadata, TopicPartition
+from kclient.transport import Transport, map_rpc_error
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+class FutureRecordMetadata(Future[RecordMetadata]):
+    """The outcome of one ``send``; ``get(timeout)`` as in kafka-python."""
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        try:
+            return self.result(timeout)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"record not acknowledged within {timeout}s") from None
+
+
+@dataclass
+class _Batch:
+    tp: TopicPartition
+    builder: BatchBuilder
+    created: float
+    futures: list[tuple[FutureRecordMetadata, int]] = field(default_factory=list)
+    closed: bool = False
+    attempts: int = 0
+    retry_at: float = 0.0
+    size: int = 0
+
+    def fail(self, exc: BaseException) -> None:
+        for fut, _ in self.futures:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def succeed(self, base_offset: int, log_append_time: int) -> None:
+        topic, partition = self.tp
+        for i, (fut, ts) in enumerate(self.futures):
+            off = base_offset + i if base_offset >= 0 else -1
+            fut.set_result(RecordMetadata(topic, partition, off, log_append_time if log_append_time > 0 else ts))
+
+
+def _acks(value: Any) -> int:
+    if value in ("all", -1, "-1"):
+        return -1
+    if value in (0, 1, "0", "1"):
+        return int(value)
+    raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {value!r}")
+
+
+class Producer:
+    """Publish records to kbroker topics (kafka-python's ``KafkaProducer`` shape)."""
+
+    DEFAULT_CONFIG: dict[str, Any] = {
+        "bootstrap_servers": "localhost:9092",
+        "client_id": "kclient-producer",
+        "acks": "all",
+        "linger_ms": 5,
+        "batch_size": 16384,
+        "compression_type": None,
+        "max_request_size": 1048576,
+        "buffer_memory": 32 * 1024 * 1024,
+        "max_block_ms": 60000,
+        "request_timeout_ms": 30000,
+        "delivery_timeout_ms": 120000,
+        "retry_backoff_ms": 100,
+        "metadata_max_age_ms": 300000,
+        "key_serializer": None,
+        "value_serializer": None,
+    }
+
+    def __init__(self, **configs: Any) -> None:
+        unknown = set(configs) - set(self.DEFAULT_CONFIG)
+        if unknown:
+            raise InvalidConfigError(f"unknown producer setting(s): {', '.join(sorted(unknown))}")
+        cfg = {**self.DEFAULT_CONFIG, **configs}
+        self.config = cfg
+        self._acks = _acks(cfg["acks"])
+        self._compression = Compression.from_name(cfg["compression_type"] or "none")
+        self._linger_s = cfg["linger_ms"] / 1000.0
+        self._batch_size = int(cfg["batch_size"])
+        self._key_serializer: Callable[[Any], bytes] | None = cfg["key_serializer"]
+        self._value_serializer: Callable[[Any], bytes] | None = cfg["value_serializer"]
+        self._transport = Transport(cfg["bootstrap_servers"], cfg["request_timeout_ms"])
+        self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"])
+        self._lock = threading.Condition()
+        self._queues: dict[TopicPartition, deque[_Batch]] = {}
+        self._in_flight: set[TopicPartition] = set()
+        self._buffered = 0
+        self._pending_batches = 0
+        self._flushing = 0
+        self._closed = False
+        self._sticky: dict[str, int] = {}
+        self._round_robin = itertools.count()
+        self._needs_metadata = threading.Event()
+        self._sender = threading.Thread(target=self._run, name="kclient-producer-sender", daemon=True)
+        self._sender.start()
+
+    # --- public API ----------------------------------------------------------------
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return self._metadata.wait_for_partitions(topic, self.config["max_block_ms"] / 1000.0)
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
+        if self._closed:
+            raise IllegalStateError("send after close")
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(f"value must be bytes or None (or set value_serializer), got {type(value).__name__}")
+        if key is not None and not isinstance(key, bytes | bytearray | memoryview):
+            raise TypeError(f"key must be bytes or None (or set key_serializer), got {type(key).__name__}")
+        size = HEADER_SIZE + 21 + (len(value) if value else 0) + (len(key) if key else 0)
+        if headers:
+            size += sum(len(k) + (len(v) if v else 0) + 10 for k, v in headers)
+        if size > self.config["max_request_size"]:
+            raise MessageSizeTooLargeError(
+                f"the record is {size} bytes, larger than max_request_size {self.config['max_request_size']}"
+            )
+        parts = self.partitions_for(topic)
+        if partition is not None:
+            if partition not in parts:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+            p = partition
+        elif key is not None:
+            p = partition_for_key(bytes(key), len(parts))
+        else:
+            p = self._sticky_partition(topic, parts)
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        fut = FutureRecordMetadata()
+        self._append(TopicPartition(topic, p), ts, key, value, headers or (), fut, size)
+        return fut
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait for every outcome."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._flushing += 1
+            self._lock.notify_all()
+            try:
+                while self._pending_batches:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise KafkaTimeoutError(f"flush did not finish within {timeout}s")
+                    self._lock.wait(left if left is not None else 1.0)
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self._lock:
+                self._closed = True
+                for q in self._queues.values():
+                    for b in q:
+                        b.fail(IllegalStateError("producer closed"))
+                self._queues.clear()
+                self._lock.notify_all()
+            self._sender.join(timeout=5)
+            self._transport.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- accumulator ---------------------------------------------------------------
+
+    def _sticky_partition(self, topic: str, parts: set[int]) -> int:
+        p = self._sticky.get(topic)
+        if p is None or p not in parts:
+            ordered = sorted(parts)
+            p = ordered[next(self._round_robin) % len(ordered)]
+            self._sticky[topic] = p
+        return p
+
+    def _advance_sticky(self, tp: TopicPartition) -> None:
+        if self._sticky.get(tp.topic) == tp.partition:
+            del self._sticky[tp.topic]
+
+    def _append(
+        self,
+        tp: TopicPartition,
+        ts: int,
+        key: Any,
+        value: Any,
+        headers: Headers,
+        fut: FutureRecordMetadata,
+        size: int,
+    ) -> None:
+        deadline = time.monotonic() + self.config["max_block_ms"] / 1000.0
+        with self._lock:
+            while self._buffered + size > self.config["buffer_memory"] and self._buffered > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaTimeoutError("buffer_memory is full and max_block_ms passed")
+                self._lock.wait(left)
+            q = self._queues.get(tp)
+            if q is None:
+                q = self._queues[tp] = deque()
+            batch = q[-1] if q and not q[-1].closed else None
+            if batch is not None and batch.size + size > self._batch_size:
+                batch.closed = True
+                self._advance_sticky(tp)
+                batch = None
+                self._lock.notify_all()
+            if batch is None:
+                batch = _Batch(tp, BatchBuilder(self._compression), time.monotonic())
+                q.append(batch)
+                self._pending_batches += 1
+                if len(q) == 1:
+                    self._lock.notify_all()
+            batch.builder.append(ts, key, value, headers)
+            batch.futures.append((fut, ts))
+            batch.size += size
+            self._buffered += size
+
+    def _ready(self, now: float) -> tuple[list[_Batch], float]:
+        """Batches to send now, and how long to sleep otherwise. Holds the lock."""
+        out: list[_Batch] = []
+        wait = 0.1
+        for tp, q in self._queues.items():
+            if not q or tp in self._in_flight:
+                continue
+            b = q[0]
+            if b.retry_at > now:
+                wait = min(wait, b.retry_at - now)
+                continue
+            due = b.created + self._linger_s
+            if b.closed or len(q) > 1 or self._flushing or self._closed or due <= now:
+                out.append(b)
+            else:
+                wait = min(wait, due - now)
+        return out, wait
+
+    # --- sender --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed and not self._pending_batches:
+                    return
+                batches, wait = self._ready(time.monotonic())
+                if not batches:
+                    self._lock.wait(wait)
+                    continue
+                for b in batches:
+                    self._in_flight.add(b.tp)
+                    self._queues[b.tp].popleft()
+                    b.closed = True
+                    self._advance_sticky(b.tp)
+            if self._needs_metadata.is_set():
+                self._refresh_metadata()
+            self._send(batches)
+
+    def _refresh_metadata(self) -> None:
+        self._needs_metadata.clear()
+        try:
+            self._metadata.refresh()
+        except KafkaError as exc:
+            log.warning("metadata refresh failed: %s", exc)
+
+    def _send(self, batches: list[_Batch]) -> None:
+        by_leader: dict[str, list[_Batch]] = {}
+        for b in batches:
+            addr = self._metadata.leader_address(b.tp)
+            if addr is None:
+                self._needs_metadata.set()
+                self._retry_or_fail(b, KafkaError(f"no leader known for {b.tp.topic}-{b.tp.partition}"))
+                continue
+            by_leader.setdefault(addr, []).append(b)
+        for addr, group in by_leader.items():
+            req = log_pb2.ProduceRequest(acks=self._acks, timeout_ms=self.config["request_timeout_ms"])
+            topics: dict[str, Any] = {}
+            for b in group:
+                b.attempts += 1
+                t = topics.get(b.tp.topic)
+                if t is None:
+                    t = topics[b.tp.topic] = req.topics.add(name=b.tp.topic)
+                t.partitions.add(index=b.tp.partition, records=b.builder.build())
+            try:
+                call = self._transport.stub(addr).Produce.future(
+                    req, timeout=self.config["request_timeout_ms"] / 1000.0 + 5
+                )
+            except KafkaError as exc:
+                for b in group:
+                    self._retry_or_fail(b, exc)
+                continue
+            if self._acks == 0:
+                for b in group:
+                    b.succeed(-1, -1)
+                    self._done(b)
+                continue
+            call.add_done_callback(lambda c, g=group, a=addr: self._on_response(c, g, a))
+
+    def _on_response(self, call: Any, group: list[_Batch], addr: str) -> None:
+        try:
+            resp = call.result()
+        except grpc.RpcError as exc:
+            err = map_rpc_error(exc, addr)
+            self._needs_metadata.set()
+            for b in group:
+                self._retry_or_fail(b, err)
+            return
+        except Exception as exc:  # pragma: no cover - cancelled at close
+            for b in group:
+                self._retry_or_fail(b, KafkaError(str(exc)))
+            return
+        by_tp = {(t.name, p.index): p for t in resp.topics for p in t.partitions}
+        for b in group:
+            pr = by_tp.get((b.tp.topic, b.tp.partition))
+            if pr is None:
+                self._retry_or_fail(b, KafkaError("partition missing from produce response"))
+            elif pr.error_code:
+                err = for_code(pr.error_code)(pr.error_message)
+                if err.invalid_metadata:
+                    self._needs_metadata.set()
+                self._retry_or_fail(b, err)
+            else:
+                b.succeed(pr.base_offset, pr.log_append_time_ms)
+                self._done(b)
+
+    def _retry_or_fail(self, b: _Batch, err: KafkaError) -> None:
+        expired = time.monotonic() - b.created > self.config["delivery_timeout_ms"] / 1000.0
+        if err.retriable and not expired and not self._closed:
+            with self._lock:
+                b.retry_at = time.monotonic() + self.config["retry_backoff_ms"] / 1000.0
+                self._queues.setdefault(b.tp, deque()).appendleft(b)
+                self._in_flight.discard(b.tp)
+                self._lock.notify_all()
+            return
+        if expired and err.retriable:
+            err = KafkaTimeoutError(f"batch for {b.tp.topic}-{b.tp.partition} expired after retries: {err}")
+        b.fail(err)
+        self._done(b)
+
+    def _done(self, b: _Batch) -> None:
+        with self._lock:
+            self._in_flight.discard(b.tp)
+            self._buffered -= b.size
+            self._pending_batches -= 1
+            self._lock.notify_all()

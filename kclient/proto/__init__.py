@@ -1,0 +1,1 @@
+"""Code generated from protos/ by scripts/gen-protos; do not edit."""

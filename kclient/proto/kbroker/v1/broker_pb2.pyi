@@ -1,0 +1,7 @@
+from kclient.proto.kbroker.v1 import admin_pb2 as _admin_pb2
+from kclient.proto.kbroker.v1 import log_pb2 as _log_pb2
+from kclient.proto.kbroker.v1 import metadata_pb2 as _metadata_pb2
+from google.protobuf import descriptor as _descriptor
+from typing import ClassVar as _ClassVar
+
+DESCRIPTOR: _descriptor.FileDescriptor

@@ -1,0 +1,864 @@
+"""Kafka RecordBatch v2 (magic 2) codec, byte-exact with Apache Kafka 0.11+.
+
+Shared by the client (which encodes and decodes records) and the broker (which
+only reads batch headers, checks CRCs and stamps offsets: it never decodes records).
+
+Batch layout (big-endian, 61-byte header, ``DefaultRecordBatch.RECORD_BATCH_OVERHEAD``)::
+
+    offset  size  field
+         0     8  baseOffset            int64   (stamped by the leader)
+         8     4  batchLength           int32   bytes after this field (size - 12)
+        12     4  partitionLeaderEpoch  int32   (stamped by the leader)
+        16     1  magic                 int8    = 2
+        17     4  crc                   uint32  CRC-32C of bytes 21..end
+        21     2  attributes            int16   bits 0-2 codec, 3 timestampType,
+                                                4 isTransactional, 5 isControlBatch
+        23     4  lastOffsetDelta       int32
+        27     8  firstTimestamp        int64
+        35     8  maxTimestamp          int64
+        43     8  producerId            int64
+        51     2  producerEpoch         int16
+        53     4  baseSequence          int32
+        57     4  recordCount           int32
+        61     -  records
+
+The CRC (Castagnoli) covers ``attributes`` to the end of the batch, so the leader can
+overwrite ``baseOffset`` and ``partitionLeaderEpoch`` without recomputing it.
+``baseOffset + batchLength`` (12 bytes) is the log overhead that precedes every batch.
+
+Record layout (varint = protobuf zigzag varint; varlong the same, 64-bit)::
+
+    length varint | attributes int8 (unused, 0) | timestampDelta varlong |
+    offsetDelta varint | keyLen varint | key | valueLen varint | value |
+    headerCount varint | headers: [keyLen varint | key utf-8 | valLen varint | val]
+
+A length of -1 means null (key, value, header value). With a compression codec,
+everything after ``recordCount`` (all the records) is compressed as one blob: gzip
+(RFC 1952 framing, as Java's GZIPOutputStream), lz4 (LZ4 frame, independent 64 KiB
+blocks, as KafkaLZ4BlockOutputStream), zstd (one zstd frame), snappy (xerial
+framing; only when ``cramjam`` or ``python-snappy`` is importable).
+
+Record offsets are ``baseOffset + offsetDelta``; timestamps are
+``firstTimestamp + timestampDelta``, or ``maxTimestamp`` for every record when the
+batch's timestamp type is LOG_APPEND_TIME.
+
+Encoding (:class:`BatchBuilder`) and decoding (:func:`decode_batch`) are the hot
+path of the whole system and are written for speed in pure Python: precompiled
+``struct.Struct`` objects, a precomputed table of every 1- and 2-byte varint, one
+``bytes.join`` per record, inlined varint decoding, and the C ``crc32c`` library.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+import lz4.frame as _lz4f
+import zstandard as _zstd
+from crc32c import crc32c as _crc32c
+
+from kclient.errors import (
+    CorruptRecordError,
+    IllegalStateError,
+    InvalidConfigError,
+    UnsupportedCodecError,
+)
+
+__all__ = [
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "BatchBuilder",
+    "BatchHeader",
+    "Compression",
+    "Record",
+    "TimestampType",
+    "check_batch",
+    "decode_batch",
+    "decode_batches",
+    "iter_headers",
+    "read_header",
+    "stamp_batch",
+]
+
+Buffer = bytes | bytearray | memoryview
+Header = tuple[str, bytes | None]
+
+HEADER_SIZE = 61
+"""Bytes of the batch header, records start here."""
+LOG_OVERHEAD = 12
+"""baseOffset + batchLength: the bytes not counted by batchLength."""
+MAGIC = 2
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == HEADER_SIZE
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+
+_LENGTH_POS = 8
+_EPOCH_POS = 12
+_CRC_POS = 17
+_ATTRIBUTES_POS = 21
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49: a batch with no records
+
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE_MASK = 0x08
+_TRANSACTIONAL_MASK = 0x10
+_CONTROL_MASK = 0x20
+_MAX_INT32 = 0x7FFFFFFF
+
+
+class Compression(IntEnum):
+    """Compression codec id, as stored in attribute bits 0-2."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def from_name(cls, name: str) -> Compression:
+        """The codec for a ``compression.type`` value: none, gzip, snappy, lz4, zstd."""
+        if isinstance(name, str) and name.islower() and name.upper() in cls.__members__:
+            return cls[name.upper()]
+        raise InvalidConfigError(
+            f"unknown compression type {name!r}: expected one of none, gzip, snappy, lz4, zstd"
+        )
+
+
+class TimestampType(IntEnum):
+    """Attribute bit 3: who set the record timestamps."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a record batch, field for field."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole batch, log overhead included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        codec = self.attributes & _CODEC_MASK
+        try:
+            return Compression(codec)
+        except ValueError:
+            raise CorruptRecordError(f"unknown compression codec id {codec}") from None
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.attributes & _TIMESTAMP_TYPE_MASK:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_MASK)
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record (wraps at Int.MAX to 0), or NO_SEQUENCE."""
+        base = self.base_sequence
+        if base == NO_SEQUENCE:
+            return NO_SEQUENCE
+        delta = self.last_offset_delta
+        if base > _MAX_INT32 - delta:
+            return delta - (_MAX_INT32 - base) - 1
+        return base + delta
+
+
+class Record(NamedTuple):
+    """One decoded record with its absolute offset and timestamp."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+
+
+# ---------------------------------------------------------------------------
+# Batch headers: the broker's side (no record decoding)
+# ---------------------------------------------------------------------------
+
+_unpack_header = _HEADER.unpack_from
+_tuple_new: Any = tuple.__new__
+
+
+def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos`` (no CRC check).
+
+    Raises CorruptRecordError if fewer than HEADER_SIZE bytes are left.
+    """
+    if len(buf) - pos < HEADER_SIZE or pos < 0:
+        raise CorruptRecordError(
+            f"incomplete batch header at position {pos}: {HEADER_SIZE} bytes needed, "
+            f"{max(len(buf) - pos, 0)} available"
+        )
+    header: BatchHeader = _tuple_new(BatchHeader, _unpack_header(buf, pos))
+    return header
+
+
+def iter_headers(buf: Buffer) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of every complete batch in ``buf``, in order.
+
+    Stops silently at an incomplete tail (a torn write, or a fetch response cut at
+    max_bytes). A batchLength too small for any batch cannot be stepped over and
+    raises CorruptRecordError. Nothing is checked beyond that: see check_batch.
+    """
+    n = len(buf)
+    pos = 0
+    unpack = _unpack_header
+    new = _tuple_new
+    header_type = BatchHeader
+    while n - pos >= HEADER_SIZE:
+        fields = unpack(buf, pos)
+        length = fields[1]
+        if length < _MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch at position {pos} has batchLength {length}, "
+                f"less than the minimum {_MIN_BATCH_LENGTH}"
+            )
+        end = pos + length + LOG_OVERHEAD
+        if end > n:
+            return
+        yield pos, new(header_type, fields)
+        pos = end
+
+
+def _check_shape(buf: Buffer, pos: int, header: BatchHeader) -> None:
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"batch at position {pos} has magic {header.magic}, only magic {MAGIC} is supported"
+        )
+    length = header.batch_length
+    if length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(
+            f"batch at position {pos} has batchLength {length}, "
+            f"less than the minimum {_MIN_BATCH_LENGTH}"
+        )
+    if pos < 0 or pos + length + LOG_OVERHEAD > len(buf):
+        raise CorruptRecordError(
+            f"batch at position {pos} of {length + LOG_OVERHEAD} bytes runs past the end "
+            f"of the buffer ({len(buf)} bytes)"
+        )
+
+
+def check_batch(buf: Buffer, pos: int, header: BatchHeader) -> None:
+    """Validate the batch at ``pos`` whose header is ``header``.
+
+    Checks magic == 2, batchLength >= 49, that the batch lies inside ``buf``, a
+    non-negative record count, a known codec id and the CRC-32C. Raises
+    CorruptRecordError naming the first problem found.
+    """
+    _check_shape(buf, pos, header)
+    if header.record_count < 0:
+        raise CorruptRecordError(
+            f"batch at position {pos} has a negative record count {header.record_count}"
+        )
+    codec = header.attributes & _CODEC_MASK
+    if codec > Compression.ZSTD:
+        raise CorruptRecordError(f"batch at position {pos} has unknown compression codec {codec}")
+    with memoryview(buf) as view:
+        crc = _crc32c(view[pos + _ATTRIBUTES_POS : pos + header.batch_length + LOG_OVERHEAD])
+    if crc != header.crc:
+        raise CorruptRecordError(
+            f"batch at position {pos} (base offset {header.base_offset}) fails its CRC check: "
+            f"stored 0x{header.crc:08x}, computed 0x{crc:08x}"
+        )
+
+
+def stamp_batch(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+    """Overwrite baseOffset and partitionLeaderEpoch in place (outside the CRC)."""
+    _I64.pack_into(buf, pos, base_offset)
+    _I32.pack_into(buf, pos + _EPOCH_POS, partition_leader_epoch)
+
+
+# ---------------------------------------------------------------------------
+# Varints
+# ---------------------------------------------------------------------------
+
+_VARINT_TABLE_SIZE = 1 << 14  # every zigzag value encoded in one or two bytes
+
+
+def _build_varint_table() -> tuple[bytes, ...]:
+    table = []
+    for z in range(_VARINT_TABLE_SIZE):
+        if z < 0x80:
+            table.append(bytes((z,)))
+        else:
+            table.append(bytes((0x80 | (z & 0x7F), z >> 7)))
+    return tuple(table)
+
+
+_VARINTS: tuple[bytes, ...] = _build_varint_table()
+"""_VARINTS[zigzag(v)] is the encoding of v, for zigzag(v) < 16384."""
+
+
+def _encode_zigzag(z: int) -> bytes:
+    """Encoding of an already zigzagged (non-negative) value."""
+    out = bytearray()
+    while z > 0x7F:
+        out.append(0x80 | (z & 0x7F))
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _encode_varint(value: int) -> bytes:
+    z = (value << 1) ^ (value >> 63)
+    return _VARINTS[z] if z < _VARINT_TABLE_SIZE else _encode_zigzag(z)
+
+
+def _read_zigzag(data: bytes, p: int) -> tuple[int, int]:
+    """(raw zigzag value, next position) of the varint at ``p`` (any length)."""
+    z = 0
+    shift = 0
+    while True:
+        b = data[p]
+        p += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return z, p
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError(f"varint longer than 10 bytes at position {p}")
+
+
+# ---------------------------------------------------------------------------
+# Codecs
+# ---------------------------------------------------------------------------
+
+_snappy_compress_raw: Callable[[bytes], bytes] | None = None
+_snappy_decompress_raw: Callable[[bytes], bytes] | None = None
+try:  # pragma: no cover - not installed in our environment
+    import cramjam as _cramjam
+
+    def _cramjam_compress(data: bytes) -> bytes:
+        return bytes(_cramjam.snappy.compress_raw(data))
+
+    def _cramjam_decompress(data: bytes) -> bytes:
+        return bytes(_cramjam.snappy.decompress_raw(data))
+
+    _snappy_compress_raw = _cramjam_compress
+    _snappy_decompress_raw = _cramjam_decompress
+except ImportError:
+    try:  # pragma: no cover
+        import snappy as _snappy
+
+        _snappy_compress_raw = _snappy.compress
+        _snappy_decompress_raw = _snappy.uncompress
+    except ImportError:
+        pass
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+
+_tls = threading.local()  # zstd contexts are not safe to share between threads
+
+
+def _zstd_compressor() -> _zstd.ZstdCompressor:
+    try:
+        cctx: _zstd.ZstdCompressor = _tls.zstd_c
+    except AttributeError:
+        cctx = _tls.zstd_c = _zstd.ZstdCompressor(level=3)
+    return cctx
+
+
+def _zstd_decompressor() -> _zstd.ZstdDecompressor:
+    try:
+        dctx: _zstd.ZstdDecompressor = _tls.zstd_d
+    except AttributeError:
+        dctx = _tls.zstd_d = _zstd.ZstdDecompressor()
+    return dctx
+
+
+def _snappy_available(action: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
+    if _snappy_compress_raw is None or _snappy_decompress_raw is None:
+        raise UnsupportedCodecError(
+            f"cannot {action} snappy: install 'cramjam' or 'python-snappy' for snappy support"
+        )
+    return _snappy_compress_raw, _snappy_decompress_raw
+
+
+def _snappy_encode(data: memoryview) -> bytes:
+    """xerial framing, as snappy-java's SnappyOutputStream used by Kafka writes it."""
+    compress, _ = _snappy_available("encode")
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(data), _XERIAL_BLOCK):
+        block = compress(bytes(data[start : start + _XERIAL_BLOCK]))
+        parts.append(_I32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decode(data: memoryview) -> bytes:
+    _, decompress = _snappy_available("decode")
+    raw = bytes(data)
+    if not raw.startswith(_XERIAL_MAGIC) or len(raw) < len(_XERIAL_HEADER):
+        return decompress(raw)  # a plain snappy block
+    out = bytearray()
+    p = len(_XERIAL_HEADER)
+    n = len(raw)
+    while p < n:
+        if n - p < 4:
+            raise CorruptRecordError("truncated xerial snappy block length")
+        (block_len,) = _I32.unpack_from(raw, p)
+        p += 4
+        if block_len < 0 or p + block_len > n:
+            raise CorruptRecordError("truncated xerial snappy block")
+        out += decompress(raw[p : p + block_len])
+        p += block_len
+    return bytes(out)
+
+
+def _gzip_decode(data: memoryview) -> bytes:
+    d = zlib.decompressobj(31)
+    out = d.decompress(data)
+    while d.unused_data:  # concatenated gzip members, as GZIPInputStream reads them
+        rest = d.unused_data
+        d = zlib.decompressobj(31)
+        out += d.decompress(rest)
+    if not d.eof:
+        raise CorruptRecordError("truncated gzip data in record batch")
+    return out
+
+
+def _compress(codec: int, data: memoryview) -> bytes:
+    if codec == Compression.LZ4:
+        # KafkaLZ4BlockOutputStream: LZ4 frame, independent 64 KiB blocks, no
+        # content size, no checksums.
+        out: bytes = _lz4f.compress(
+            data,
+            block_size=_lz4f.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            block_checksum=False,
+            store_size=False,
+        )
+        return out
+    if codec == Compression.ZSTD:
+        return _zstd_compressor().compress(data)
+    if codec == Compression.GZIP:
+        # Java's GZIPOutputStream: gzip framing, Deflater default level (6).
+        return zlib.compress(data, 6, wbits=31)
+    if codec == Compression.SNAPPY:
+        return _snappy_encode(data)
+    raise UnsupportedCodecError(f"unknown compression codec id {codec}")
+
+
+def _decompress(codec: int, data: memoryview) -> bytes:
+    try:
+        if codec == Compression.LZ4:
+            out: bytes = _lz4f.decompress(data)
+            return out
+        if codec == Compression.ZSTD:
+            return _zstd_decompressor().decompressobj(read_across_frames=True).decompress(data)
+        if codec == Compression.GZIP:
+            return _gzip_decode(data)
+        if codec == Compression.SNAPPY:
+            return _snappy_decode(data)
+    except (zlib.error, RuntimeError, ValueError, EOFError, _zstd.ZstdError) as exc:
+        name = Compression(codec).name.lower()
+        raise CorruptRecordError(f"cannot decompress {name} record batch: {exc}") from exc
+    raise CorruptRecordError(f"unknown compression codec id {codec}")
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------
+
+
+def _decode_records(buf: Buffer, pos: int, header: BatchHeader) -> list[Record]:
+    """The records of a batch whose shape has been checked."""
+    size = header.batch_length + LOG_OVERHEAD
+    codec = header.attributes & _CODEC_MASK
+    data: bytes
+    if codec:
+        with memoryview(buf) as view:
+            data = _decompress(codec, view[pos + HEADER_SIZE : pos + size])
+        p = 0
+        end = len(data)
+    elif type(buf) is bytes:
+        data = buf
+        p = pos + HEADER_SIZE
+        end = pos + size
+    else:
+        with memoryview(buf) as view:
+            data = view[pos + HEADER_SIZE : pos + size].tobytes()
+        p = 0
+        end = len(data)
+
+    base_offset = header.base_offset
+    first_ts = header.first_timestamp
+    count = header.record_count
+
+    records: list[Record] = []
+    add = records.append
+    new = _tuple_new
+    record_type = Record
+    slow = _read_zigzag
+    # Varints are zigzag: z is the raw value, (z >> 1) ^ -(z & 1) the number. The
+    # 1- and 2-byte cases are inlined: a function call per field would double the cost.
+    try:
+        for _ in range(count):
+            # length
+            zl = data[p]
+            if zl < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    zl = (zl & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    zl, p = slow(data, p)
+            start = p
+            # attributes (unused, skipped) then timestampDelta
+            z = data[p + 1]
+            if z < 0x80:
+                p += 2
+            else:
+                b = data[p + 2]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 3
+                else:
+                    z, p = slow(data, p + 1)
+            timestamp = first_ts + ((z >> 1) ^ -(z & 1))
+            # offsetDelta
+            z = data[p]
+            if z < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    z, p = slow(data, p)
+            offset = base_offset + ((z >> 1) ^ -(z & 1))
+            # key
+            z = data[p]
+            if z < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    z, p = slow(data, p)
+            if z & 1:  # negative length: null
+                key = None
+            else:
+                z >>= 1
+                key = data[p : p + z]
+                p += z
+            # value
+            z = data[p]
+            if z < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    z, p = slow(data, p)
+            if z & 1:
+                value = None
+            else:
+                z >>= 1
+                value = data[p : p + z]
+                p += z
+            # headers
+            if data[p]:
+                headers, p = _decode_headers(data, p)
+            else:
+                p += 1
+                headers = []
+            if (p - start) << 1 != zl:
+                raise CorruptRecordError(
+                    f"record at offset {offset} declares {(zl >> 1) ^ -(zl & 1)} bytes "
+                    f"but holds {p - start}"
+                )
+            add(new(record_type, (offset, timestamp, key, value, headers)))
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(
+            f"malformed record in batch at base offset {base_offset}: {exc}"
+        ) from exc
+    if p != end:
+        raise CorruptRecordError(
+            f"batch at base offset {base_offset}: {count} records decoded but "
+            f"{end - p:+d} bytes remain"
+        )
+    if header.attributes & _TIMESTAMP_TYPE_MASK:  # LOG_APPEND_TIME: the broker's time
+        max_ts = header.max_timestamp
+        records = [new(record_type, (r[0], max_ts, r[2], r[3], r[4])) for r in records]
+    return records
+
+
+def _decode_headers(data: bytes, p: int) -> tuple[list[Header], int]:
+    z, p = _read_zigzag(data, p)
+    count = (z >> 1) ^ -(z & 1)
+    if count < 0:
+        raise CorruptRecordError(f"invalid record header count {count}")
+    headers: list[Header] = []
+    for _ in range(count):
+        z, p = _read_zigzag(data, p)
+        if z & 1:
+            raise CorruptRecordError("record header key cannot be null")
+        z >>= 1
+        key = data[p : p + z].decode("utf-8")
+        p += z
+        z, p = _read_zigzag(data, p)
+        if z & 1:
+            value = None
+        else:
+            z >>= 1
+            value = data[p : p + z]
+            p += z
+        headers.append((key, value))
+    return headers, p
+
+
+def decode_batch(
+    buf: Buffer, pos: int = 0, *, check_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Header and records (absolute offsets and timestamps) of the batch at ``pos``.
+
+    With ``check_crc`` the batch goes through :func:`check_batch` first; without it
+    only magic and bounds are checked. Compressed and control batches decode too.
+    Raises CorruptRecordError (or UnsupportedCodecError for snappy without a library).
+    """
+    header = read_header(buf, pos)
+    if check_crc:
+        check_batch(buf, pos, header)
+    else:
+        _check_shape(buf, pos, header)
+    return header, _decode_records(buf, pos, header)
+
+
+def decode_batches(
+    buf: Buffer, *, check_crc: bool = True
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """decode_batch over every complete batch of ``buf`` (an incomplete tail is ignored)."""
+    for pos, header in iter_headers(buf):
+        if check_crc:
+            check_batch(buf, pos, header)
+        else:
+            _check_shape(buf, pos, header)
+        yield header, _decode_records(buf, pos, header)
+
+
+# ---------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------
+
+
+class BatchBuilder:
+    """Accumulates records into one RecordBatch v2 (CREATE_TIME timestamps).
+
+    ``append`` records, then ``build`` the batch bytes (once; later calls return the
+    same bytes and appending is refused). Offset deltas count from 0; the broker
+    stamps the real base offset.
+    """
+
+    __slots__ = (
+        "_base_offset",
+        "_base_sequence",
+        "_buf",
+        "_built",
+        "_compression",
+        "_count",
+        "_first_ts",
+        "_is_transactional",
+        "_max_ts",
+        "_partition_leader_epoch",
+        "_producer_epoch",
+        "_producer_id",
+    )
+
+    def __init__(
+        self,
+        compression: Compression = Compression.NONE,
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+        base_sequence: int = NO_SEQUENCE,
+        is_transactional: bool = False,
+        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+        base_offset: int = 0,
+    ) -> None:
+        try:
+            codec = Compression(compression)
+        except ValueError:
+            raise InvalidConfigError(f"unknown compression codec {compression!r}") from None
+        if codec == Compression.SNAPPY:
+            _snappy_available("encode")
+        if is_transactional and producer_id == NO_PRODUCER_ID:
+            raise InvalidConfigError("a transactional batch needs a producer id")
+        try:  # fail now, not at build, on a field out of its range
+            _HEADER.pack(
+                base_offset, 0, partition_leader_epoch, MAGIC, 0, 0, 0, 0, 0,
+                producer_id, producer_epoch, base_sequence, 0,
+            )  # fmt: skip
+        except struct.error as exc:
+            raise InvalidConfigError(f"batch header field out of range: {exc}") from None
+        self._compression = codec
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        self._is_transactional = bool(is_transactional)
+        self._partition_leader_epoch = partition_leader_epoch
+        self._base_offset = base_offset
+        self._buf = bytearray(HEADER_SIZE)  # header placeholder, then the records
+        self._count = 0
+        self._first_ts = 0
+        self._max_ts = 0
+        self._built: bytes | None = None
+
+    @property
+    def record_count(self) -> int:
+        return self._count
+
+    def estimated_size(self) -> int:
+        """Bytes of the batch if built now, before compression."""
+        if self._built is not None:
+            return len(self._built)
+        return len(self._buf)
+
+    def append(
+        self,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header] = (),
+    ) -> int:
+        """Add a record; returns its offset delta in the batch."""
+        if self._built is not None:
+            raise IllegalStateError("cannot append to a batch that has been built")
+        delta = self._count
+        if delta:
+            ts_delta = timestamp_ms - self._first_ts
+            if timestamp_ms > self._max_ts:
+                self._max_ts = timestamp_ms
+        else:
+            self._first_ts = self._max_ts = timestamp_ms
+            ts_delta = 0
+        table = _VARINTS
+        limit = _VARINT_TABLE_SIZE
+        z = (ts_delta << 1) ^ (ts_delta >> 63)
+        ts_b = table[z] if z < limit else _encode_zigzag(z)
+        z = delta << 1
+        off_b = table[z] if z < limit else _encode_zigzag(z)
+        if key is None:
+            key = b""
+            key_b = b"\x01"
+        else:
+            z = len(key) << 1
+            key_b = table[z] if z < limit else _encode_zigzag(z)
+        if value is None:
+            value = b""
+            value_b = b"\x01"
+        else:
+            z = len(value) << 1
+            value_b = table[z] if z < limit else _encode_zigzag(z)
+        headers_b = _encode_headers(headers) if headers else b"\x00"
+        body = b"".join((b"\x00", ts_b, off_b, key_b, key, value_b, value, headers_b))
+        z = len(body) << 1
+        buf = self._buf
+        buf += table[z] if z < limit else _encode_zigzag(z)
+        buf += body
+        self._count = delta + 1
+        return delta
+
+    def build(self) -> bytes:
+        """The finished batch (compressed if asked, CRC set)."""
+        if self._built is not None:
+            return self._built
+        count = self._count
+        if not count:
+            raise IllegalStateError("cannot build an empty record batch")
+        codec = self._compression
+        attributes = codec | (_TRANSACTIONAL_MASK if self._is_transactional else 0)
+        buf = self._buf
+        if codec:
+            with memoryview(buf) as view:
+                payload = _compress(codec, view[HEADER_SIZE:])
+            out = bytearray(HEADER_SIZE)
+            out += payload
+        else:
+            out = buf
+        _HEADER.pack_into(
+            out, 0,
+            self._base_offset, len(out) - LOG_OVERHEAD, self._partition_leader_epoch, MAGIC,
+            0, attributes, count - 1, self._first_ts, self._max_ts,
+            self._producer_id, self._producer_epoch, self._base_sequence, count,
+        )  # fmt: skip
+        with memoryview(out) as view:
+            crc = _crc32c(view[_ATTRIBUTES_POS:])
+        _U32.pack_into(out, _CRC_POS, crc)
+        built = bytes(out)
+        self._built = built
+        self._buf = bytearray()
+        return built
+
+
+def _encode_headers(headers: Sequence[Header]) -> bytes:
+    parts = [_encode_varint(len(headers))]
+    add = parts.append
+    for name, value in headers:
+        raw = name.encode("utf-8")
+        add(_encode_varint(len(raw)))
+        add(raw)
+        if value is None:
+            add(b"\x01")
+        else:
+            add(_encode_varint(len(value)))
+            add(value)
+    return b"".join(parts)

@@ -1,0 +1,106 @@
+"""Shared fixtures: a real ZooKeeper for the whole run, a chroot per test, broker processes.
+
+ZooKeeper comes from, in order: ``$KBROKER_TEST_ZOOKEEPER`` (an address), a
+testcontainers ZooKeeper where a Docker engine answers, or real ZooKeeper servers
+started from the local jars (Debian's ``zookeeper`` package). Broker logs are printed
+when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kbroker.local.cluster import LocalCluster
+from kbroker.local.zookeeper import ZooKeeperEnsemble, ZooKeeperNotFound, classpath
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ZooKeeper connect string (no chroot) shared by the whole run."""
+    if os.environ.get("KBROKER_TEST_ZOOKEEPER"):
+        yield os.environ["KBROKER_TEST_ZOOKEEPER"]
+        return
+    if _docker_answers():
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
+
+        container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181)
+        container.start()
+        try:
+            wait_for_logs(container, "binding to port", timeout=60)
+            yield f"{container.get_container_host_ip()}:{container.get_exposed_port(2181)}"
+        finally:
+            container.stop()
+        return
+    try:
+        classpath()
+    except ZooKeeperNotFound as exc:
+        pytest.skip(str(exc))
+    ensemble = ZooKeeperEnsemble(tmp_path_factory.mktemp("zookeeper"), size=1)
+    ensemble.start()
+    try:
+        yield ensemble.connect_string
+    finally:
+        ensemble.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: str) -> str:
+    """The shared ZooKeeper with a fresh chroot for this test."""
+    return f"{zookeeper}/kbroker-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep
+
+
+FAST_BROKER = {
+    "zookeeper.session.timeout.ms": "4000",
+    "replica.lag.time.max.ms": "4000",
+}
+
+
+@pytest.fixture
+def cluster_factory(
+    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., LocalCluster]]:
+    """Start ``n`` real broker processes: ``cluster_factory(n, **overrides)``."""
+    clusters: list[LocalCluster] = []
+
+    def make(n: int = 1, **overrides: str) -> LocalCluster:
+        c = LocalCluster(tmp_path / f"cluster{len(clusters)}", zk_connect, {**FAST_BROKER, **overrides})
+        clusters.append(c)
+        return c.start(n)
+
+    yield make
+    failed = any(
+        getattr(request.node, f"rep_{w}", None) and getattr(request.node, f"rep_{w}").failed for w in ("setup", "call")
+    )
+    for c in clusters:
+        if failed:
+            print(c.logs())
+        c.stop()
+
+
+@pytest.fixture
+def cluster(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
+    """One broker (id 0)."""
+    return cluster_factory(1)
