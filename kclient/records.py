@@ -133,9 +133,7 @@ class Compression(IntEnum):
         """The codec for a ``compression.type`` value: none, gzip, snappy, lz4, zstd."""
         if isinstance(name, str) and name.islower() and name.upper() in cls.__members__:
             return cls[name.upper()]
-        raise InvalidConfigError(
-            f"unknown compression type {name!r}: expected one of none, gzip, snappy, lz4, zstd"
-        )
+        raise InvalidConfigError(f"unknown compression type {name!r}: expected one of none, gzip, snappy, lz4, zstd")
 
 
 class TimestampType(IntEnum):
@@ -234,8 +232,7 @@ def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     """
     if len(buf) - pos < HEADER_SIZE or pos < 0:
         raise CorruptRecordError(
-            f"incomplete batch header at position {pos}: {HEADER_SIZE} bytes needed, "
-            f"{max(len(buf) - pos, 0)} available"
+            f"incomplete batch header at position {pos}: {HEADER_SIZE} bytes needed, {max(len(buf) - pos, 0)} available"
         )
     header: BatchHeader = _tuple_new(BatchHeader, _unpack_header(buf, pos))
     return header
@@ -258,8 +255,7 @@ def iter_headers(buf: Buffer) -> Iterator[tuple[int, BatchHeader]]:
         length = fields[1]
         if length < _MIN_BATCH_LENGTH:
             raise CorruptRecordError(
-                f"batch at position {pos} has batchLength {length}, "
-                f"less than the minimum {_MIN_BATCH_LENGTH}"
+                f"batch at position {pos} has batchLength {length}, less than the minimum {_MIN_BATCH_LENGTH}"
             )
         end = pos + length + LOG_OVERHEAD
         if end > n:
@@ -270,14 +266,11 @@ def iter_headers(buf: Buffer) -> Iterator[tuple[int, BatchHeader]]:
 
 def _check_shape(buf: Buffer, pos: int, header: BatchHeader) -> None:
     if header.magic != MAGIC:
-        raise CorruptRecordError(
-            f"batch at position {pos} has magic {header.magic}, only magic {MAGIC} is supported"
-        )
+        raise CorruptRecordError(f"batch at position {pos} has magic {header.magic}, only magic {MAGIC} is supported")
     length = header.batch_length
     if length < _MIN_BATCH_LENGTH:
         raise CorruptRecordError(
-            f"batch at position {pos} has batchLength {length}, "
-            f"less than the minimum {_MIN_BATCH_LENGTH}"
+            f"batch at position {pos} has batchLength {length}, less than the minimum {_MIN_BATCH_LENGTH}"
         )
     if pos < 0 or pos + length + LOG_OVERHEAD > len(buf):
         raise CorruptRecordError(
@@ -295,9 +288,7 @@ def check_batch(buf: Buffer, pos: int, header: BatchHeader) -> None:
     """
     _check_shape(buf, pos, header)
     if header.record_count < 0:
-        raise CorruptRecordError(
-            f"batch at position {pos} has a negative record count {header.record_count}"
-        )
+        raise CorruptRecordError(f"batch at position {pos} has a negative record count {header.record_count}")
     codec = header.attributes & _CODEC_MASK
     if codec > Compression.ZSTD:
         raise CorruptRecordError(f"batch at position {pos} has unknown compression codec {codec}")
@@ -418,9 +409,7 @@ def _zstd_decompressor() -> _zstd.ZstdDecompressor:
 
 def _snappy_available(action: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
     if _snappy_compress_raw is None or _snappy_decompress_raw is None:
-        raise UnsupportedCodecError(
-            f"cannot {action} snappy: install 'cramjam' or 'python-snappy' for snappy support"
-        )
+        raise UnsupportedCodecError(f"cannot {action} snappy: install 'cramjam' or 'python-snappy' for snappy support")
     return _snappy_compress_raw, _snappy_decompress_raw
 
 
@@ -623,18 +612,14 @@ def _decode_records(buf: Buffer, pos: int, header: BatchHeader) -> list[Record]:
                 headers = []
             if (p - start) << 1 != zl:
                 raise CorruptRecordError(
-                    f"record at offset {offset} declares {(zl >> 1) ^ -(zl & 1)} bytes "
-                    f"but holds {p - start}"
+                    f"record at offset {offset} declares {(zl >> 1) ^ -(zl & 1)} bytes but holds {p - start}"
                 )
             add(new(record_type, (offset, timestamp, key, value, headers)))
     except (IndexError, UnicodeDecodeError) as exc:
-        raise CorruptRecordError(
-            f"malformed record in batch at base offset {base_offset}: {exc}"
-        ) from exc
+        raise CorruptRecordError(f"malformed record in batch at base offset {base_offset}: {exc}") from exc
     if p != end:
         raise CorruptRecordError(
-            f"batch at base offset {base_offset}: {count} records decoded but "
-            f"{end - p:+d} bytes remain"
+            f"batch at base offset {base_offset}: {count} records decoded but {end - p:+d} bytes remain"
         )
     if header.attributes & _TIMESTAMP_TYPE_MASK:  # LOG_APPEND_TIME: the broker's time
         max_ts = header.max_timestamp
@@ -666,9 +651,7 @@ def _decode_headers(data: bytes, p: int) -> tuple[list[Header], int]:
     return headers, p
 
 
-def decode_batch(
-    buf: Buffer, pos: int = 0, *, check_crc: bool = True
-) -> tuple[BatchHeader, list[Record]]:
+def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
     """Header and records (absolute offsets and timestamps) of the batch at ``pos``.
 
     With ``check_crc`` the batch goes through :func:`check_batch` first; without it
@@ -683,9 +666,7 @@ def decode_batch(
     return header, _decode_records(buf, pos, header)
 
 
-def decode_batches(
-    buf: Buffer, *, check_crc: bool = True
-) -> Iterator[tuple[BatchHeader, list[Record]]]:
+def decode_batches(buf: Buffer, *, check_crc: bool = True) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """decode_batch over every complete batch of ``buf`` (an incomplete tail is ignored)."""
     for pos, header in iter_headers(buf):
         if check_crc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from bisect import bisect_right
@@ -65,7 +66,7 @@ class LeaderEpochCache:
 
     @staticmethod
     def _check(entries: list[EpochEntry]) -> None:
-        for previous, entry in zip(entries, entries[1:], strict=False):
+        for previous, entry in itertools.pairwise(entries):
             if entry.epoch <= previous.epoch or entry.start_offset <= previous.start_offset:
                 raise ValueError(f"entries out of order: {previous} then {entry}")
         for entry in entries:

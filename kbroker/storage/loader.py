@@ -186,7 +186,9 @@ def load_log(
     epoch_cache.truncate_from_start(loaded.log_start_offset)
 
     if loaded.recovered_segments or loaded.deleted_segments:
-        logger.warning(
+        damaged = loaded.truncated_bytes or loaded.deleted_segments
+        logger.log(
+            logging.WARNING if damaged else logging.INFO,
             "%s: loaded with recovery: %d segments recovered, %d bytes truncated, "
             "%d segments deleted; log end offset %d",
             dir.name, loaded.recovered_segments, loaded.truncated_bytes,

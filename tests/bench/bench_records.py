@@ -89,10 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         f"python {sys.version.split()[0]}, value {VALUE_SIZE} B, no key; "
         f"16 KiB batch = {per_16k} records; best of runs over {args.seconds:.1f}s each"
     )
-    header = (
-        f"{'codec':<6} {'batch':<8} {'op':<7} {'records/s':>12} {'MB/s':>9} "
-        f"{'us/batch':>10} {'wire B/rec':>10}"
-    )
+    header = f"{'codec':<6} {'batch':<8} {'op':<7} {'records/s':>12} {'MB/s':>9} {'us/batch':>10} {'wire B/rec':>10}"
     print(header)
     print("-" * len(header))
     for codec in codecs:

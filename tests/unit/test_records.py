@@ -52,9 +52,7 @@ MIXED: list[Input] = [
 ]
 
 
-def build_kclient(
-    inputs: Sequence[Input], compression: Compression = Compression.NONE, **kwargs: int | bool
-) -> bytes:
+def build_kclient(inputs: Sequence[Input], compression: Compression = Compression.NONE, **kwargs: int | bool) -> bytes:
     builder = BatchBuilder(compression, **kwargs)  # type: ignore[arg-type]
     for i, (ts, key, value, headers) in enumerate(inputs):
         assert builder.append(ts, key, value, headers) == i
@@ -109,8 +107,7 @@ def kafka_python_decode(batch: bytes) -> tuple[DefaultRecordBatch, list[Input]]:
 
 def expected_records(inputs: Sequence[Input], base_offset: int = 0) -> list[Record]:
     return [
-        Record(base_offset + i, ts, key, value, list(headers))
-        for i, (ts, key, value, headers) in enumerate(inputs)
+        Record(base_offset + i, ts, key, value, list(headers)) for i, (ts, key, value, headers) in enumerate(inputs)
     ]
 
 
@@ -197,8 +194,8 @@ def test_header_fields_and_properties() -> None:
 
 
 def test_last_sequence_wraps() -> None:
-    header = read_header(build_kclient([(0, None, b"x", [])] * 5, producer_id=1,
-                                       producer_epoch=0, base_sequence=2**31 - 2))  # fmt: skip
+    batch = build_kclient([(0, None, b"x", [])] * 5, producer_id=1, producer_epoch=0, base_sequence=2**31 - 2)
+    header = read_header(batch)
     assert header.last_offset_delta == 4
     assert header.last_sequence == 2  # 2**31-2, 2**31-1, 0, 1, 2
     no_seq = read_header(build_kclient([(0, None, b"x", [])]))
@@ -243,16 +240,22 @@ def test_uncompressed_bytes_identical_to_kafka_python(inputs: list[Input]) -> No
 
 
 def test_uncompressed_bytes_identical_with_producer_state() -> None:
-    ours = build_kclient(MIXED, partition_leader_epoch=0, is_transactional=True,
-                         producer_id=123456789012, producer_epoch=3, base_sequence=77)
-    theirs = build_kafka_python(MIXED, is_transactional=True,
-                                producer_id=123456789012, producer_epoch=3, base_sequence=77)
+    ours = build_kclient(
+        MIXED,
+        partition_leader_epoch=0,
+        is_transactional=True,
+        producer_id=123456789012,
+        producer_epoch=3,
+        base_sequence=77,
+    )
+    theirs = build_kafka_python(
+        MIXED, is_transactional=True, producer_id=123456789012, producer_epoch=3, base_sequence=77
+    )
     assert ours == theirs
 
 
 def test_uncompressed_one_mib_value_identical() -> None:
-    inputs: list[Input] = [(1, b"big", random.Random(1).randbytes(1 << 20), []),
-                           (2, None, b"small", [("h", None)])]  # fmt: skip
+    inputs: list[Input] = [(1, b"big", random.Random(1).randbytes(1 << 20), []), (2, None, b"small", [("h", None)])]
     ours = build_kclient(inputs, partition_leader_epoch=0)
     assert ours == build_kafka_python(inputs)
     _, records = decode_batch(ours)
@@ -280,9 +283,7 @@ def test_random_batches_identical_to_kafka_python(seed: int) -> None:
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
 def test_kclient_batches_decode_with_kafka_python(codec: Compression) -> None:
     inputs = [*MIXED, (1_700_000_000_100, None, b"1 MiB " + b"z" * (1 << 20), [])]
-    batch = build_kclient(
-        inputs, codec, producer_id=99, producer_epoch=2, base_sequence=5, is_transactional=True
-    )
+    batch = build_kclient(inputs, codec, producer_id=99, producer_epoch=2, base_sequence=5, is_transactional=True)
     kbatch, decoded = kafka_python_decode(batch)
     assert decoded == inputs
     assert kbatch.compression_type == codec
@@ -306,9 +307,7 @@ def test_kclient_batches_decode_with_kafka_python(codec: Compression) -> None:
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
 def test_kafka_python_batches_decode_with_kclient(codec: Compression) -> None:
     inputs = [*MIXED, (1_700_000_000_100, b"big", b"compressible " * 80_000, [])]
-    batch = build_kafka_python(
-        inputs, codec, producer_id=7, producer_epoch=1, base_sequence=40, is_transactional=True
-    )
+    batch = build_kafka_python(inputs, codec, producer_id=7, producer_epoch=1, base_sequence=40, is_transactional=True)
     header, records = decode_batch(batch)
     assert header.compression is codec
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 1, 40)
@@ -367,8 +366,7 @@ def test_iter_headers_and_decode_batches() -> None:
     # same through memoryview and bytes
     assert list(decode_batches(memoryview(log))) == list(decode_batches(bytes(log)))
     # kafka-python reads the whole log the same way
-    kp = [(r.offset, r.timestamp, r.key, r.value, list(r.headers))
-          for b in MemoryRecords(bytes(log)) for r in b]  # fmt: skip
+    kp = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for b in MemoryRecords(bytes(log)) for r in b]
     assert kp == [tuple(r) for _, rs in decode_batches(log) for r in rs]
 
 
@@ -381,7 +379,7 @@ def test_truncated_tail_is_ignored() -> None:
         assert [pos for pos, _ in iter_headers(torn)] == positions[:-1]
         assert len(list(decode_batches(torn))) == len(positions) - 1
     assert list(iter_headers(b"")) == []
-    assert list(iter_headers(log[:HEADER_SIZE - 1])) == []
+    assert list(iter_headers(log[: HEADER_SIZE - 1])) == []
 
 
 def test_read_header_rejects_short_buffer() -> None:
@@ -391,7 +389,7 @@ def test_read_header_rejects_short_buffer() -> None:
     with pytest.raises(CorruptRecordError):
         read_header(batch, len(batch) - 10)
     with pytest.raises(CorruptRecordError):
-        decode_batch(batch[:HEADER_SIZE + 5])  # header complete, body cut
+        decode_batch(batch[: HEADER_SIZE + 5])  # header complete, body cut
 
 
 def test_batch_length_too_small_is_corrupt() -> None:

@@ -1,0 +1,18 @@
+"""``kctl``: kbroker's ops CLI, a noun/verb tree in the shape of kafka-python's.
+
+::
+
+    kctl (--zookeeper HOST:PORT[/chroot] | --bootstrap-server HOST:PORT[,...]) NOUN VERB [flags]
+
+    topics   create | list | describe | delete | alter   (either connection)
+    brokers  list                                       (either connection)
+    produce                                             (--bootstrap-server)
+    consume                                             (--bootstrap-server)
+
+Modules: :mod:`main` (the argparse tree and the one place errors become exit codes),
+:mod:`backends` (the same cluster operations over ZooKeeper or the gRPC admin API),
+one module per noun (:mod:`topics`, :mod:`brokers`, :mod:`console`) and :mod:`common`.
+
+Every failure is one line on stderr prefixed ``kctl: ``; exit 2 for a usage error,
+1 for anything else.
+"""

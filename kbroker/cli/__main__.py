@@ -1,0 +1,5 @@
+"""``python -m kbroker.cli`` runs ``kctl``."""
+
+from kbroker.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,248 @@
+"""The cluster operations ``kctl`` needs, over ZooKeeper or over the gRPC admin API.
+
+``--zookeeper`` reads and writes the znodes directly, as ``kafka-topics.sh
+--zookeeper`` did (through :class:`~kbroker.cluster.topic_admin.TopicAdmin`; the
+controller reacts through its watches). ``--bootstrap-server`` asks a broker through
+:class:`kclient.AdminClient`. Both return the same small views, so each command is
+written once.
+
+Thread safety: none; one command owns a backend for its lifetime.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from kbroker.cluster.topic_admin import TopicAdmin
+from kbroker.cluster.zk_client import ZkClient
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
+from kclient import AdminClient, NewTopic
+from kclient.errors import UnknownTopicOrPartitionError
+from kclient.topic_name import validate_topic_name
+
+ZK_CONNECT_TIMEOUT_S = 10.0
+NO_LEADER = -1
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass(frozen=True)
+class TopicView:
+    name: str
+    partitions: list[PartitionView]
+    configs: dict[str, str] = field(default_factory=dict)
+    marked_for_deletion: bool = False
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class Backend(ABC):
+    """One connection to a cluster, closed by ``close`` (or ``with``)."""
+
+    @abstractmethod
+    def list_topics(self) -> list[str]: ...
+
+    def pending_deletion(self) -> set[str]:
+        """Topics marked for deletion but not deleted yet (known with ZooKeeper only)."""
+        return set()
+
+    @abstractmethod
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicView]:
+        """``names`` (each must exist), or every topic; sorted by name."""
+
+    @abstractmethod
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> None: ...
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> None: ...
+
+    @abstractmethod
+    def create_partitions(self, name: str, total: int) -> None: ...
+
+    @abstractmethod
+    def alter_config(self, name: str, configs: Mapping[str, str]) -> None: ...
+
+    @abstractmethod
+    def brokers(self) -> tuple[list[BrokerView], int]:
+        """(live brokers sorted by id, controller id or -1)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ZooKeeperBackend(Backend):
+    """The znodes themselves, like ``kafka-topics.sh --zookeeper``."""
+
+    def __init__(self, connect: str, timeout_s: float = ZK_CONNECT_TIMEOUT_S) -> None:
+        self.connect = connect
+        self._zk = ZkClient(connect)
+        try:
+            self._zk.start(timeout_s)
+        except (KazooTimeoutError, KazooException, OSError) as exc:
+            self._close_quietly()
+            if isinstance(exc, KazooTimeoutError):
+                raise CliError(f"cannot connect to ZooKeeper at {connect} (no answer within {timeout_s:g}s)") from None
+            raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(exc).__name__} {exc}".rstrip()) from None
+        self._admin = TopicAdmin(self._zk)
+
+    def _close_quietly(self) -> None:
+        try:
+            self._zk.close()
+        except Exception:  # noqa: S110 - the session never opened
+            pass
+
+    def list_topics(self) -> list[str]:
+        return self._zk.topics()
+
+    def pending_deletion(self) -> set[str]:
+        return set(self._zk.topics_pending_deletion())
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicView]:
+        explicit = names is not None
+        pending = self.pending_deletion()
+        out: list[TopicView] = []
+        for name in sorted(names) if names is not None else self.list_topics():
+            if explicit:
+                validate_topic_name(name)
+            found = self._zk.topic_assignment(name)
+            if found is None:
+                if explicit:
+                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                continue  # deleted while we were reading
+            assignment, _ = found
+            partitions = []
+            for p, replicas in sorted(assignment.items()):
+                state = self._zk.partition_state(name, p)
+                partitions.append(
+                    PartitionView(
+                        p,
+                        state.leader if state is not None else NO_LEADER,
+                        list(replicas),
+                        list(state.isr) if state is not None else [],
+                    )
+                )
+            out.append(TopicView(name, partitions, self._zk.topic_config(name), name in pending))
+        return out
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> None:
+        self._admin.create_topic(name, partitions, replication_factor, assignment=assignment, configs=configs)
+
+    def delete_topic(self, name: str) -> None:
+        self._admin.delete_topic(name)
+
+    def create_partitions(self, name: str, total: int) -> None:
+        self._admin.create_partitions(name, total)
+
+    def alter_config(self, name: str, configs: Mapping[str, str]) -> None:
+        self._admin.alter_config(name, configs)
+
+    def brokers(self) -> tuple[list[BrokerView], int]:
+        live = self._zk.live_brokers()
+        views = [BrokerView(b.broker_id, b.host, b.port, b.rack) for _, b in sorted(live.items())]
+        return views, self._zk.controller_id()
+
+    def close(self) -> None:
+        self._zk.close()
+
+
+class AdminBackend(Backend):
+    """The gRPC admin API of any broker (``kclient.AdminClient``)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._admin = AdminClient(bootstrap)
+
+    def list_topics(self) -> list[str]:
+        return self._admin.list_topics()
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicView]:
+        for name in names or ():
+            validate_topic_name(name)
+        out = []
+        for d in self._admin.describe_topics(list(names) if names is not None else None):
+            parts = [
+                PartitionView(p.partition, p.leader, list(p.replicas), list(p.isr))
+                for p in sorted(d.partitions, key=lambda p: p.partition)
+            ]
+            out.append(TopicView(d.name, parts, dict(d.configs)))
+        return sorted(out, key=lambda t: t.name)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+    ) -> None:
+        topic = NewTopic(name, partitions, replication_factor, replica_assignments=assignment, topic_configs=dict(configs))
+        self._admin.create_topics([topic])
+
+    def delete_topic(self, name: str) -> None:
+        self._admin.delete_topics([name])
+
+    def create_partitions(self, name: str, total: int) -> None:
+        self._admin.create_partitions({name: total})
+
+    def alter_config(self, name: str, configs: Mapping[str, str]) -> None:
+        raise UsageError("changing topic configs needs --zookeeper: the gRPC admin API has no AlterConfigs yet")
+
+    def brokers(self) -> tuple[list[BrokerView], int]:
+        brokers, controller, _ = self._admin.describe_cluster()
+        return [BrokerView(b.node_id, b.host, b.port, b.rack) for b in sorted(brokers)], controller
+
+    def close(self) -> None:
+        self._admin.close()
+
+
+def open_backend(zookeeper: str | None, bootstrap: str | None) -> Backend:
+    """The backend for exactly one of ``--zookeeper`` / ``--bootstrap-server``."""
+    if (zookeeper is None) == (bootstrap is None):
+        which = "both" if zookeeper is not None else "neither"
+        raise UsageError(f"give exactly one of --zookeeper or --bootstrap-server ({which} given)")
+    if zookeeper is not None:
+        return ZooKeeperBackend(check_zookeeper(zookeeper))
+    assert bootstrap is not None
+    return AdminBackend(check_bootstrap(bootstrap))
+

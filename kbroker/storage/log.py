@@ -1,0 +1,748 @@
+"""One partition's log: a directory of segments (Kafka's UnifiedLog + LocalLog)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+from kbroker.storage import files
+from kbroker.storage.leader_epoch import LeaderEpochCache
+from kbroker.storage.loader import load_log
+from kbroker.storage.log_config import LogConfig
+from kbroker.storage.segment import LogSegment
+from kbroker.storage.validator import (
+    BatchSummary,
+    assign_offsets,
+    set_log_append_time,
+    summarize,
+    validate_batches,
+)
+from kclient.errors import (
+    FencedLeaderEpochError,
+    KafkaError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+"""ListOffsets: the log start offset."""
+LATEST_TIMESTAMP = -1
+"""ListOffsets: the log end offset."""
+
+
+class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
+    """A follower append does not start at the log end offset (OFFSET_OUT_OF_RANGE on the wire)."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
+class LogAppendInfo(NamedTuple):
+    """The outcome of an append."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    """Largest batch max timestamp appended, -1 if none."""
+    offset_of_max_timestamp: int
+    """Last offset of the batch holding ``max_timestamp``, -1 if none."""
+    num_records: int
+    valid_bytes: int
+    log_append_time: int = -1
+    """The time the leader stamped on the batches (LogAppendTime topics), else -1."""
+
+
+class FetchDataInfo(NamedTuple):
+    """The result of a read: whole record batches and where they came from."""
+
+    records: bytes
+    """Raw batch bytes (possibly empty), starting with the batch holding ``fetch_offset``."""
+    fetch_offset: int
+    """The offset asked for."""
+    first_offset: int
+    """Base offset of the first batch returned (may be < fetch_offset), -1 if none."""
+    next_offset: int
+    """Offset after the last batch returned: where the next read continues."""
+    log_start_offset: int
+    log_end_offset: int
+    """The log's offsets when the read began."""
+    segment_base_offset: int
+    """Base offset of the segment read, -1 if none."""
+    position: int
+    """File position of the first batch returned (or of the end of the log), -1 if none."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@contextmanager
+def _storage_errors(what: str) -> Iterator[None]:
+    """Turn OSError into KafkaStorageError (the log directory has an I/O problem)."""
+    try:
+        yield
+    except OSError as exc:
+        raise KafkaStorageError(f"I/O error while {what}: {exc}") from exc
+
+
+class Log:
+    """The log of one partition: segments in a directory, offsets, retention, recovery.
+
+    Files: ``<dir>/`` holds segments (see :class:`LogSegment`) and
+    ``leader-epoch-checkpoint`` (see :class:`LeaderEpochCache`).
+
+    Invariants:
+
+    - ``log_start_offset <= log_end_offset``; offsets below the start are gone to
+      readers even if their segment still exists;
+    - segments are sorted by base offset, do not overlap, and only the last one
+      (the active segment) is appended to; it is never deleted by retention;
+    - ``recovery_point <= log_end_offset``: everything below it has been fsynced;
+    - every batch in the log passed validation (CRC included) when it was appended.
+
+    Thread safety: the log owns one lock (``RLock``) around every change and every
+    snapshot of the segment list. Reads snapshot the segments and their sizes under
+    it and ``pread`` outside it. Flushes fsync outside it, serialised by a second
+    lock that is always taken before the first. Segments removed from the log keep
+    their files open as ``.deleted`` for ``file.delete.delay.ms`` so that reads in
+    flight still succeed.
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        epoch_cache: LeaderEpochCache,
+    ) -> None:
+        if not segments:
+            raise ValueError("a log needs at least one segment")
+        self._dir = dir
+        self._config = config
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._next_offset = segments[-1].next_offset
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._epoch_cache = epoch_cache
+        self._last_flush_ms = _now_ms()
+        self._roll_flush_offset = -1
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int | None = None,
+        clean_shutdown: bool = False,
+    ) -> Log:
+        """Open the log in ``dir``, creating the directory if needed.
+
+        Without ``clean_shutdown`` every segment from the one holding
+        ``recovery_point`` is validated batch by batch, and a torn or corrupt tail
+        is cut at the last valid batch (later segments are deleted). Indexes that
+        are missing or corrupt are rebuilt. Leftover temporary files are removed.
+        """
+        with _storage_errors(f"loading log {dir}"):
+            loaded = load_log(
+                dir,
+                config,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                clean_shutdown=clean_shutdown,
+                now_ms=_now_ms(),
+            )
+        return cls(
+            dir,
+            config,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            epoch_cache=loaded.epoch_cache,
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def name(self) -> str:
+        return self._dir.name
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Use ``config`` from now on (index sizes apply to new segments)."""
+        with self._lock:
+            self._config = config
+            for segment in self._segments:
+                segment.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this has been fsynced."""
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segments, oldest first (do not modify them)."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self._epoch_cache
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epoch_cache.latest_epoch
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log {self._dir} is closed")
+
+    # ------------------------------------------------------------------ appends
+
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, now_ms: int | None = None
+    ) -> LogAppendInfo:
+        """Validate the batches from a producer, give them offsets and the epoch, append.
+
+        Every batch is checked first (complete batches only, CRC, size within
+        max.message.bytes, record count matching its offset span); any problem raises
+        CorruptRecordError / MessageSizeTooLargeError / RecordListTooLargeError and
+        nothing is written. Then the batches get consecutive base offsets from the
+        log end offset and ``leader_epoch`` (and, for LogAppendTime topics, the
+        append time), and are written at once.
+        """
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch must be >= 0, not {leader_epoch}")
+        now = _now_ms() if now_ms is None else now_ms
+        config = self._config
+        batches = validate_batches(
+            records, as_leader=True, max_message_bytes=config.max_message_bytes
+        )
+        if len(records) > config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(records)} bytes of batches are more than segment.bytes="
+                f"{config.segment_bytes} of {self.name}"
+            )
+        buf = bytearray(records)
+        append_time = -1
+        if config.log_append_time:
+            append_time = now
+            batches = [(p, set_log_append_time(buf, p, h, now)) for p, h in batches]
+        with self._lock:
+            self._ensure_open()
+            latest = self._epoch_cache.latest_epoch
+            if leader_epoch < latest:
+                raise FencedLeaderEpochError(
+                    f"{self.name}: cannot append as leader with epoch {leader_epoch}, "
+                    f"the log already has epoch {latest}"
+                )
+            first_offset = self._next_offset
+            stamped = assign_offsets(buf, batches, first_offset, leader_epoch)
+            summary = summarize(stamped)
+            if leader_epoch > latest:
+                with _storage_errors(f"writing the leader epoch cache of {self.name}"):
+                    self._epoch_cache.assign(leader_epoch, first_offset)
+            self._append_locked(buf, summary, now)
+        return LogAppendInfo(
+            first_offset,
+            summary.last_offset,
+            summary.max_timestamp,
+            summary.offset_of_max_timestamp,
+            summary.num_records,
+            len(buf),
+            append_time,
+        )
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
+    ) -> LogAppendInfo:
+        """Append batches fetched from the leader, keeping their offsets and epochs.
+
+        The same checks as a leader append (except max.message.bytes, which is the
+        leader's business); the first batch must start at the log end offset
+        (else UnexpectedAppendOffsetError) and offsets must increase. New leader
+        epochs found in the batches go into the leader-epoch cache.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        summary = summarize(validate_batches(records, as_leader=False, max_message_bytes=None))
+        with self._lock:
+            self._ensure_open()
+            first_offset = summary.first_offset
+            if first_offset != self._next_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"{self.name}: follower append starts at offset {first_offset} but the log "
+                    f"end offset is {self._next_offset}",
+                    first_offset,
+                    self._next_offset,
+                )
+            with _storage_errors(f"writing the leader epoch cache of {self.name}"):
+                cache = self._epoch_cache
+                for _, header in summary.batches:
+                    epoch = header.partition_leader_epoch
+                    if epoch >= 0 and epoch > cache.latest_epoch:
+                        cache.assign(epoch, header.base_offset)
+            self._append_locked(records, summary, now)
+        return LogAppendInfo(
+            first_offset,
+            summary.last_offset,
+            summary.max_timestamp,
+            summary.offset_of_max_timestamp,
+            summary.num_records,
+            len(records),
+        )
+
+    def _append_locked(
+        self, data: bytes | bytearray | memoryview, summary: BatchSummary, now_ms: int
+    ) -> None:
+        config = self._config
+        try:
+            with _storage_errors(f"appending to {self.name}"):
+                segment = self._segments[-1]
+                if segment.should_roll(
+                    messages_size=len(data),
+                    max_timestamp_in_messages=summary.max_timestamp,
+                    max_offset_in_messages=summary.last_offset,
+                    now_ms=now_ms,
+                    segment_bytes=config.segment_bytes,
+                    segment_ms=config.segment_ms,
+                ):
+                    segment = self._roll_locked(now_ms)
+                segment.append(data, summary.batches)
+                self._next_offset = segment.next_offset
+        except KafkaError:
+            # Nothing of this append is in the log: forget an epoch assigned for it.
+            self._epoch_cache.truncate_from_end(self._next_offset)
+            raise
+        flush_messages = config.flush_messages
+        if flush_messages is not None and self._next_offset - self._recovery_point >= flush_messages:
+            self._flush_locked(self._next_offset, now_ms)
+
+    # ------------------------------------------------------------------ reads
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches starting with the one holding ``start_offset``.
+
+        At most ``max_bytes`` unless the first batch alone is larger and
+        ``min_one_batch`` (then exactly that batch). No batch whose last offset is
+        >= ``max_offset`` (the exclusive bound, e.g. the high watermark). Reads come
+        from one segment; an empty result at the log end offset. Raises
+        OffsetOutOfRangeError if ``start_offset`` is outside
+        [log_start_offset, log_end_offset].
+        """
+        with self._lock:
+            self._ensure_open()
+            start = self._log_start_offset
+            end = self._next_offset
+            if start_offset == end:
+                active = self._segments[-1]
+                return FetchDataInfo(
+                    b"", start_offset, -1, end, start, end, active.base_offset, active.size
+                )
+            if start_offset < start or start_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} is out of range for {self.name}: the log holds "
+                    f"offsets {start} to {end} (log start offset to log end offset)"
+                )
+            i = max(bisect_right(self._bases, start_offset) - 1, 0)
+            snapshot = [(s, s.size) for s in self._segments[i:]]
+        empty = FetchDataInfo(b"", start_offset, -1, start_offset, start, end, -1, -1)
+        if max_offset is not None and start_offset >= max_offset:
+            return empty
+        with _storage_errors(f"reading {self.name}"):
+            for segment, size in snapshot:
+                result = segment.read(
+                    start_offset,
+                    max_bytes,
+                    max_position=size,
+                    max_offset=max_offset,
+                    min_one_batch=min_one_batch,
+                )
+                if result is not None:
+                    return FetchDataInfo(
+                        result.records,
+                        start_offset,
+                        result.first_offset,
+                        result.next_offset,
+                        start,
+                        end,
+                        segment.base_offset,
+                        result.position,
+                    )
+        return empty
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after ``timestamp_ms``.
+
+        Kafka's ListOffsets: None if no record is that recent.
+        ``EARLIEST_TIMESTAMP`` (-2) and ``LATEST_TIMESTAMP`` (-1) give
+        (log_start_offset, -1) and (log_end_offset, -1). Decodes one batch.
+        """
+        with self._lock:
+            self._ensure_open()
+            if timestamp_ms == EARLIEST_TIMESTAMP:
+                return self._log_start_offset, -1
+            if timestamp_ms == LATEST_TIMESTAMP:
+                return self._next_offset, -1
+            if timestamp_ms < 0:
+                raise ValueError(f"invalid timestamp {timestamp_ms}")
+            start = self._log_start_offset
+            snapshot = list(self._segments)
+        with _storage_errors(f"searching {self.name} by timestamp"):
+            for segment in snapshot:
+                if segment.max_timestamp_so_far < timestamp_ms or segment.next_offset <= start:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp_ms, start)
+                if found is not None:
+                    return found
+        return None
+
+    # ------------------------------------------------------------------ rolling & flushing
+
+    def roll(self, now_ms: int | None = None) -> int:
+        """Start a new active segment at the log end offset (no-op if the active one
+        is empty); returns the active segment's base offset."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock, _storage_errors(f"rolling {self.name}"):
+            self._ensure_open()
+            return self._roll_locked(now).base_offset
+
+    def _roll_locked(self, now_ms: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.is_empty:
+            return active
+        base = self._next_offset
+        active.on_become_inactive()
+        config = self._config
+        segment = LogSegment.open(
+            self._dir,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            create=True,
+            now_ms=now_ms,
+        )
+        self._segments.append(segment)
+        self._bases.append(base)
+        # As Kafka, the finished segment is flushed soon, off the append path.
+        self._roll_flush_offset = base
+        logger.debug("%s: rolled new segment at offset %d", self.name, base)
+        return segment
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync everything below ``offset`` (default: the log end offset) and move the
+        recovery point there. Appends continue while the fsync runs."""
+        with self._flush_lock:
+            with self._lock:
+                self._ensure_open()
+                target = self._next_offset if offset is None else min(offset, self._next_offset)
+                if target <= self._recovery_point:
+                    return
+                to_flush = self._segments_between(self._recovery_point, target)
+            with _storage_errors(f"flushing {self.name}"):
+                for segment in to_flush:
+                    segment.flush()
+            with self._lock:
+                self._advance_recovery_point(target, _now_ms())
+
+    def _flush_locked(self, target: int, now_ms: int) -> None:
+        """Flush with the log lock held (flush.messages on the append path)."""
+        with _storage_errors(f"flushing {self.name}"):
+            for segment in self._segments_between(self._recovery_point, target):
+                segment.flush()
+        self._advance_recovery_point(target, now_ms)
+
+    def _segments_between(self, from_offset: int, to_offset: int) -> list[LogSegment]:
+        """Segments holding offsets in [from_offset, to_offset)."""
+        i = max(bisect_right(self._bases, from_offset) - 1, 0)
+        candidates = self._segments[i:]
+        return candidates[:1] + [s for s in candidates[1:] if s.base_offset < to_offset]
+
+    def _advance_recovery_point(self, target: int, now_ms: int) -> None:
+        target = min(target, self._next_offset)
+        if target > self._recovery_point:
+            self._recovery_point = target
+        self._last_flush_ms = now_ms
+
+    def flush_if_due(self, now_ms: int | None = None) -> bool:
+        """Flush if flush.ms has passed since the last flush (with data to flush), or a
+        rolled segment awaits its flush; remove ``.deleted`` files that are due.
+        Returns whether it flushed."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed:
+                return False
+            flush_ms = self._config.flush_ms
+            unflushed = self._next_offset > self._recovery_point
+            target: int | None = None
+            if flush_ms is not None and unflushed and now - self._last_flush_ms >= flush_ms:
+                target = self._next_offset
+            elif self._roll_flush_offset > self._recovery_point:
+                target = self._roll_flush_offset
+        flushed = False
+        if target is not None:
+            self.flush(target)
+            flushed = True
+        self._delete_due_segments(now)
+        return flushed
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every offset >= ``offset`` (a batch straddling it goes whole).
+
+        Used by followers. The leader-epoch cache forgets epochs starting at or
+        after the new end. Returns whether anything was removed.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        with self._flush_lock, self._lock, _storage_errors(f"truncating {self.name}"):
+            self._ensure_open()
+            if offset >= self._next_offset:
+                return False
+            logger.info(
+                "%s: truncating to offset %d (log end offset was %d)",
+                self.name, offset, self._next_offset,
+            )
+            if self._segments[0].base_offset > offset:
+                self._truncate_fully_locked(offset)
+                return True
+            now = _now_ms()
+            while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+                self._remove_segment_locked(len(self._segments) - 1, now)
+            active = self._segments[-1]
+            active.truncate_to(offset)
+            self._next_offset = active.next_offset
+            self._log_start_offset = min(self._log_start_offset, self._next_offset)
+            self._recovery_point = min(self._recovery_point, self._next_offset)
+            self._roll_flush_offset = min(self._roll_flush_offset, self._next_offset)
+            self._epoch_cache.truncate_from_end(self._next_offset)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything and continue with an empty log starting at ``offset``."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset {offset}")
+        with self._flush_lock, self._lock, _storage_errors(f"truncating {self.name}"):
+            self._ensure_open()
+            logger.info("%s: truncating fully and starting at offset %d", self.name, offset)
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        now = _now_ms()
+        while self._segments:
+            self._remove_segment_locked(len(self._segments) - 1, now)
+        config = self._config
+        segment = LogSegment.open(
+            self._dir,
+            offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            create=True,
+            now_ms=now,
+        )
+        self._segments = [segment]
+        self._bases = [offset]
+        self._next_offset = offset
+        self._log_start_offset = offset
+        self._recovery_point = offset
+        self._roll_flush_offset = -1
+        self._epoch_cache.clear()
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (DeleteRecords, retention) and
+        delete the segments entirely below it. Returns whether it moved."""
+        with self._flush_lock, self._lock, _storage_errors(f"deleting segments of {self.name}"):
+            self._ensure_open()
+            if offset > self._next_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start offset of {self.name} to {offset}: "
+                    f"the log end offset is {self._next_offset}"
+                )
+            if offset <= self._log_start_offset:
+                return False
+            self._set_log_start_offset_locked(offset)
+            self._delete_segments_while(lambda s, nxt: nxt.base_offset <= offset, _now_ms())
+            return True
+
+    def _set_log_start_offset_locked(self, offset: int) -> None:
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._epoch_cache.truncate_from_start(offset)
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_old_segments(
+        self, now_ms: int | None = None, *, high_watermark: int | None = None
+    ) -> int:
+        """Apply retention: delete the oldest whole segments that are past retention.ms
+        (judged by their largest timestamp) or beyond retention.bytes, and those below
+        the log start offset. The active segment is never deleted. With
+        ``high_watermark``, only segments entirely below it are deleted. Returns the
+        number of segments deleted."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._flush_lock, self._lock, _storage_errors(f"applying retention to {self.name}"):
+            if self._closed:
+                return 0
+            config = self._config
+            limit = high_watermark
+
+            def below_hw(nxt: LogSegment) -> bool:
+                return limit is None or nxt.base_offset <= limit
+
+            deleted = 0
+            if config.delete_enabled:
+                retention_ms = config.retention_ms
+                if retention_ms >= 0:
+                    deleted += self._delete_segments_while(
+                        lambda s, nxt: below_hw(nxt) and now - s.largest_timestamp > retention_ms,
+                        now,
+                    )
+                if config.retention_bytes >= 0:
+                    excess = sum(s.size for s in self._segments) - config.retention_bytes
+
+                    def over_size(s: LogSegment, nxt: LogSegment) -> bool:
+                        nonlocal excess
+                        if below_hw(nxt) and excess - s.size >= 0:
+                            excess -= s.size
+                            return True
+                        return False
+
+                    deleted += self._delete_segments_while(over_size, now)
+            start = self._log_start_offset
+            deleted += self._delete_segments_while(lambda s, nxt: nxt.base_offset <= start, now)
+        self._delete_due_segments(now)
+        return deleted
+
+    def _delete_segments_while(
+        self, predicate: Callable[[LogSegment, LogSegment], bool], now_ms: int
+    ) -> int:
+        """Delete the oldest segments while ``predicate(segment, next_segment)`` holds,
+        never the active one; the log start offset follows."""
+        count = 0
+        while len(self._segments) > 1 and predicate(self._segments[0], self._segments[1]):
+            segment = self._segments[0]
+            logger.info(
+                "%s: deleting segment %d (offsets %d..%d, %d bytes)",
+                self.name, segment.base_offset, segment.base_offset,
+                segment.next_offset - 1, segment.size,
+            )
+            self._remove_segment_locked(0, now_ms)
+            count += 1
+        if count:
+            self._set_log_start_offset_locked(self._segments[0].base_offset)
+        return count
+
+    def _remove_segment_locked(self, i: int, now_ms: int) -> None:
+        """Take segment ``i`` out of the log: rename it ``.deleted`` and delete it after
+        file.delete.delay.ms (readers in flight keep working)."""
+        segment = self._segments.pop(i)
+        del self._bases[i]
+        segment.rename_with_suffix(files.DELETED_SUFFIX)
+        delay = self._config.file_delete_delay_ms
+        if delay <= 0:
+            segment.delete()
+        else:
+            self._pending_deletes.append((now_ms + delay, segment))
+
+    def _delete_due_segments(self, now_ms: int) -> None:
+        with self._lock:
+            due = [s for t, s in self._pending_deletes if t <= now_ms]
+            if not due:
+                return
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+        with _storage_errors(f"deleting segments of {self.name}"):
+            for segment in due:
+                segment.delete()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close every file (pending ``.deleted`` files are removed now). Idempotent.
+
+        Does not flush: call :meth:`flush` first for a clean shutdown.
+        """
+        with self._flush_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with _storage_errors(f"closing {self.name}"):
+                for segment in self._segments:
+                    segment.close()
+                for _, segment in self._pending_deletes:
+                    segment.delete()
+                self._pending_deletes = []
+
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        self.close()
+        with _storage_errors(f"deleting {self._dir}"):
+            if self._dir.exists():
+                shutil.rmtree(self._dir)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self._dir}, start={self._log_start_offset}, end={self._next_offset}, "
+            f"segments={len(self._segments)})"
+        )

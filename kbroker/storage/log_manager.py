@@ -1,0 +1,336 @@
+"""Every partition log of one broker data directory (Kafka's LogManager)."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from kbroker.storage import files
+from kbroker.storage.log import Log
+from kbroker.storage.log_config import LogConfig
+from kclient.errors import IllegalStateError, KafkaStorageError
+from kclient.topic_name import validate_topic_name
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogManager:
+    """Owns the data directory of a broker and the :class:`Log` of every partition in it.
+
+    Files in ``data_dir``: ``.lock`` (held with an exclusive ``flock`` for the life
+    of the manager, so two brokers can never share a directory), one
+    ``<topic>-<partition>`` directory per log, ``recovery-point-offset-checkpoint``
+    and ``log-start-offset-checkpoint`` (written every ``checkpoint_interval_ms`` and
+    at shutdown) and ``.kafka_cleanshutdown`` (written by a clean :meth:`shutdown`,
+    removed by :meth:`startup`; without it logs are recovered from their recovery
+    points).
+
+    Lifecycle: construct (takes the lock), :meth:`startup` (loads the logs, starts
+    the background thread), use, :meth:`shutdown` (flushes, closes, checkpoints,
+    writes the marker, releases the lock).
+
+    Background thread (daemon): retention every ``retention_check_interval_ms``,
+    ``flush_if_due`` every ``flush_check_interval_ms``, checkpoints every
+    ``checkpoint_interval_ms``. A failing task is logged and retried next time.
+
+    Thread safety: all methods may be called from any thread; the map of logs has
+    its own lock and each Log is thread-safe.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        default_config: LogConfig,
+        *,
+        retention_check_interval_ms: int = 300_000,
+        flush_check_interval_ms: int = 1000,
+        checkpoint_interval_ms: int = 60_000,
+    ) -> None:
+        for name, value in (
+            ("retention_check_interval_ms", retention_check_interval_ms),
+            ("flush_check_interval_ms", flush_check_interval_ms),
+            ("checkpoint_interval_ms", checkpoint_interval_ms),
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, not {value}")
+        self._data_dir = Path(data_dir)
+        self._default_config = default_config
+        self._retention_interval_ms = retention_check_interval_ms
+        self._flush_interval_ms = flush_check_interval_ms
+        self._checkpoint_interval_ms = checkpoint_interval_ms
+        self._logs: dict[TopicPartition, Log] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._shut_down = False
+        try:
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot create data directory {self._data_dir}: {exc}") from exc
+        self._lock_fd = self._acquire_dir_lock()
+
+    def _acquire_dir_lock(self) -> int:
+        path = self._data_dir / files.LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open lock file {path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            owner = f" (process {holder})" if holder else ""
+            raise KafkaStorageError(
+                f"data directory {self._data_dir} is in use by another broker{owner}: "
+                f"cannot lock {path}"
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            raise KafkaStorageError(f"cannot lock {path}: {exc}") from exc
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _release_dir_lock(self) -> None:
+        if self._lock_fd >= 0:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    @property
+    def default_config(self) -> LogConfig:
+        return self._default_config
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Load every partition directory and start the background thread.
+
+        ``topic_configs`` gives the config of topics that override the defaults.
+        Logs are recovered from their checkpointed recovery points unless the last
+        shutdown was clean. Directories marked ``-delete`` are removed.
+        """
+        with self._lock:
+            if self._started or self._shut_down:
+                raise IllegalStateError("LogManager.startup() may be called once")
+            self._started = True
+            configs = dict(topic_configs or {})
+            marker = self._data_dir / files.CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            recovery_points = files.read_offsets_checkpoint(
+                self._data_dir / files.RECOVERY_POINT_CHECKPOINT
+            )
+            start_offsets = files.read_offsets_checkpoint(
+                self._data_dir / files.LOG_START_OFFSET_CHECKPOINT
+            )
+            started = time.monotonic()
+            try:
+                for path in sorted(self._data_dir.iterdir()):
+                    if not path.is_dir():
+                        continue
+                    if files.is_delete_dir_name(path.name):
+                        logger.info("removing partition directory %s marked for deletion", path)
+                        shutil.rmtree(path, ignore_errors=True)
+                        continue
+                    try:
+                        topic, partition = files.parse_partition_dir_name(path.name)
+                        validate_topic_name(topic)
+                    except Exception:
+                        logger.warning("ignoring %s: not a partition directory", path)
+                        continue
+                    key = (topic, partition)
+                    self._logs[key] = Log.open(
+                        path,
+                        configs.get(topic, self._default_config),
+                        recovery_point=recovery_points.get(key, 0),
+                        log_start_offset=start_offsets.get(key),
+                        clean_shutdown=clean,
+                    )
+            except BaseException:
+                for log in self._logs.values():
+                    log.close()
+                self._logs.clear()
+                raise
+            logger.info(
+                "loaded %d logs from %s in %.1f s (%s shutdown)",
+                len(self._logs), self._data_dir, time.monotonic() - started,
+                "clean" if clean else "unclean",
+            )
+            if clean:
+                marker.unlink(missing_ok=True)
+                files.fsync_dir(self._data_dir)
+            self._thread = threading.Thread(
+                target=self._run, name=f"log-manager-{self._data_dir.name}", daemon=True
+            )
+            self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the background thread, flush and close every log, write the checkpoints
+        and the clean-shutdown marker, release the directory lock. Idempotent."""
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+            thread = self._thread
+        self._stop.set()
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            clean = True
+            for key, log in self._logs.items():
+                try:
+                    log.flush()
+                    log.close()
+                except Exception:
+                    clean = False
+                    logger.exception("error closing the log of %s-%d", *key)
+            try:
+                if self._started:
+                    self._write_checkpoints()
+                    if clean:
+                        files.atomic_write(self._data_dir / files.CLEAN_SHUTDOWN_FILE, b"")
+            finally:
+                self._release_dir_lock()
+            logger.info("log manager of %s shut down (%s)", self._data_dir,
+                        "clean" if clean else "with errors")
+
+    # ------------------------------------------------------------------ logs
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        with self._lock:
+            return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The log of the partition, created empty (with ``config``) if absent."""
+        validate_topic_name(topic)
+        if partition < 0:
+            raise ValueError(f"partition number must be >= 0, not {partition}")
+        with self._lock:
+            self._ensure_running()
+            key = (topic, partition)
+            log = self._logs.get(key)
+            if log is None:
+                path = self._data_dir / files.partition_dir_name(topic, partition)
+                log = Log.open(path, config or self._default_config)
+                files.fsync_dir(self._data_dir)
+                self._logs[key] = log
+                logger.info("created log for %s-%d in %s", topic, partition, path)
+            return log
+
+    def delete(self, topic: str, partition: int) -> bool:
+        """Close the partition's log and remove its directory; returns whether it existed.
+
+        The directory is first renamed ``<topic>-<partition>.<uuidhex>-delete`` so an
+        interrupted removal is finished at the next startup.
+        """
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return False
+        log.close()
+        target = self._data_dir / files.delete_dir_name(topic, partition)
+        try:
+            os.replace(log.dir, target)
+            files.fsync_dir(self._data_dir)
+            shutil.rmtree(target)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot delete {log.dir}: {exc}") from exc
+        logger.info("deleted log of %s-%d", topic, partition)
+        return True
+
+    def logs(self) -> dict[TopicPartition, Log]:
+        """A snapshot of every log, by (topic, partition)."""
+        with self._lock:
+            return dict(self._logs)
+
+    def _ensure_running(self) -> None:
+        if self._shut_down:
+            raise KafkaStorageError(f"the log manager of {self._data_dir} is shut down")
+
+    # ------------------------------------------------------------------ periodic tasks
+
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        now = _now_ms() if now_ms is None else now_ms
+        total = 0
+        for key, log in self.logs().items():
+            try:
+                total += log.delete_old_segments(now)
+            except Exception:
+                logger.exception("retention failed for %s-%d", *key)
+        return total
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> None:
+        """``flush_if_due`` on every log."""
+        now = _now_ms() if now_ms is None else now_ms
+        for key, log in self.logs().items():
+            try:
+                log.flush_if_due(now)
+            except Exception:
+                logger.exception("flush failed for %s-%d", *key)
+
+    def checkpoint(self) -> None:
+        """Write the recovery-point and log-start-offset checkpoint files now."""
+        with self._lock:
+            self._write_checkpoints()
+
+    def _write_checkpoints(self) -> None:
+        logs = dict(self._logs)
+        files.write_offsets_checkpoint(
+            self._data_dir / files.RECOVERY_POINT_CHECKPOINT,
+            {key: log.recovery_point for key, log in logs.items()},
+        )
+        files.write_offsets_checkpoint(
+            self._data_dir / files.LOG_START_OFFSET_CHECKPOINT,
+            {key: log.log_start_offset for key, log in logs.items()},
+        )
+
+    def _run(self) -> None:
+        tasks: list[tuple[int, Callable[[], object]]] = [
+            (self._retention_interval_ms, self.cleanup_logs),
+            (self._flush_interval_ms, self.flush_dirty_logs),
+            (self._checkpoint_interval_ms, self.checkpoint),
+        ]
+        now = _now_ms()
+        due = [now + interval for interval, _ in tasks]
+        while True:
+            wait_ms = max(min(due) - _now_ms(), 0)
+            if self._stop.wait(wait_ms / 1000):
+                return
+            now = _now_ms()
+            for i, (interval, task) in enumerate(tasks):
+                if now >= due[i]:
+                    try:
+                        task()
+                    except Exception:
+                        logger.exception("log manager task %s failed", getattr(task, "__name__", task))
+                    due[i] = _now_ms() + interval
+                if self._stop.is_set():
+                    return
+
+    def __repr__(self) -> str:
+        return f"LogManager({self._data_dir}, {len(self._logs)} logs)"
