@@ -20,7 +20,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,14 +46,126 @@ log = logging.getLogger(__name__)
 Headers = Sequence[tuple[str, bytes | None]]
 
 
-class FutureRecordMetadata(Future[RecordMetadata]):
-    """The outcome of one ``send``; ``get(timeout)`` as in kafka-python."""
+class ProduceResult:
+    """The outcome of one batch, shared by the futures of its records.
+
+    One event per batch, not per record: a record's future is a few slots pointing here.
+    """
+
+    __slots__ = ("_callbacks", "_event", "base_offset", "error", "log_append_time")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self._callbacks: list[FutureRecordMetadata] | None = None
+
+    def done(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
+        self._event.set()
+        for fut in self._callbacks or ():
+            fut._fire()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
+
+    @property
+    def is_done(self) -> bool:
+        return self._event.is_set()
+
+    def watch(self, fut: FutureRecordMetadata) -> None:
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(fut)
+
+
+Callback = tuple[Callable[..., Any], tuple[Any, ...], bool]
+
+
+class FutureRecordMetadata:
+    """The outcome of one ``send`` (kafka-python's ``FutureRecordMetadata``).
+
+    ``get(timeout)`` returns :class:`RecordMetadata` or raises the delivery error;
+    ``add_callback(fn, *args)`` / ``add_errback(fn, *args)`` run on the client's network
+    thread when the batch completes (at once if it already has).
+    """
+
+    __slots__ = ("_callbacks", "_index", "_result", "_timestamp", "_tp")
+
+    def __init__(self, result: ProduceResult, tp: TopicPartition, index: int, timestamp: int) -> None:
+        self._result = result
+        self._tp = tp
+        self._index = index
+        self._timestamp = timestamp
+        self._callbacks: list[Callback] | None = None
+
+    def _value(self) -> RecordMetadata:
+        r = self._result
+        offset = r.base_offset + self._index if r.base_offset >= 0 else -1
+        ts = r.log_append_time if r.log_append_time > 0 else self._timestamp
+        return RecordMetadata(self._tp.topic, self._tp.partition, offset, ts)
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
+        if not self._result.wait(timeout):
+            raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
+        if self._result.error is not None:
+            raise self._result.error
+        return self._value()
+
+    result = get
+
+    def is_done(self) -> bool:
+        return self._result.is_done
+
+    done = is_done
+
+    def succeeded(self) -> bool:
+        return self._result.is_done and self._result.error is None
+
+    def failed(self) -> bool:
+        return self._result.is_done and self._result.error is not None
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._result.wait(timeout):
+            raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
+        return self._result.error
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any) -> FutureRecordMetadata:
+        """``fn(*args, record_metadata)`` on success."""
+        return self._add((fn, args, True))
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any) -> FutureRecordMetadata:
+        """``fn(*args, exception)`` on failure."""
+        return self._add((fn, args, False))
+
+    def _add(self, cb: Callback) -> FutureRecordMetadata:
+        if self._result.is_done:
+            self._call(cb)
+            return self
+        if self._callbacks is None:
+            self._callbacks = []
+            self._result.watch(self)
+        self._callbacks.append(cb)
+        if self._result.is_done and self._callbacks:  # completed meanwhile
+            self._fire()
+        return self
+
+    def _fire(self) -> None:
+        callbacks, self._callbacks = self._callbacks or [], []
+        for cb in callbacks:
+            self._call(cb)
+
+    def _call(self, cb: Callback) -> None:
+        fn, args, on_success = cb
+        err = self._result.error
         try:
-            return self.result(timeout)
-        except TimeoutError:
-            raise KafkaTimeoutError(f"record not acknowledged within {timeout}s") from None
+            if on_success and err is None:
+                fn(*args, self._value())
+            elif not on_success and err is not None:
+                fn(*args, err)
+        except Exception:
+            log.exception("producer callback failed")
 
 
 @dataclass
@@ -62,22 +173,18 @@ class _Batch:
     tp: TopicPartition
     builder: BatchBuilder
     created: float
-    futures: list[tuple[FutureRecordMetadata, int]] = field(default_factory=list)
+    result: ProduceResult = field(default_factory=ProduceResult)
     closed: bool = False
     attempts: int = 0
     retry_at: float = 0.0
     size: int = 0
 
     def fail(self, exc: BaseException) -> None:
-        for fut, _ in self.futures:
-            if not fut.done():
-                fut.set_exception(exc)
+        if not self.result.is_done:
+            self.result.done(-1, -1, exc)
 
     def succeed(self, base_offset: int, log_append_time: int) -> None:
-        topic, partition = self.tp
-        for i, (fut, ts) in enumerate(self.futures):
-            off = base_offset + i if base_offset >= 0 else -1
-            fut.set_result(RecordMetadata(topic, partition, off, log_append_time if log_append_time > 0 else ts))
+        self.result.done(base_offset, log_append_time, None)
 
 
 def _acks(value: Any) -> int:
@@ -177,9 +284,7 @@ class Producer:
         else:
             p = self._sticky_partition(topic, parts)
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        fut = FutureRecordMetadata()
-        self._append(TopicPartition(topic, p), ts, key, value, headers or (), fut, size)
-        return fut
+        return self._append(TopicPartition(topic, p), ts, key, value, headers or (), size)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait for every outcome."""
@@ -239,9 +344,8 @@ class Producer:
         key: Any,
         value: Any,
         headers: Headers,
-        fut: FutureRecordMetadata,
         size: int,
-    ) -> None:
+    ) -> FutureRecordMetadata:
         deadline = time.monotonic() + self.config["max_block_ms"] / 1000.0
         with self._lock:
             while self._buffered + size > self.config["buffer_memory"] and self._buffered > 0:
@@ -264,10 +368,10 @@ class Producer:
                 self._pending_batches += 1
                 if len(q) == 1:
                     self._lock.notify_all()
-            batch.builder.append(ts, key, value, headers)
-            batch.futures.append((fut, ts))
+            index = batch.builder.append(ts, key, value, headers)
             batch.size += size
             self._buffered += size
+            return FutureRecordMetadata(batch.result, tp, index, ts)
 
     def _ready(self, now: float) -> tuple[list[_Batch], float]:
         """Batches to send now, and how long to sleep otherwise. Holds the lock."""

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
-from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
 from kclient import AdminClient, NewTopic
 from kclient.errors import UnknownTopicOrPartitionError
 from kclient.topic_name import validate_topic_name
@@ -85,7 +85,7 @@ class Backend(ABC):
     def delete_topic(self, name: str) -> None: ...
 
     @abstractmethod
-    def create_partitions(self, name: str, total: int) -> None: ...
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None: ...
 
     @abstractmethod
     def alter_config(self, name: str, configs: Mapping[str, str]) -> None: ...
@@ -122,7 +122,7 @@ class ZooKeeperBackend(Backend):
     def _close_quietly(self) -> None:
         try:
             self._zk.close()
-        except Exception:  # noqa: S110 - the session never opened
+        except Exception:  # the session never opened
             pass
 
     def list_topics(self) -> list[str]:
@@ -171,8 +171,8 @@ class ZooKeeperBackend(Backend):
     def delete_topic(self, name: str) -> None:
         self._admin.delete_topic(name)
 
-    def create_partitions(self, name: str, total: int) -> None:
-        self._admin.create_partitions(name, total)
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        self._admin.create_partitions(name, total, validate_only=validate_only)
 
     def alter_config(self, name: str, configs: Mapping[str, str]) -> None:
         self._admin.alter_config(name, configs)
@@ -216,14 +216,16 @@ class AdminBackend(Backend):
         assignment: Mapping[int, list[int]] | None,
         configs: Mapping[str, str],
     ) -> None:
-        topic = NewTopic(name, partitions, replication_factor, replica_assignments=assignment, topic_configs=dict(configs))
+        topic = NewTopic(
+            name, partitions, replication_factor, replica_assignments=assignment, topic_configs=dict(configs)
+        )
         self._admin.create_topics([topic])
 
     def delete_topic(self, name: str) -> None:
         self._admin.delete_topics([name])
 
-    def create_partitions(self, name: str, total: int) -> None:
-        self._admin.create_partitions({name: total})
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        self._admin.create_partitions({name: total}, validate_only=validate_only)
 
     def alter_config(self, name: str, configs: Mapping[str, str]) -> None:
         raise UsageError("changing topic configs needs --zookeeper: the gRPC admin API has no AlterConfigs yet")
@@ -245,4 +247,3 @@ def open_backend(zookeeper: str | None, bootstrap: str | None) -> Backend:
         return ZooKeeperBackend(check_zookeeper(zookeeper))
     assert bootstrap is not None
     return AdminBackend(check_bootstrap(bootstrap))
-

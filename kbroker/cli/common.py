@@ -47,9 +47,7 @@ def parse_replica_assignment(text: str) -> dict[int, list[int]]:
     for p, part in enumerate(text.split(",")):
         ids = [b.strip() for b in part.split(":")]
         if not all(b.isdigit() for b in ids):
-            raise UsageError(
-                f"--replica-assignment expects broker ids like 0:1,1:2; partition {p} is {part.strip()!r}"
-            )
+            raise UsageError(f"--replica-assignment expects broker ids like 0:1,1:2; partition {p} is {part.strip()!r}")
         out[p] = [int(b) for b in ids]
     return out
 

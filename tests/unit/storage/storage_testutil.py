@@ -100,3 +100,10 @@ def append_garbage(path: Path, data: bytes) -> None:
 
 def all_values(records: Iterable[Record]) -> list[bytes | None]:
     return [r.value for r in records]
+
+
+def crash(log: Log) -> None:
+    """Drop a log as a killed process would: descriptors closed, nothing else written."""
+    for segment in log.segments:
+        segment._close_files()
+    log._closed = True

@@ -1,0 +1,320 @@
+"""``kctl produce`` and ``kctl consume``: stdin to a topic, a topic to stdout.
+
+produce reads lines from stdin and sends one record per line. A line is
+``key<SEP>value`` when it contains the separator (TAB unless ``--property
+key.separator=...``), otherwise the whole line is the value; ``--property
+parse.key=true`` makes the key mandatory and ``parse.key=false`` never splits. At EOF
+(or Ctrl-C) it flushes, and fails if any record was not acknowledged. It prints
+nothing on success (``--verbose``: one summary line on stderr).
+
+consume prints one record per line, as Kafka's console consumer formats it::
+
+    [CreateTime:<ts>\\t][Partition:<p>\\t][Offset:<o>\\t][<headers>\\t][<key>\\t]<value>
+
+(the bracketed fields with ``--property print.timestamp|print.partition|print.offset|
+print.headers|print.key=true``; ``\\t`` is ``key.separator``; keys and values are
+decoded as UTF-8 with errors replaced, a missing one prints ``null``). It stops after
+``--max-messages`` records or ``--timeout-ms`` without a new one, and otherwise runs
+until Ctrl-C (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, parse_bool, parse_key_values
+from kclient import AdminClient, Consumer, ConsumerRecord, Producer, RecordMetadata, TopicPartition
+from kclient.errors import UnknownTopicOrPartitionError
+
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+TOPIC_WAIT_S = 2.0
+"""How long an unknown topic is looked for (a topic just created elsewhere may lag)."""
+POLL_MS = 500
+TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+
+
+def add_parsers(nouns: argparse._SubParsersAction[Any], connection: argparse.ArgumentParser) -> None:
+    produce = nouns.add_parser("produce", parents=[connection], help="send lines of stdin as records ([key<TAB>]value)")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--acks", choices=("0", "1", "all", "-1"), default="all", help="default: all")
+    produce.add_argument("--compression-type", choices=COMPRESSION_TYPES, default="none")
+    produce.add_argument(
+        "--max-block-ms", type=int, default=60000, help="how long send may wait for metadata or buffer space"
+    )
+    produce.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="parse.key=true|false (default: split when the separator is present), key.separator=SEP (default TAB)",
+    )
+    produce.set_defaults(handler=produce_lines)
+
+    consume = nouns.add_parser("consume", parents=[connection], help="print a topic's records to stdout")
+    consume.add_argument("--topic", required=True)
+    consume.add_argument(
+        "--from-beginning", action="store_true", help="start at the earliest offset (default: only new records)"
+    )
+    consume.add_argument("--partition", type=int, help="read only this partition")
+    consume.add_argument("--offset", help="N, earliest or latest: where to start in --partition")
+    consume.add_argument("--max-messages", type=int, help="exit after this many records")
+    consume.add_argument("--timeout-ms", type=int, help="exit after this long without a new record")
+    consume.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="print.key, print.value, print.offset, print.partition, print.timestamp, print.headers (true|false), "
+        "key.separator (default TAB), line.separator (default newline)",
+    )
+    consume.set_defaults(handler=consume_records)
+
+
+def _bootstrap(args: argparse.Namespace, command: str) -> str:
+    if args.zookeeper is not None:
+        raise UsageError(f"{command} talks to brokers: give --bootstrap-server, not --zookeeper")
+    if args.bootstrap_server is None:
+        raise UsageError(f"{command} needs --bootstrap-server HOST:PORT")
+    return check_bootstrap(args.bootstrap_server)
+
+
+def require_topic(bootstrap: str, topic: str) -> list[int]:
+    """The topic's partitions, or UnknownTopicOrPartitionError soon (not after max_block_ms)."""
+    deadline = time.monotonic() + TOPIC_WAIT_S
+    with AdminClient(bootstrap) as admin:
+        while True:
+            try:
+                (description,) = admin.describe_topics([topic])
+                return sorted(p.partition for p in description.partitions)
+            except UnknownTopicOrPartitionError:
+                if time.monotonic() >= deadline:
+                    raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+                time.sleep(0.2)
+
+
+def _unescape(text: str) -> str:
+    """``\\t``, ``\\n`` and ``\\\\`` in a --property value, as a shell user writes them."""
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in text else text
+
+
+# --- produce -------------------------------------------------------------------------
+
+
+class _Outcomes:
+    """Counts acknowledged and failed sends; keeps the first failure."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.acked = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    def watch(self, future: Future[RecordMetadata]) -> None:
+        self.sent += 1
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[RecordMetadata]) -> None:
+        exc = future.exception()
+        with self._lock:
+            if exc is None:
+                self.acked += 1
+            else:
+                self.failed += 1
+                if self.first_error is None:
+                    self.first_error = exc
+
+
+def read_lines(stream: BinaryIO) -> Iterator[bytes]:
+    """Lines without their terminator (``\\n`` or ``\\r\\n``)."""
+    for raw in stream:
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        yield line[:-1] if line.endswith(b"\r") else line
+
+
+def split_line(line: bytes, separator: bytes, parse_key: bool | None, lineno: int) -> tuple[bytes | None, bytes]:
+    """(key, value) of one input line; ``parse_key`` None splits only when it can."""
+    if parse_key is False:
+        return None, line
+    key, sep, value = line.partition(separator)
+    if sep:
+        return key, value
+    if parse_key:
+        raise CliError(f"line {lineno} has no key separator {separator.decode(errors='replace')!r} (parse.key=true)")
+    return None, line
+
+
+def produce_lines(args: argparse.Namespace) -> int:
+    bootstrap = _bootstrap(args, "produce")
+    props = parse_key_values(args.property, "--property")
+    parse_key = parse_bool(props.pop("parse.key"), "parse.key") if "parse.key" in props else None
+    separator = _unescape(props.pop("key.separator", "\t")).encode()
+    if props:
+        raise UsageError(
+            f"unknown --property for produce: {', '.join(sorted(props))} (known: parse.key, key.separator)"
+        )
+    if not separator:
+        raise UsageError("key.separator must not be empty")
+    if args.max_block_ms < 0:
+        raise UsageError(f"--max-block-ms must be >= 0, got {args.max_block_ms}")
+    require_topic(bootstrap, args.topic)
+    outcomes = _Outcomes()
+    producer = Producer(
+        bootstrap_servers=bootstrap,
+        acks=args.acks,
+        compression_type=args.compression_type,
+        max_block_ms=args.max_block_ms,
+    )
+    try:
+        try:
+            for lineno, line in enumerate(read_lines(sys.stdin.buffer), 1):
+                key, value = split_line(line, separator, parse_key, lineno)
+                outcomes.watch(producer.send(args.topic, value, key=key))
+        except KeyboardInterrupt:
+            pass  # Ctrl-C ends the input, as Ctrl-D does
+        producer.flush()
+    finally:
+        producer.close()
+    if outcomes.failed:
+        raise CliError(
+            f"{outcomes.failed} of {outcomes.sent} record(s) to {args.topic} were not acknowledged: "
+            f"{outcomes.first_error}"
+        )
+    if args.verbose:
+        print(f"kctl: produced {outcomes.acked} record(s) to {args.topic} (acks={args.acks})", file=sys.stderr)
+    return 0
+
+
+# --- consume -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """Kafka's DefaultMessageFormatter settings."""
+
+    print_key: bool = False
+    print_value: bool = True
+    print_offset: bool = False
+    print_partition: bool = False
+    print_timestamp: bool = False
+    print_headers: bool = False
+    key_separator: str = "\t"
+    line_separator: str = "\n"
+
+    FLAGS = ("print.key", "print.value", "print.offset", "print.partition", "print.timestamp", "print.headers")
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> RecordFormat:
+        unknown = set(props) - {*cls.FLAGS, "key.separator", "line.separator"}
+        if unknown:
+            known = ", ".join((*cls.FLAGS, "key.separator", "line.separator"))
+            raise UsageError(f"unknown --property for consume: {', '.join(sorted(unknown))} (known: {known})")
+        flags = {name.replace(".", "_"): parse_bool(props[name], name) for name in cls.FLAGS if name in props}
+        return cls(
+            **flags,
+            key_separator=_unescape(props.get("key.separator", "\t")),
+            line_separator=_unescape(props.get("line.separator", "\n")),
+        )
+
+    def format(self, r: ConsumerRecord) -> str:
+        fields: list[str] = []
+        if self.print_timestamp:
+            kind = TIMESTAMP_TYPES.get(r.timestamp_type)
+            fields.append(f"{kind}:{r.timestamp}" if kind else "NO_TIMESTAMP")
+        if self.print_partition:
+            fields.append(f"Partition:{r.partition}")
+        if self.print_offset:
+            fields.append(f"Offset:{r.offset}")
+        if self.print_headers:
+            fields.append(",".join(f"{k}:{_text(v)}" for k, v in r.headers) if r.headers else "NO_HEADERS")
+        if self.print_key:
+            fields.append(_text(r.key))
+        if self.print_value:
+            fields.append(_text(r.value))
+        return self.key_separator.join(fields) + self.line_separator
+
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", errors="replace")
+
+
+def _start(offset: str | None) -> int | str | None:
+    if offset is None or offset in ("earliest", "latest"):
+        return offset
+    if offset.isdigit():
+        return int(offset)
+    raise UsageError(f"--offset must be a non-negative number, earliest or latest, got {offset!r}")
+
+
+def consume_records(args: argparse.Namespace) -> int:
+    bootstrap = _bootstrap(args, "consume")
+    fmt = RecordFormat.from_properties(parse_key_values(args.property, "--property"))
+    start = _start(args.offset)
+    if start is not None and args.partition is None:
+        raise UsageError("--offset needs --partition")
+    if start is not None and args.from_beginning:
+        raise UsageError("--from-beginning and --offset cannot be used together")
+    if args.max_messages is not None and args.max_messages < 1:
+        raise UsageError(f"--max-messages must be at least 1, got {args.max_messages}")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise UsageError(f"--timeout-ms must be >= 0, got {args.timeout_ms}")
+    try:
+        count = _consume(args, bootstrap, fmt, start)
+    except KeyboardInterrupt:
+        return 0
+    if args.verbose:
+        print(f"kctl: processed a total of {count} message(s)", file=sys.stderr)
+    return 0
+
+
+def _consume(args: argparse.Namespace, bootstrap: str, fmt: RecordFormat, start: int | str | None) -> int:
+    topic = args.topic
+    partitions = require_topic(bootstrap, topic)
+    if args.partition is not None and args.partition not in partitions:
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic!r} has no partition {args.partition} (it has {len(partitions)})"
+        )
+    out = sys.stdout.buffer
+    count = 0
+    reset = "earliest" if args.from_beginning else "latest"
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset=reset) as consumer:
+        found = consumer.partitions_for_topic(topic)
+        if not found:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        tps = [TopicPartition(topic, p) for p in sorted(found) if args.partition in (None, p)]
+        consumer.assign(tps)
+        if start == "earliest":
+            consumer.seek_to_beginning(*tps)
+        elif start == "latest":
+            consumer.seek_to_end(*tps)
+        elif isinstance(start, int):
+            consumer.seek(tps[0], start)
+        timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000.0
+        idle_since = time.monotonic()
+        while args.max_messages is None or count < args.max_messages:
+            wait_ms = POLL_MS
+            if timeout_s is not None:
+                left_ms = int((idle_since + timeout_s - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    break
+                wait_ms = max(1, min(POLL_MS, left_ms))
+            left = None if args.max_messages is None else args.max_messages - count
+            batch = consumer.poll(timeout_ms=wait_ms, max_records=left)
+            if not batch:
+                continue
+            idle_since = time.monotonic()
+            for records in batch.values():
+                for r in records:
+                    if left is not None and count >= args.max_messages:
+                        break
+                    out.write(fmt.format(r).encode("utf-8", errors="replace"))
+                    count += 1
+            out.flush()
+    return count
