@@ -23,7 +23,15 @@ READY = re.compile(rb"kbroker (\d+) listening on (\S+)")
 
 
 class BrokerProcess:
-    def __init__(self, broker_id: int, root: Path, zk_connect: str, overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        root: Path,
+        zk_connect: str,
+        overrides: dict[str, str] | None = None,
+        config_file: Path | None = None,
+    ) -> None:
+        self.config_file = config_file
         self.broker_id = broker_id
         self.root = root
         self.data_dir = root / f"broker-{broker_id}"
@@ -35,6 +43,8 @@ class BrokerProcess:
         self._log_offset = 0
 
     def command(self) -> list[str]:
+        if self.config_file is not None:
+            return [sys.executable, "-m", "kbroker.server", str(self.config_file)]
         cmd = [
             sys.executable,
             "-m",

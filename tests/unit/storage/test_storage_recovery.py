@@ -147,17 +147,22 @@ def test_corrupt_first_batch_empties_the_segment(tmp_path: Path) -> None:
     log.close()
 
 
-def test_recovery_starts_at_the_recovery_point(tmp_path: Path) -> None:
+def test_recovery_starts_at_the_recovery_point(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     dir = tmp_path / "t-0"
     build(dir)
     segments = log_files(dir)
     flushed_end = files.offset_from_filename(segments[2].name)
     last = segments[-1]
-    end = batch_positions(last)[-1][2]
+    end = batch_positions(last)[-1][1]
     truncate_file(last, 5)
-    log = reopen(dir, recovery_point=flushed_end)
+    with caplog.at_level(logging.INFO):
+        log = reopen(dir, recovery_point=flushed_end)
+    recovered = len(segments) - 2  # the segment holding the recovery point and later ones
+    assert any(f"{recovered} segments recovered" in r.getMessage() for r in caplog.records)
     assert log.recovery_point == flushed_end
-    check_usable(log, batch_positions(last)[-1][1] if batch_positions(last) else end)
+    check_usable(log, end)
     log.close()
 
 
