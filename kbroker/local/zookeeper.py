@@ -11,6 +11,7 @@ Thread safety: none needed; one owner drives the processes.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import shutil
 import signal
@@ -22,6 +23,10 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 JAR_DIRS = ("/usr/share/java", "/usr/share/zookeeper", "/usr/share/zookeeper/lib", "/opt/zookeeper/lib")
+
+
+_PROBE_LOG = logging.getLogger("kbroker.local.zookeeper.probe")
+_PROBE_LOG.setLevel(logging.CRITICAL)
 
 
 class ZooKeeperNotFound(RuntimeError):
@@ -146,7 +151,7 @@ class ZooKeeperEnsemble:
             dead = [s for s in self.servers if not s.running()]
             if dead:
                 raise RuntimeError(f"ZooKeeper exited; see {dead[0].log_path}:\n{tail(dead[0].log_path)}")
-            client = KazooClient(hosts=self.connect_string, timeout=5)
+            client = KazooClient(hosts=self.connect_string, timeout=5, logger=_PROBE_LOG)
             try:
                 client.start(timeout=min(5, max(deadline - time.monotonic(), 0.5)))
                 client.get_children("/")

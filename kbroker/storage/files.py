@@ -189,9 +189,7 @@ def write_checkpoint(path: Path, entries: Iterable[str], version: int = CHECKPOI
     atomic_write(path, text.encode("utf-8"))
 
 
-def read_checkpoint(
-    path: Path, fields: int, version: int = CHECKPOINT_VERSION
-) -> list[list[str]] | None:
+def read_checkpoint(path: Path, fields: int, version: int = CHECKPOINT_VERSION) -> list[list[str]] | None:
     """The entries of a checkpoint file, each split into ``fields`` strings.
 
     Returns None if the file does not exist. Raises KafkaStorageError naming the
@@ -211,20 +209,14 @@ def read_checkpoint(
     if len(lines) < 2:
         raise KafkaStorageError(f"checkpoint file {path} is truncated: {len(lines)} lines")
     if lines[0].strip() != str(version):
-        raise KafkaStorageError(
-            f"checkpoint file {path} has version {lines[0].strip()!r}, expected {version}"
-        )
+        raise KafkaStorageError(f"checkpoint file {path} has version {lines[0].strip()!r}, expected {version}")
     try:
         count = int(lines[1])
     except ValueError:
-        raise KafkaStorageError(
-            f"checkpoint file {path} has a malformed count line {lines[1]!r}"
-        ) from None
+        raise KafkaStorageError(f"checkpoint file {path} has a malformed count line {lines[1]!r}") from None
     entries = [line for line in lines[2:] if line.strip()]
     if count != len(entries):
-        raise KafkaStorageError(
-            f"checkpoint file {path} declares {count} entries but holds {len(entries)}"
-        )
+        raise KafkaStorageError(f"checkpoint file {path} declares {count} entries but holds {len(entries)}")
     result: list[list[str]] = []
     for line in entries:
         parts = line.split()
@@ -238,9 +230,7 @@ def _int_field(path: Path, value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise KafkaStorageError(
-            f"malformed number {value!r} in checkpoint file {path}"
-        ) from None
+        raise KafkaStorageError(f"malformed number {value!r} in checkpoint file {path}") from None
 
 
 def read_offsets_checkpoint(path: Path) -> dict[tuple[str, int], int]:

@@ -161,9 +161,7 @@ class OffsetIndex(_IndexFile):
         """Add an entry; offsets and positions must increase."""
         relative = offset - self.base_offset
         if not 0 <= relative <= _INT32_MAX:
-            raise ValueError(
-                f"offset {offset} does not fit an index with base offset {self.base_offset}"
-            )
+            raise ValueError(f"offset {offset} does not fit an index with base offset {self.base_offset}")
         if self._offsets and (relative <= self._offsets[-1] or position <= self._positions[-1]):
             raise ValueError(
                 f"index entry ({offset}, {position}) is not after the last entry "
@@ -264,9 +262,7 @@ class TimeIndex(_IndexFile):
             return False
         relative = offset - self.base_offset
         if not 0 <= relative <= _INT32_MAX:
-            raise ValueError(
-                f"offset {offset} does not fit an index with base offset {self.base_offset}"
-            )
+            raise ValueError(f"offset {offset} does not fit an index with base offset {self.base_offset}")
         if self._offsets and relative < self._offsets[-1]:
             raise ValueError(
                 f"time index entry ({timestamp}, {offset}) goes back from the last entry "

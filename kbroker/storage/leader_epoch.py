@@ -111,9 +111,7 @@ class LeaderEpochCache:
                 return False
             while self._epochs and self._epochs[-1].start_offset >= start_offset:
                 dropped = self._epochs.pop()
-                logger.info(
-                    "leader epoch %d at %d replaces %s in %s", epoch, start_offset, dropped, self._path
-                )
+                logger.info("leader epoch %d at %d replaces %s in %s", epoch, start_offset, dropped, self._path)
             self._epochs.append(EpochEntry(epoch, start_offset))
             self._flush_locked()
             return True

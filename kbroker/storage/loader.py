@@ -111,9 +111,7 @@ def load_log(
     bases = _remove_leftovers(dir)
     try:
         epoch_cache = LeaderEpochCache.load(dir)
-        rebuild_epochs = epoch_cache.path is not None and not epoch_cache.path.exists() and bool(
-            bases
-        )
+        rebuild_epochs = epoch_cache.path is not None and not epoch_cache.path.exists() and bool(bases)
     except KafkaStorageError as exc:
         logger.warning("%s: %s; rebuilding the leader epoch cache from the log", dir.name, exc)
         epoch_cache = LeaderEpochCache(dir / files.LEADER_EPOCH_CHECKPOINT)
@@ -123,10 +121,7 @@ def load_log(
     segments = loaded.segments
     try:
         for i, base in enumerate(bases):
-            indexes_present = (
-                files.offset_index_file(dir, base).exists()
-                and files.time_index_file(dir, base).exists()
-            )
+            indexes_present = files.offset_index_file(dir, base).exists() and files.time_index_file(dir, base).exists()
             segment = _open_segment(dir, base, config, now_ms)
             segments.append(segment)
             last = i == len(bases) - 1
@@ -152,7 +147,9 @@ def load_log(
             logger.warning(
                 "%s: log end offset %d is below the log start offset %d (segment files were "
                 "removed?); deleting every segment",
-                dir.name, end, start,
+                dir.name,
+                end,
+                start,
             )
             for segment in segments:
                 segment.delete()
@@ -191,8 +188,11 @@ def load_log(
             logging.WARNING if damaged else logging.INFO,
             "%s: loaded with recovery: %d segments recovered, %d bytes truncated, "
             "%d segments deleted; log end offset %d",
-            dir.name, loaded.recovered_segments, loaded.truncated_bytes,
-            loaded.deleted_segments, log_end,
+            dir.name,
+            loaded.recovered_segments,
+            loaded.truncated_bytes,
+            loaded.deleted_segments,
+            log_end,
         )
     return loaded
 
@@ -212,9 +212,7 @@ def _recover_unflushed(loaded: LoadedLog, recovery_point: int) -> None:
             loaded.truncated_bytes += truncated
             doomed = segments[i + 1 :]
             for later in doomed:
-                logger.warning(
-                    "deleting segment %s after corruption in %s", later.log_path, segment.log_path
-                )
+                logger.warning("deleting segment %s after corruption in %s", later.log_path, segment.log_path)
                 later.delete()
             loaded.deleted_segments += len(doomed)
             del segments[i + 1 :]

@@ -270,13 +270,10 @@ class Log:
             raise ValueError(f"leader epoch must be >= 0, not {leader_epoch}")
         now = _now_ms() if now_ms is None else now_ms
         config = self._config
-        batches = validate_batches(
-            records, as_leader=True, max_message_bytes=config.max_message_bytes
-        )
+        batches = validate_batches(records, as_leader=True, max_message_bytes=config.max_message_bytes)
         if len(records) > config.segment_bytes:
             raise RecordListTooLargeError(
-                f"{len(records)} bytes of batches are more than segment.bytes="
-                f"{config.segment_bytes} of {self.name}"
+                f"{len(records)} bytes of batches are more than segment.bytes={config.segment_bytes} of {self.name}"
             )
         buf = bytearray(records)
         append_time = -1
@@ -346,9 +343,7 @@ class Log:
             len(records),
         )
 
-    def _append_locked(
-        self, data: bytes | bytearray | memoryview, summary: BatchSummary, now_ms: int
-    ) -> None:
+    def _append_locked(self, data: bytes | bytearray | memoryview, summary: BatchSummary, now_ms: int) -> None:
         config = self._config
         try:
             with _storage_errors(f"appending to {self.name}"):
@@ -397,9 +392,7 @@ class Log:
             end = self._next_offset
             if start_offset == end:
                 active = self._segments[-1]
-                return FetchDataInfo(
-                    b"", start_offset, -1, end, start, end, active.base_offset, active.size
-                )
+                return FetchDataInfo(b"", start_offset, -1, end, start, end, active.base_offset, active.size)
             if start_offset < start or start_offset > end:
                 raise OffsetOutOfRangeError(
                     f"offset {start_offset} is out of range for {self.name}: the log holds "
@@ -563,7 +556,9 @@ class Log:
                 return False
             logger.info(
                 "%s: truncating to offset %d (log end offset was %d)",
-                self.name, offset, self._next_offset,
+                self.name,
+                offset,
+                self._next_offset,
             )
             if self._segments[0].base_offset > offset:
                 self._truncate_fully_locked(offset)
@@ -633,9 +628,7 @@ class Log:
 
     # ------------------------------------------------------------------ retention
 
-    def delete_old_segments(
-        self, now_ms: int | None = None, *, high_watermark: int | None = None
-    ) -> int:
+    def delete_old_segments(self, now_ms: int | None = None, *, high_watermark: int | None = None) -> int:
         """Apply retention: delete the oldest whole segments that are past retention.ms
         (judged by their largest timestamp) or beyond retention.bytes, and those below
         the log start offset. The active segment is never deleted. With
@@ -675,9 +668,7 @@ class Log:
         self._delete_due_segments(now)
         return deleted
 
-    def _delete_segments_while(
-        self, predicate: Callable[[LogSegment, LogSegment], bool], now_ms: int
-    ) -> int:
+    def _delete_segments_while(self, predicate: Callable[[LogSegment, LogSegment], bool], now_ms: int) -> int:
         """Delete the oldest segments while ``predicate(segment, next_segment)`` holds,
         never the active one; the log start offset follows."""
         count = 0
@@ -685,8 +676,11 @@ class Log:
             segment = self._segments[0]
             logger.info(
                 "%s: deleting segment %d (offsets %d..%d, %d bytes)",
-                self.name, segment.base_offset, segment.base_offset,
-                segment.next_offset - 1, segment.size,
+                self.name,
+                segment.base_offset,
+                segment.base_offset,
+                segment.next_offset - 1,
+                segment.size,
             )
             self._remove_segment_locked(0, now_ms)
             count += 1
@@ -743,6 +737,5 @@ class Log:
 
     def __repr__(self) -> str:
         return (
-            f"Log({self._dir}, start={self._log_start_offset}, end={self._next_offset}, "
-            f"segments={len(self._segments)})"
+            f"Log({self._dir}, start={self._log_start_offset}, end={self._next_offset}, segments={len(self._segments)})"
         )

@@ -81,9 +81,7 @@ class LogConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_properties(
-        cls, props: Mapping[str, str], defaults: LogConfig | None = None
-    ) -> LogConfig:
+    def from_properties(cls, props: Mapping[str, str], defaults: LogConfig | None = None) -> LogConfig:
         """A config from Kafka topic-config strings, over ``defaults`` (or Kafka's).
 
         Raises InvalidConfigurationError with one line naming the key for an unknown
@@ -238,9 +236,7 @@ def _parse_str(name: str, raw: str) -> str:
     return raw
 
 
-def _validated(
-    field: str, parse: Callable[[str, str], Any]
-) -> Callable[[str, str], Any]:
+def _validated(field: str, parse: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
     def parse_and_check(name: str, raw: str) -> Any:
         value = parse(name, raw)
         _VALIDATORS[field](name, value)

@@ -95,8 +95,7 @@ class LogManager:
             os.close(fd)
             owner = f" (process {holder})" if holder else ""
             raise KafkaStorageError(
-                f"data directory {self._data_dir} is in use by another broker{owner}: "
-                f"cannot lock {path}"
+                f"data directory {self._data_dir} is in use by another broker{owner}: cannot lock {path}"
             ) from None
         except OSError as exc:
             os.close(fd)
@@ -139,12 +138,8 @@ class LogManager:
             configs = dict(topic_configs or {})
             marker = self._data_dir / files.CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
-            recovery_points = files.read_offsets_checkpoint(
-                self._data_dir / files.RECOVERY_POINT_CHECKPOINT
-            )
-            start_offsets = files.read_offsets_checkpoint(
-                self._data_dir / files.LOG_START_OFFSET_CHECKPOINT
-            )
+            recovery_points = files.read_offsets_checkpoint(self._data_dir / files.RECOVERY_POINT_CHECKPOINT)
+            start_offsets = files.read_offsets_checkpoint(self._data_dir / files.LOG_START_OFFSET_CHECKPOINT)
             started = time.monotonic()
             try:
                 for path in sorted(self._data_dir.iterdir()):
@@ -175,15 +170,15 @@ class LogManager:
                 raise
             logger.info(
                 "loaded %d logs from %s in %.1f s (%s shutdown)",
-                len(self._logs), self._data_dir, time.monotonic() - started,
+                len(self._logs),
+                self._data_dir,
+                time.monotonic() - started,
                 "clean" if clean else "unclean",
             )
             if clean:
                 marker.unlink(missing_ok=True)
                 files.fsync_dir(self._data_dir)
-            self._thread = threading.Thread(
-                target=self._run, name=f"log-manager-{self._data_dir.name}", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name=f"log-manager-{self._data_dir.name}", daemon=True)
             self._thread.start()
 
     def shutdown(self) -> None:
@@ -213,8 +208,7 @@ class LogManager:
                         files.atomic_write(self._data_dir / files.CLEAN_SHUTDOWN_FILE, b"")
             finally:
                 self._release_dir_lock()
-            logger.info("log manager of %s shut down (%s)", self._data_dir,
-                        "clean" if clean else "with errors")
+            logger.info("log manager of %s shut down (%s)", self._data_dir, "clean" if clean else "with errors")
 
     # ------------------------------------------------------------------ logs
 

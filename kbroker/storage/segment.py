@@ -125,9 +125,7 @@ class LogSegment:
                 fd = os.open(log_path, os.O_RDWR)
                 if os.fstat(fd).st_size:
                     os.close(fd)
-                    raise KafkaStorageError(
-                        f"cannot create segment {log_path}: a non-empty file exists"
-                    ) from None
+                    raise KafkaStorageError(f"cannot create segment {log_path}: a non-empty file exists") from None
             for stale in (index_path, time_path):
                 try:
                     os.unlink(stale)
@@ -145,9 +143,7 @@ class LogSegment:
         except BaseException:
             os.close(fd)
             raise
-        segment = cls(
-            dir, base_offset, fd, offset_index, time_index, index_interval_bytes, now_ms
-        )
+        segment = cls(dir, base_offset, fd, offset_index, time_index, index_interval_bytes, now_ms)
         return segment
 
     def sanity_check(self) -> None:
@@ -305,14 +301,13 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """Called when a newer segment takes over: record the final time index entry."""
         if self._max_timestamp >= 0:
-            self._time_index.maybe_append(
-                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
-            )
+            self._time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
 
     # ------------------------------------------------------------------ writing
 
     def append(
-        self, records: bytes | bytearray | memoryview,
+        self,
+        records: bytes | bytearray | memoryview,
         batches: Sequence[tuple[int, BatchHeader]] | None = None,
     ) -> None:
         """Append whole, validated, offset-stamped batches.
@@ -325,9 +320,7 @@ class LogSegment:
         if not batches:
             return
         last_offset = batches[-1][1].last_offset
-        if not self.can_convert_to_relative_offset(last_offset) or (
-            batches[0][1].base_offset < self._next_offset
-        ):
+        if not self.can_convert_to_relative_offset(last_offset) or (batches[0][1].base_offset < self._next_offset):
             raise ValueError(
                 f"offsets {batches[0][1].base_offset}..{last_offset} cannot be appended to "
                 f"segment {self._log_path} (base {self._base_offset}, next {self._next_offset})"
@@ -386,9 +379,7 @@ class LogSegment:
         self._load_tail()
         return removed
 
-    def recover(
-        self, epoch_cache: LeaderEpochCache | None = None, min_offset: int | None = None
-    ) -> int:
+    def recover(self, epoch_cache: LeaderEpochCache | None = None, min_offset: int | None = None) -> int:
         """Validate every batch, rebuild both indexes, cut the file at the first bad byte.
 
         A batch is valid if its header is complete, it lies inside the file, it
@@ -451,7 +442,11 @@ class LogSegment:
         if removed:
             logger.warning(
                 "segment %s: %s; truncating %d bytes at position %d (offset %d)",
-                self._log_path, problem, removed, pos, expected,
+                self._log_path,
+                problem,
+                removed,
+                pos,
+                expected,
             )
             os.ftruncate(fd, pos)
         self._size = pos
@@ -466,9 +461,7 @@ class LogSegment:
             if since > interval and not self._offset_index.is_full:
                 self._offset_index.append(header.last_offset, bpos)
                 if not self._time_index.is_full:
-                    self._time_index.maybe_append(
-                        self._max_timestamp, self._offset_of_max_timestamp
-                    )
+                    self._time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
                 since = 0
             since += header.batch_length + LOG_OVERHEAD
             self._next_offset = header.next_offset
@@ -496,8 +489,7 @@ class LogSegment:
             header = read_header(buf, off)
             if header.batch_length < _MIN_BATCH_LENGTH:
                 raise CorruptRecordError(
-                    f"segment {self._log_path}: batch at position {pos} has length "
-                    f"{header.batch_length}"
+                    f"segment {self._log_path}: batch at position {pos} has length {header.batch_length}"
                 )
             size = header.batch_length + LOG_OVERHEAD
             if pos + size > end:
@@ -511,9 +503,7 @@ class LogSegment:
         """(position, header) of every complete batch from ``start_position``."""
         return self._scan_headers(start_position, self._size)
 
-    def translate_offset(
-        self, offset: int, max_position: int | None = None
-    ) -> tuple[int, BatchHeader] | None:
+    def translate_offset(self, offset: int, max_position: int | None = None) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``.
 
         Looks up the floor entry of the offset index, then scans headers forward.
@@ -571,9 +561,7 @@ class LogSegment:
             data = data[:cut]
         return SegmentRead(data, position, first.base_offset if cut else -1, next_offset)
 
-    def find_offset_by_timestamp(
-        self, timestamp: int, starting_offset: int = 0
-    ) -> tuple[int, int] | None:
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record >= ``starting_offset`` stamped >= ``timestamp``.
 
         Uses the time index, then the offset index, then scans batch headers; only
@@ -637,7 +625,4 @@ class LogSegment:
                 pass
 
     def __repr__(self) -> str:
-        return (
-            f"LogSegment({self._log_path}, size={self._size}, "
-            f"offsets={self._base_offset}..{self._next_offset - 1})"
-        )
+        return f"LogSegment({self._log_path}, size={self._size}, offsets={self._base_offset}..{self._next_offset - 1})"

@@ -109,21 +109,17 @@ def validate_batches(
         size = header.batch_length + LOG_OVERHEAD
         if size > remaining:
             raise CorruptRecordError(
-                f"batch at position {pos} declares {size} bytes but only {remaining} remain "
-                f"(truncated batch)"
+                f"batch at position {pos} declares {size} bytes but only {remaining} remain (truncated batch)"
             )
         if max_message_bytes is not None and size > max_message_bytes:
             raise MessageSizeTooLargeError(
-                f"batch at position {pos} is {size} bytes, larger than "
-                f"max.message.bytes={max_message_bytes}"
+                f"batch at position {pos} is {size} bytes, larger than max.message.bytes={max_message_bytes}"
             )
         check_batch(records, pos, header)
         delta = header.last_offset_delta
         count = header.record_count
         if delta < 0:
-            raise CorruptRecordError(
-                f"batch at position {pos} has a negative lastOffsetDelta {delta}"
-            )
+            raise CorruptRecordError(f"batch at position {pos} has a negative lastOffsetDelta {delta}")
         if as_leader:
             if count != delta + 1:
                 raise CorruptRecordError(
@@ -131,14 +127,11 @@ def validate_batches(
                     f"{delta + 1} (lastOffsetDelta {delta})"
                 )
             if header.attributes & _CONTROL_MASK:
-                raise CorruptRecordError(
-                    f"batch at position {pos} is a control batch: clients cannot write those"
-                )
+                raise CorruptRecordError(f"batch at position {pos} is a control batch: clients cannot write those")
         else:
             if count > delta + 1:
                 raise CorruptRecordError(
-                    f"batch at position {pos} holds {count} records, more than its "
-                    f"{delta + 1} offsets"
+                    f"batch at position {pos} holds {count} records, more than its {delta + 1} offsets"
                 )
             if header.base_offset < 0 or header.base_offset < previous_next:
                 raise CorruptRecordError(

@@ -27,13 +27,10 @@ def make_batch(
     return builder.build()
 
 
-def make_batches(
-    batches: int, per_batch: int = 1, *, timestamp: int = 1_000, value_size: int = 10
-) -> bytes:
+def make_batches(batches: int, per_batch: int = 1, *, timestamp: int = 1_000, value_size: int = 10) -> bytes:
     """``batches`` batches back to back, record i of batch b valued ``b<b>-<i>``."""
     return b"".join(
-        make_batch(per_batch, timestamp=timestamp, value_size=value_size, prefix=f"b{b}-")
-        for b in range(batches)
+        make_batch(per_batch, timestamp=timestamp, value_size=value_size, prefix=f"b{b}-") for b in range(batches)
     )
 
 
@@ -51,9 +48,7 @@ def batch_sizes(data: bytes) -> list[int]:
 
 def small_config(**changes: object) -> LogConfig:
     """Small segments and dense indexes, immediate deletes."""
-    base = LogConfig(
-        segment_bytes=4096, index_interval_bytes=256, file_delete_delay_ms=0
-    )
+    base = LogConfig(segment_bytes=4096, index_interval_bytes=256, file_delete_delay_ms=0)
     return base.replace(**changes)
 
 

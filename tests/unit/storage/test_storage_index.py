@@ -121,8 +121,7 @@ def test_time_index_full_and_skip_full_check(tmp_path: Path) -> None:
 def test_time_index_sanity_check(tmp_path: Path) -> None:
     path = tmp_path / "a.timeindex"
     path.write_bytes(
-        (5000).to_bytes(8, "big") + (1).to_bytes(4, "big")
-        + (4000).to_bytes(8, "big") + (2).to_bytes(4, "big")
+        (5000).to_bytes(8, "big") + (1).to_bytes(4, "big") + (4000).to_bytes(8, "big") + (2).to_bytes(4, "big")
     )
     index = TimeIndex(path, 0, 1024)
     with pytest.raises(CorruptIndexError):

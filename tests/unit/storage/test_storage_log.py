@@ -1,4 +1,5 @@
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,9 @@ from kclient.records import BatchBuilder, Compression, iter_headers, read_header
 
 
 @pytest.fixture
-def log(tmp_path: Path) -> Log:
+def log(tmp_path: Path) -> Iterator[Log]:
     log = Log.open(tmp_path / "topic-0", small_config())
-    yield log  # type: ignore[misc]
+    yield log
     log.close()
 
 
@@ -60,10 +61,10 @@ def test_append_read_round_trip_across_many_segments(log: Log) -> None:
     assert all_values(records) == expected
     # every offset, read on its own, comes back in the first batch returned
     for offset in range(0, 600, 7):
-        info = log.read(offset, 1)
-        first = read_header(info.records)
+        fetched = log.read(offset, 1)
+        first = read_header(fetched.records)
         assert first.base_offset <= offset <= first.last_offset
-        assert info.first_offset == first.base_offset and info.next_offset == first.next_offset
+        assert fetched.first_offset == first.base_offset and fetched.next_offset == first.next_offset
 
 
 def test_appended_batches_carry_offsets_and_epoch(log: Log) -> None:
@@ -465,9 +466,7 @@ def test_concurrent_appends_and_reads(log: Log) -> None:
                 info = log.read(offset, 3000)
                 records = records_of(info.records)
                 assert records and records[0].offset <= offset
-                assert [r.offset for r in records] == list(
-                    range(records[0].offset, records[0].offset + len(records))
-                )
+                assert [r.offset for r in records] == list(range(records[0].offset, records[0].offset + len(records)))
                 offset = info.next_offset
             assert offset == 2 * total_batches
         except BaseException as exc:  # pragma: no cover - reported below

@@ -113,11 +113,11 @@ def test_bad_value_is_named(key: str, value: str) -> None:
 
 
 def test_direct_construction_is_validated() -> None:
-    with pytest.raises(InvalidConfigurationError, match="retention.ms"):
+    with pytest.raises(InvalidConfigurationError, match=r"retention\.ms"):
         LogConfig(retention_ms=-5)
-    with pytest.raises(InvalidConfigurationError, match="cleanup.policy"):
+    with pytest.raises(InvalidConfigurationError, match=r"cleanup\.policy"):
         LogConfig(cleanup_policy="delete,compact")  # use the normal form
-    with pytest.raises(InvalidConfigurationError, match="segment.bytes"):
+    with pytest.raises(InvalidConfigurationError, match=r"segment\.bytes"):
         LogConfig().replace(segment_bytes=0)
 
 

@@ -74,10 +74,14 @@ def test_clean_restart(tmp_path: Path) -> None:
     manager.shutdown()  # idempotent
     assert (tmp_path / files.CLEAN_SHUTDOWN_FILE).exists()
     assert files.read_offsets_checkpoint(tmp_path / files.RECOVERY_POINT_CHECKPOINT) == {
-        ("a", 0): 40, ("a", 1): 40, ("b.c-d_e", 7): 40,
+        ("a", 0): 40,
+        ("a", 1): 40,
+        ("b.c-d_e", 7): 40,
     }
     assert files.read_offsets_checkpoint(tmp_path / files.LOG_START_OFFSET_CHECKPOINT) == {
-        ("a", 0): 30, ("a", 1): 0, ("b.c-d_e", 7): 0,
+        ("a", 0): 30,
+        ("a", 1): 0,
+        ("b.c-d_e", 7): 0,
     }
 
     again = started(tmp_path)
@@ -102,11 +106,11 @@ def test_unclean_restart_recovers(tmp_path: Path) -> None:
     truncate_file(last, 10)
 
     again = started(tmp_path)
-    log = again.get("t", 0)
-    assert log is not None
-    assert log.log_end_offset == headers[-1].base_offset
-    assert [r.offset for r in read_all(log)] == list(range(headers[-1].base_offset))
-    assert log.append_as_leader(make_batch(1), 0).first_offset == headers[-1].base_offset
+    recovered = again.get("t", 0)
+    assert recovered is not None
+    assert recovered.log_end_offset == headers[-1].base_offset
+    assert [r.offset for r in read_all(recovered)] == list(range(headers[-1].base_offset))
+    assert recovered.append_as_leader(make_batch(1), 0).first_offset == headers[-1].base_offset
     again.shutdown()
 
 
@@ -136,7 +140,10 @@ def test_topic_configs_at_startup(tmp_path: Path) -> None:
 def test_background_thread_runs_retention_flush_and_checkpoints(tmp_path: Path) -> None:
     config = small_config(retention_ms=1000, flush_ms=10)
     manager = started(
-        tmp_path, config, retention_check_interval_ms=20, flush_check_interval_ms=10,
+        tmp_path,
+        config,
+        retention_check_interval_ms=20,
+        flush_check_interval_ms=10,
         checkpoint_interval_ms=20,
     )
     log = manager.get_or_create("t", 0)

@@ -91,8 +91,7 @@ def test_corruption_in_an_earlier_segment_drops_later_segments(tmp_path: Path) -
     log = reopen(dir, recovery_point=0)
     assert log.num_segments == 2
     assert [p.name for p in log_files(dir)] == [p.name for p in segments[:2]]
-    assert not any(files.offset_index_file(dir, files.offset_from_filename(p.name)).exists()
-                   for p in segments[2:])
+    assert not any(files.offset_index_file(dir, files.offset_from_filename(p.name)).exists() for p in segments[2:])
     check_usable(log, victim[1])
     log.close()
 
@@ -147,9 +146,7 @@ def test_corrupt_first_batch_empties_the_segment(tmp_path: Path) -> None:
     log.close()
 
 
-def test_recovery_starts_at_the_recovery_point(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_recovery_starts_at_the_recovery_point(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     dir = tmp_path / "t-0"
     build(dir)
     segments = log_files(dir)

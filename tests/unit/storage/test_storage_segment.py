@@ -10,8 +10,7 @@ from kbroker.storage.segment import LogSegment
 from kclient.records import BatchBuilder, iter_headers
 
 
-def batch_at(base_offset: int, count: int = 1, *, timestamp: int = 1000, epoch: int = 0,
-             value_size: int = 50) -> bytes:
+def batch_at(base_offset: int, count: int = 1, *, timestamp: int = 1000, epoch: int = 0, value_size: int = 50) -> bytes:
     builder = BatchBuilder(base_offset=base_offset, partition_leader_epoch=epoch)
     for i in range(count):
         builder.append(timestamp + i, None, b"x" * value_size)
@@ -19,9 +18,7 @@ def batch_at(base_offset: int, count: int = 1, *, timestamp: int = 1000, epoch: 
 
 
 def new_segment(dir: Path, base: int = 0, interval: int = 0, index_size: int = 4096) -> LogSegment:
-    return LogSegment.open(
-        dir, base, index_interval_bytes=interval, max_index_size=index_size, create=True
-    )
+    return LogSegment.open(dir, base, index_interval_bytes=interval, max_index_size=index_size, create=True)
 
 
 def fill(segment: LogSegment, batches: int, per_batch: int = 2, ts0: int = 1000) -> list[bytes]:
@@ -162,8 +159,7 @@ def test_find_offset_by_timestamp(tmp_path: Path) -> None:
 
 def test_should_roll(tmp_path: Path) -> None:
     seg = new_segment(tmp_path, 0, index_size=16)
-    kw = dict(max_timestamp_in_messages=1000, max_offset_in_messages=1, now_ms=0,
-              segment_bytes=10_000, segment_ms=1000)
+    kw = dict(max_timestamp_in_messages=1000, max_offset_in_messages=1, now_ms=0, segment_bytes=10_000, segment_ms=1000)
     assert not seg.should_roll(messages_size=100_000, **kw)  # type: ignore[arg-type]
     seg.append(batch_at(0, 1, timestamp=1000))
     assert not seg.should_roll(messages_size=100, **kw)  # type: ignore[arg-type]
