@@ -444,11 +444,6 @@ class Producer:
                 for b in group:
                     self._retry_or_fail(b, exc)
                 continue
-            if self._acks == 0:
-                for b in group:
-                    b.succeed(-1, -1)
-                    self._done(b)
-                continue
             call.add_done_callback(lambda c, g=group, a=addr: self._on_response(c, g, a))
 
     def _on_response(self, call: Any, group: list[_Batch], addr: str) -> None:
@@ -463,6 +458,12 @@ class Producer:
         except Exception as exc:  # pragma: no cover - cancelled at close
             for b in group:
                 self._retry_or_fail(b, KafkaError(str(exc)))
+            return
+        if self._acks == 0:
+            # Nothing is acknowledged; the batch is done once the broker has it.
+            for b in group:
+                b.succeed(-1, -1)
+                self._done(b)
             return
         by_tp = {(t.name, p.index): p for t in resp.topics for p in t.partitions}
         for b in group:

@@ -20,7 +20,6 @@ from kbroker.storage.log import (
     FetchDataInfo,
     Log,
     LogAppendInfo,
-    UnexpectedAppendOffsetError,
 )
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
@@ -41,6 +40,4 @@ __all__ = [  # noqa: RUF022 - grouped, as aiokafka does
     # constants
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
-    # errors
-    "UnexpectedAppendOffsetError",
 ]

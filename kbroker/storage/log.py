@@ -40,15 +40,6 @@ LATEST_TIMESTAMP = -1
 """ListOffsets: the log end offset."""
 
 
-class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
-    """A follower append does not start at the log end offset (OFFSET_OUT_OF_RANGE on the wire)."""
-
-    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
-        super().__init__(message)
-        self.first_offset = first_offset
-        self.log_end_offset = log_end_offset
-
-
 class LogAppendInfo(NamedTuple):
     """The outcome of an append."""
 
@@ -312,7 +303,7 @@ class Log:
 
         The same checks as a leader append (except max.message.bytes, which is the
         leader's business); the first batch must start at the log end offset
-        (else UnexpectedAppendOffsetError) and offsets must increase. New leader
+        (else OffsetOutOfRangeError) and offsets must increase. New leader
         epochs found in the batches go into the leader-epoch cache.
         """
         now = _now_ms() if now_ms is None else now_ms
@@ -321,11 +312,9 @@ class Log:
             self._ensure_open()
             first_offset = summary.first_offset
             if first_offset != self._next_offset:
-                raise UnexpectedAppendOffsetError(
+                raise OffsetOutOfRangeError(
                     f"{self.name}: follower append starts at offset {first_offset} but the log "
-                    f"end offset is {self._next_offset}",
-                    first_offset,
-                    self._next_offset,
+                    f"end offset is {self._next_offset}"
                 )
             with _storage_errors(f"writing the leader epoch cache of {self.name}"):
                 cache = self._epoch_cache

@@ -74,7 +74,7 @@ def describe_when_led(cluster: LocalCluster, mode: str, topic: str, partitions: 
     """``topics describe --topic`` once every partition has a leader."""
 
     def led() -> list[str] | None:
-        lines = ok(kctl(conn(cluster, mode), "topics", "describe", "--topic", topic)).splitlines()
+        lines = ok(kctl(conn(cluster, mode), "topics describe --topic", topic)).splitlines()
         parts = lines[1:]
         if len(parts) == partitions and all("\tLeader: none\t" not in line for line in parts):
             return lines

@@ -348,3 +348,25 @@ def test_bad_broker_config_is_one_line_and_nonzero(tmp_path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "retention.ms" in proc.stderr
+
+
+@pytest.mark.parametrize("compression", ["gzip", "lz4", "zstd"])
+def test_compressed_batches_round_trip(cluster: LocalCluster, compression: str) -> None:
+    create(cluster, f"c-{compression}")
+    with Producer(bootstrap_servers=cluster.bootstrap, compression_type=compression) as p:
+        for i in range(500):
+            p.send(f"c-{compression}", f"value-{i}".encode() * 3, key=b"k")
+        p.flush()
+    records = consume_all(cluster.bootstrap, f"c-{compression}", 500)
+    assert [r.value for r in records] == [f"value-{i}".encode() * 3 for i in range(500)]
+    assert [r.offset for r in records] == list(range(500))
+
+
+def test_acks_zero_does_not_wait_but_delivers(cluster: LocalCluster) -> None:
+    create(cluster, "fire")
+    with Producer(bootstrap_servers=cluster.bootstrap, acks=0) as p:
+        metas = [p.send("fire", str(i).encode()) for i in range(200)]
+        p.flush()
+        assert all(m.get(10).offset == -1 for m in metas)
+    records = consume_all(cluster.bootstrap, "fire", 200)
+    assert [r.value for r in records] == [str(i).encode() for i in range(200)]
