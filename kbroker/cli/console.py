@@ -25,12 +25,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from kbroker.cli.common import CliError, UsageError, check_bootstrap, parse_bool, parse_key_values
-from kclient import AdminClient, Consumer, ConsumerRecord, Producer, RecordMetadata, TopicPartition
+from kclient import (
+    AdminClient,
+    Consumer,
+    ConsumerRecord,
+    FutureRecordMetadata,
+    Producer,
+    RecordMetadata,
+    TopicPartition,
+)
 from kclient.errors import UnknownTopicOrPartitionError
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -108,7 +115,10 @@ def _unescape(text: str) -> str:
 
 
 class _Outcomes:
-    """Counts acknowledged and failed sends; keeps the first failure."""
+    """Counts acknowledged and failed sends; keeps the first failure.
+
+    The callbacks run on the producer's network thread, hence the lock.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -117,19 +127,19 @@ class _Outcomes:
         self.failed = 0
         self.first_error: BaseException | None = None
 
-    def watch(self, future: Future[RecordMetadata]) -> None:
+    def watch(self, future: FutureRecordMetadata) -> None:
         self.sent += 1
-        future.add_done_callback(self._done)
+        future.add_callback(self._acked).add_errback(self._failed)
 
-    def _done(self, future: Future[RecordMetadata]) -> None:
-        exc = future.exception()
+    def _acked(self, _: RecordMetadata) -> None:
         with self._lock:
-            if exc is None:
-                self.acked += 1
-            else:
-                self.failed += 1
-                if self.first_error is None:
-                    self.first_error = exc
+            self.acked += 1
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = exc
 
 
 def read_lines(stream: BinaryIO) -> Iterator[bytes]:

@@ -183,6 +183,19 @@ class OffsetIndex(_IndexFile):
             return OffsetPosition(self.base_offset, 0)
         return OffsetPosition(self.base_offset + self._offsets[i], self._positions[i])
 
+    def floor_entry_by_position(self, position: int, max_offset: int | None = None) -> OffsetPosition | None:
+        """The entry with the largest position <= ``position`` (and offset <= ``max_offset``).
+
+        Its position is a batch boundary; None if there is no such entry.
+        """
+        i = bisect_right(self._positions, position) - 1
+        if max_offset is not None:
+            while i >= 0 and self.base_offset + self._offsets[i] > max_offset:
+                i -= 1
+        if i < 0:
+            return None
+        return OffsetPosition(self.base_offset + self._offsets[i], self._positions[i])
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
         relative = offset - self.base_offset

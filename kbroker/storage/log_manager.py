@@ -239,20 +239,23 @@ class LogManager:
         The directory is first renamed ``<topic>-<partition>.<uuidhex>-delete`` so an
         interrupted removal is finished at the next startup.
         """
-        with self._lock:
+        with self._lock:  # held throughout: a concurrent get_or_create must not see the dir
             log = self._logs.pop((topic, partition), None)
-        if log is None:
-            return False
-        log.close()
-        target = self._data_dir / files.delete_dir_name(topic, partition)
+            if log is None:
+                return False
+            log.close()
+            target = self._data_dir / files.delete_dir_name(topic, partition)
+            try:
+                os.replace(log.dir, target)
+                files.fsync_dir(self._data_dir)
+            except FileNotFoundError:
+                return True
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot delete {log.dir}: {exc}") from exc
         try:
-            os.replace(log.dir, target)
-            files.fsync_dir(self._data_dir)
             shutil.rmtree(target)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot delete {log.dir}: {exc}") from exc
+        except OSError as exc:  # finished at the next startup
+            logger.warning("could not remove %s: %s", target, exc)
         logger.info("deleted log of %s-%d", topic, partition)
         return True
 

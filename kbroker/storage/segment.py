@@ -175,7 +175,7 @@ class LogSegment:
 
         Trusts the indexes and scans batch headers from the last index entry to the
         end of the file. Returns False if the data does not end on a batch boundary
-        (the segment then needs :meth:`recover`).
+        or the time index points past the data (the segment then needs :meth:`recover`).
         """
         self._bytes_since_last_index_entry = 0
         return self._load_tail()
@@ -202,7 +202,8 @@ class LogSegment:
         if self._size >= HEADER_SIZE:
             first = read_header(os.pread(self._fd, HEADER_SIZE, 0))
             self._rolling_based_timestamp = first.max_timestamp
-        return end == self._size
+        time_index_ok = not self._time_index.entries or ts_entry.offset < self._next_offset
+        return end == self._size and time_index_ok
 
     # ------------------------------------------------------------------ properties
 
@@ -549,17 +550,42 @@ class LogSegment:
             if len(data) < first_size:  # truncated under our feet
                 return SegmentRead(b"", position, -1, start_offset)
             return SegmentRead(data, position, first.base_offset, first.next_offset)
-        data = os.pread(self._fd, min(max_bytes, end - position), position)
-        cut = 0
-        next_offset = start_offset
-        for pos, header in iter_headers(data):
+        cut, next_offset = self._last_boundary(position, first, min(position + max_bytes, end), max_offset)
+        data = os.pread(self._fd, cut - position, position)
+        if len(data) < cut - position:  # truncated under our feet: keep whole batches
+            cut, next_offset = position, start_offset
+            for pos, header in iter_headers(data):
+                cut, next_offset = position + pos + header.size, header.next_offset
+            data = data[: cut - position]
+        return SegmentRead(data, position, first.base_offset if data else -1, next_offset)
+
+    def _last_boundary(self, position: int, first: BatchHeader, limit: int, max_offset: int | None) -> tuple[int, int]:
+        """(end position, next offset) of the longest run of whole batches from
+        ``position`` (where ``first`` starts, and fits) that ends at or before ``limit``
+        and holds no offset >= ``max_offset``.
+
+        Jumps ahead with the offset index (its positions are batch boundaries) and
+        scans headers only from the last entry in range, so that the records can then
+        be read with one exact ``pread``.
+        """
+        scan_from = position
+        entry = self._offset_index.floor_entry_by_position(limit, max_offset)
+        if entry is not None and entry.position > position:
+            scan_from = entry.position
+        cut = position + first.batch_length + LOG_OVERHEAD
+        next_offset = first.next_offset
+        scanned_from_jump = scan_from > position
+        for pos, header in self._scan_headers(scan_from, limit):
             if max_offset is not None and header.last_offset >= max_offset:
                 break
             cut = pos + header.batch_length + LOG_OVERHEAD
             next_offset = header.next_offset
-        if cut < len(data):
-            data = data[:cut]
-        return SegmentRead(data, position, first.base_offset if cut else -1, next_offset)
+            scanned_from_jump = False
+        if scanned_from_jump:
+            # Nothing after the jump fits: the run ends where the entry's batch starts.
+            cut = scan_from
+            next_offset = read_header(os.pread(self._fd, HEADER_SIZE, scan_from)).base_offset
+        return cut, next_offset
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record >= ``starting_offset`` stamped >= ``timestamp``.

@@ -127,3 +127,17 @@ def test_time_index_sanity_check(tmp_path: Path) -> None:
     with pytest.raises(CorruptIndexError):
         index.sanity_check()
     index.close()
+
+
+def test_offset_index_floor_by_position(tmp_path: Path) -> None:
+    index = OffsetIndex(tmp_path / "a.index", 0, 1024)
+    assert index.floor_entry_by_position(10**6) is None
+    for offset, position in [(4, 400), (9, 900), (20, 2000)]:
+        index.append(offset, position)
+    assert index.floor_entry_by_position(399) is None
+    assert index.floor_entry_by_position(400) == (4, 400)
+    assert index.floor_entry_by_position(1999) == (9, 900)
+    assert index.floor_entry_by_position(5000) == (20, 2000)
+    assert index.floor_entry_by_position(5000, max_offset=19) == (9, 900)
+    assert index.floor_entry_by_position(5000, max_offset=3) is None
+    index.close()

@@ -215,7 +215,7 @@ def test_follower_append_keeps_offsets_and_epochs(tmp_path: Path) -> None:
     assert follower.log_end_offset == leader.log_end_offset == 12
     assert follower.read(0, 1 << 20).records == leader.read(0, 1 << 20).records
     assert follower.leader_epoch_cache.entries() == [(1, 0), (4, 6)]
-    with pytest.raises(OffsetOutOfRangeError, match="starts at offset 10 but the log end offset is 12"):
+    with pytest.raises(OffsetOutOfRangeError, match="starts at offset 9 but the log end offset is 12"):
         follower.append_as_follower(leader.read(10, 1 << 20).records)
     with pytest.raises(CorruptRecordError):
         follower.append_as_follower(corrupt_crc(leader.read(9, 1 << 20).records))
@@ -478,3 +478,40 @@ def test_concurrent_appends_and_reads(log: Log) -> None:
         t.join(60)
     assert not errors, errors
     assert log.log_end_offset == 2 * total_batches
+
+
+def test_read_matches_a_reference_for_many_limits(tmp_path: Path) -> None:
+    """Reads cut at the same batch boundaries as a naive scan of the whole log would."""
+    log = Log.open(tmp_path / "t-0", small_config(segment_bytes=1 << 20, index_interval_bytes=300))
+    sizes = [1, 5, 2, 9, 1, 1, 3, 7, 2, 4] * 8
+    for i, count in enumerate(sizes):
+        log.append_as_leader(make_batch(count, value_size=10 + 7 * (i % 5)), 0)
+    whole = log.read(0, 1 << 30).records
+    batches = [(pos, h) for pos, h in iter_headers(whole)]
+
+    def reference(start: int, max_bytes: int, max_offset: int | None) -> bytes:
+        chosen = [(p, h) for p, h in batches if h.last_offset >= start]
+        out: list[tuple[int, int]] = []
+        for p, h in chosen:
+            if max_offset is not None and h.last_offset >= max_offset:
+                break
+            if out and p + h.size - out[0][0] > max_bytes:
+                break
+            if not out and h.size > max_bytes:
+                out.append((p, p + h.size))  # min_one_batch
+                break
+            out.append((p, p + h.size))
+        return whole[out[0][0] : out[-1][1]] if out else b""
+
+    end = log.log_end_offset
+    for start in range(0, end, 3):
+        for max_bytes in (1, 100, 350, 700, 1500, 5000, 1 << 20):
+            for max_offset in (None, start + 1, start + 10, end):
+                got = log.read(start, max_bytes, max_offset=max_offset)
+                assert got.records == reference(start, max_bytes, max_offset), (start, max_bytes, max_offset)
+                if got.records:
+                    last = [h for _, h in iter_headers(got.records)][-1]
+                    assert got.next_offset == last.next_offset
+                else:
+                    assert got.next_offset == start
+    log.close()

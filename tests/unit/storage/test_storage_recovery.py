@@ -305,3 +305,14 @@ def test_clean_shutdown_keeps_everything(tmp_path: Path) -> None:
     assert log.offset_for_timestamp(5029) == (58, 5029)
     check_usable(log, 60)
     log.close()
+
+
+def test_time_index_pointing_past_the_data_is_rebuilt(tmp_path: Path) -> None:
+    dir = tmp_path / "t-0"
+    build(dir)
+    path = files.time_index_file(dir, 0)
+    path.write_bytes(path.read_bytes() + (10**12).to_bytes(8, "big") + (5000).to_bytes(4, "big"))
+    log = reopen(dir, clean_shutdown=True)
+    assert log.segments[0].max_timestamp_so_far < 10**12
+    check_usable(log, 120)
+    log.close()
