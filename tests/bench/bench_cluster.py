@@ -82,7 +82,9 @@ def main() -> None:
                 f"{args.brokers} broker(s), topic 'bench': {args.partitions} partition(s), RF {args.replication}, "
                 f"{args.value_size}-byte values"
             )
-            produce(cluster.bootstrap, "bench", args.records, args.value_size, args.acks, args.linger_ms, args.batch_size)
+            produce(
+                cluster.bootstrap, "bench", args.records, args.value_size, args.acks, args.linger_ms, args.batch_size
+            )
             consume(cluster.bootstrap, "bench", args.partitions, args.records, args.value_size)
         finally:
             cluster.stop()

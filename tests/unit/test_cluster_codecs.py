@@ -77,11 +77,11 @@ def test_broker_config_file_and_errors(tmp_path: Path) -> None:
     cfg = build_config(load_properties(f))
     assert (cfg.broker_id, cfg.listen_host, cfg.listen_port, cfg.num_partitions) == (3, "127.0.0.1", 0, 4)
     assert cfg.log_defaults == {"retention.ms": str(2 * 3_600_000), "segment.bytes": "1048576"}
-    with pytest.raises(InvalidConfigError, match="broker.id"):
+    with pytest.raises(InvalidConfigError, match=r"broker\.id"):
         build_config({"broker.id": "x", "zookeeper.connect": "h:1", "log.dirs": "/tmp/x"})
     with pytest.raises(InvalidConfigError, match="unknown broker setting 'bogus'"):
         build_config({"bogus": "1"})
-    with pytest.raises(InvalidConfigError, match="zookeeper.connect"):
+    with pytest.raises(InvalidConfigError, match=r"zookeeper\.connect"):
         build_config({"broker.id": "1", "log.dirs": "/tmp/x"})
     bad = tmp_path / "bad.properties"
     bad.write_text("broker.id 3\n")
