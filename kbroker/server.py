@@ -24,6 +24,7 @@ from kazoo.protocol.states import KazooState
 from kbroker.api.broker_service import BrokerService
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import BrokerIdInUseError, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo
@@ -83,7 +84,15 @@ class KafkaServer:
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers), options=GRPC_OPTIONS)
         broker_pb2_grpc.add_BrokerServicer_to_server(
-            BrokerService(cfg.broker_id, lambda: self.cluster_id, self.replicas, self.metadata, self.zk, self.admin),
+            BrokerService(
+                cfg.broker_id,
+                lambda: self.cluster_id,
+                self.replicas,
+                self.metadata,
+                self.zk,
+                self.admin,
+                ProducerIdManager(self.zk, cfg.broker_id),
+            ),
             server,
         )
         self.port = server.add_insecure_port(f"{cfg.listen_host}:{cfg.listen_port}")

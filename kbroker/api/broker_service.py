@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import grpc
 
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
+from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.replication.replica_manager import FetchSpec, ReplicaManager, as_response_error
@@ -27,6 +28,7 @@ from kclient.errors import (
 from kclient.proto.kbroker.v1 import (
     admin_pb2,
     broker_pb2_grpc,
+    cluster_pb2,
     log_pb2,
     metadata_pb2,
 )
@@ -77,7 +79,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         metadata: MetadataCache,
         zk: ZkClient,
         admin: TopicAdmin,
+        producer_ids: ProducerIdManager,
     ) -> None:
+        self._producer_ids = producer_ids
         self._broker_id = broker_id
         self._cluster_id = cluster_id
         self._replicas = replicas
@@ -243,6 +247,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             result = resp.topics.add(name=name)
             try:
                 self._admin.delete_topic(name)
+
                 def gone(snap: ClusterSnapshot, n: str = name) -> bool:
                     return n not in snap.topics
 
@@ -291,3 +296,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 err = as_response_error(exc)
                 result.error_code, result.error_message = err.errno, err.message  # type: ignore[assignment]
         return resp
+
+    # --- producer ids --------------------------------------------------------------
+
+    def InitProducerId(
+        self, request: cluster_pb2.InitProducerIdRequest, context: grpc.ServicerContext
+    ) -> cluster_pb2.InitProducerIdResponse:
+        try:
+            pid, epoch = self._producer_ids.generate()
+        except KafkaError as exc:
+            err = as_response_error(exc)
+            return cluster_pb2.InitProducerIdResponse(
+                error_code=err.errno,  # type: ignore[arg-type]
+                error_message=err.message,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        return cluster_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)

@@ -17,6 +17,8 @@ path                                            mode content
                                                      "isr","controller_epoch"}
 /config/topics/<t>                              P    {"version":1,"config":{k: "v"}}
 /admin/delete_topics/<t>                        P    empty
+/admin/preferred_replica_election               P    {"version":1,"partitions":[{"topic","partition"}]}
+/latest_producer_id_block                       P    {"version":1,"broker","block_start","block_end"}
 /consumers/<g>/ids/<member>                     E    JSON member metadata
 /consumers/<g>/owners/<t>/<p>                   E    owning member id
 /consumers/<g>/offsets/<t>/<p>                  P    decimal offset (+ optional metadata)
@@ -39,6 +41,8 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
 
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONSUMERS)
@@ -241,6 +245,43 @@ def decode_topic_config(data: bytes) -> dict[str, str]:
 
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
+
+
+# --- /admin/preferred_replica_election ------------------------------------------------
+
+
+def encode_preferred_election(partitions: list[tuple[str, int]] | None) -> bytes:
+    """``None`` = every partition (Kafka's tool wrote them all out; we allow empty)."""
+    parts = [{"topic": t, "partition": p} for t, p in partitions or []]
+    return _dumps({"version": 1, "partitions": parts, "all": partitions is None})
+
+
+def decode_preferred_election(data: bytes) -> list[tuple[str, int]] | None:
+    body: dict[str, Any] = _loads(data) if data else {"all": True}
+    if body.get("all"):
+        return None
+    return [(str(e["topic"]), int(e["partition"])) for e in body.get("partitions", [])]
+
+
+# --- /latest_producer_id_block ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    broker: int
+    block_start: int
+    block_end: int
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    return _dumps(
+        {"version": 1, "broker": block.broker, "block_start": str(block.block_start), "block_end": str(block.block_end)}
+    )
+
+
+def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
+    body = _loads(data)
+    return ProducerIdBlock(int(body["broker"]), int(body["block_start"]), int(body["block_end"]))
 
 
 # --- /consumers/<group>/... ----------------------------------------------------------

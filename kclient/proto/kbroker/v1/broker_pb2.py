@@ -23,17 +23,18 @@ _sym_db = _symbol_database.Default()
 
 
 from kclient.proto.kbroker.v1 import admin_pb2 as kbroker_dot_v1_dot_admin__pb2
+from kclient.proto.kbroker.v1 import cluster_pb2 as kbroker_dot_v1_dot_cluster__pb2
 from kclient.proto.kbroker.v1 import log_pb2 as kbroker_dot_v1_dot_log__pb2
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kbroker/v1/broker.proto\x12\nkbroker.v1\x1a\x16kbroker/v1/admin.proto\x1a\x14kbroker/v1/log.proto\x1a\x19kbroker/v1/metadata.proto2\xea\x05\n\x06\x42roker\x12\x42\n\x07Produce\x12\x1a.kbroker.v1.ProduceRequest\x1a\x1b.kbroker.v1.ProduceResponse\x12<\n\x05\x46\x65tch\x12\x18.kbroker.v1.FetchRequest\x1a\x19.kbroker.v1.FetchResponse\x12N\n\x0bListOffsets\x12\x1e.kbroker.v1.ListOffsetsRequest\x1a\x1f.kbroker.v1.ListOffsetsResponse\x12i\n\x14OffsetForLeaderEpoch\x12\'.kbroker.v1.OffsetForLeaderEpochRequest\x1a(.kbroker.v1.OffsetForLeaderEpochResponse\x12\x45\n\x08Metadata\x12\x1b.kbroker.v1.MetadataRequest\x1a\x1c.kbroker.v1.MetadataResponse\x12Q\n\x0c\x43reateTopics\x12\x1f.kbroker.v1.CreateTopicsRequest\x1a .kbroker.v1.CreateTopicsResponse\x12Q\n\x0c\x44\x65leteTopics\x12\x1f.kbroker.v1.DeleteTopicsRequest\x1a .kbroker.v1.DeleteTopicsResponse\x12W\n\x0e\x44\x65scribeTopics\x12!.kbroker.v1.DescribeTopicsRequest\x1a\".kbroker.v1.DescribeTopicsResponse\x12]\n\x10\x43reatePartitions\x12#.kbroker.v1.CreatePartitionsRequest\x1a$.kbroker.v1.CreatePartitionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kbroker/v1/broker.proto\x12\nkbroker.v1\x1a\x16kbroker/v1/admin.proto\x1a\x18kbroker/v1/cluster.proto\x1a\x14kbroker/v1/log.proto\x1a\x19kbroker/v1/metadata.proto2\xfb\x07\n\x06\x42roker\x12\x42\n\x07Produce\x12\x1a.kbroker.v1.ProduceRequest\x1a\x1b.kbroker.v1.ProduceResponse\x12<\n\x05\x46\x65tch\x12\x18.kbroker.v1.FetchRequest\x1a\x19.kbroker.v1.FetchResponse\x12N\n\x0bListOffsets\x12\x1e.kbroker.v1.ListOffsetsRequest\x1a\x1f.kbroker.v1.ListOffsetsResponse\x12i\n\x14OffsetForLeaderEpoch\x12\'.kbroker.v1.OffsetForLeaderEpochRequest\x1a(.kbroker.v1.OffsetForLeaderEpochResponse\x12\x45\n\x08Metadata\x12\x1b.kbroker.v1.MetadataRequest\x1a\x1c.kbroker.v1.MetadataResponse\x12Q\n\x0c\x43reateTopics\x12\x1f.kbroker.v1.CreateTopicsRequest\x1a .kbroker.v1.CreateTopicsResponse\x12Q\n\x0c\x44\x65leteTopics\x12\x1f.kbroker.v1.DeleteTopicsRequest\x1a .kbroker.v1.DeleteTopicsResponse\x12W\n\x0e\x44\x65scribeTopics\x12!.kbroker.v1.DescribeTopicsRequest\x1a\".kbroker.v1.DescribeTopicsResponse\x12]\n\x10\x43reatePartitions\x12#.kbroker.v1.CreatePartitionsRequest\x1a$.kbroker.v1.CreatePartitionsResponse\x12Q\n\x0c\x45lectLeaders\x12\x1f.kbroker.v1.ElectLeadersRequest\x1a .kbroker.v1.ElectLeadersResponse\x12W\n\x0eInitProducerId\x12!.kbroker.v1.InitProducerIdRequest\x1a\".kbroker.v1.InitProducerIdResponse\x12\x63\n\x12\x43ontrolledShutdown\x12%.kbroker.v1.ControlledShutdownRequest\x1a&.kbroker.v1.ControlledShutdownResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kbroker.v1.broker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BROKER']._serialized_start=113
-  _globals['_BROKER']._serialized_end=859
+  _globals['_BROKER']._serialized_start=139
+  _globals['_BROKER']._serialized_end=1158
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from kclient.proto.kbroker.v1 import admin_pb2 as kbroker_dot_v1_dot_admin__pb2
+from kclient.proto.kbroker.v1 import cluster_pb2 as kbroker_dot_v1_dot_cluster__pb2
 from kclient.proto.kbroker.v1 import log_pb2 as kbroker_dot_v1_dot_log__pb2
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
 
@@ -81,6 +82,21 @@ class BrokerStub:
                 request_serializer=kbroker_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/kbroker.v1.Broker/ElectLeaders',
+                request_serializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/kbroker.v1.Broker/InitProducerId',
+                request_serializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
+        self.ControlledShutdown = channel.unary_unary(
+                '/kbroker.v1.Broker/ControlledShutdown',
+                request_serializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -140,6 +156,25 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ElectLeaders(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InitProducerId(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ControlledShutdown(self, request, context):
+        """Served by the controller only (NOT_CONTROLLER elsewhere).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +222,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.CreatePartitions,
                     request_deserializer=kbroker_dot_v1_dot_admin__pb2.CreatePartitionsRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_admin__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'ControlledShutdown': grpc.unary_unary_rpc_method_handler(
+                    servicer.ControlledShutdown,
+                    request_deserializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -432,6 +482,87 @@ class Broker:
             '/kbroker.v1.Broker/CreatePartitions',
             kbroker_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
             kbroker_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/ElectLeaders',
+            kbroker_dot_v1_dot_cluster__pb2.ElectLeadersRequest.SerializeToString,
+            kbroker_dot_v1_dot_cluster__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/InitProducerId',
+            kbroker_dot_v1_dot_cluster__pb2.InitProducerIdRequest.SerializeToString,
+            kbroker_dot_v1_dot_cluster__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ControlledShutdown(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/ControlledShutdown',
+            kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.SerializeToString,
+            kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownResponse.FromString,
             options,
             channel_credentials,
             insecure,
