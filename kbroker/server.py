@@ -69,10 +69,20 @@ class KafkaServer:
             cfg.data_dir, self.log_defaults, retention_check_interval_ms=cfg.retention_check_interval_ms
         )
         self.logs.startup()
-        self.replicas = ReplicaManager(cfg.broker_id, self.logs, self.log_defaults)
         self.metadata = MetadataCache(self.zk)
+        self.replicas = ReplicaManager(
+            cfg.broker_id,
+            self.logs,
+            self.log_defaults,
+            self.zk,
+            self._address_of,
+            replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+            replica_fetch_wait_max_ms=cfg.replica_fetch_wait_max_ms,
+            replica_fetch_max_bytes=cfg.replica_fetch_max_bytes,
+        )
         self.metadata.on_partition_change(self.replicas.on_partition_change)
         self.metadata.on_topic_deleted(self.replicas.on_topic_deleted)
+        self.metadata.on_brokers_change(self.replicas.on_brokers_change)
         self.admin = TopicAdmin(
             self.zk,
             default_partitions=cfg.num_partitions,
@@ -103,6 +113,7 @@ class KafkaServer:
 
         self._register()
         self.zk.add_state_listener(self._session_state)
+        self.replicas.start()
         self.metadata.start()
         self.controller.start()
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
@@ -132,6 +143,10 @@ class KafkaServer:
             raise BrokerIdInUseError(
                 f"broker id {cfg.broker_id} is already registered by a live broker at {info.address}"
             )
+
+    def _address_of(self, broker_id: int) -> str | None:
+        info = self.metadata.snapshot().brokers.get(broker_id)
+        return info.address if info else None
 
     def _register(self) -> None:
         cfg = self.config

@@ -30,6 +30,7 @@ from kclient.errors import (
     InvalidConfigError,
     KafkaError,
     KafkaTimeoutError,
+    LeaderNotAvailableError,
     MessageSizeTooLargeError,
     UnknownTopicOrPartitionError,
     for_code,
@@ -424,7 +425,7 @@ class Producer:
             addr = self._metadata.leader_address(b.tp)
             if addr is None:
                 self._needs_metadata.set()
-                self._retry_or_fail(b, KafkaError(f"no leader known for {b.tp.topic}-{b.tp.partition}"))
+                self._retry_or_fail(b, LeaderNotAvailableError(f"no leader known for {b.tp.topic}-{b.tp.partition}"))
                 continue
             by_leader.setdefault(addr, []).append(b)
         for addr, group in by_leader.items():
@@ -489,7 +490,8 @@ class Producer:
                 self._lock.notify_all()
             return
         if expired and err.retriable:
-            err = KafkaTimeoutError(f"batch for {b.tp.topic}-{b.tp.partition} expired after retries: {err}")
+            # Report why it kept failing, not just that time ran out.
+            err = type(err)(f"{err.message} (gave up after delivery_timeout_ms={self.config['delivery_timeout_ms']})")
         b.fail(err)
         self._done(b)
 

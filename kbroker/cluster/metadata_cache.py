@@ -63,6 +63,7 @@ class MetadataCache:
         self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._partition_listeners: list[PartitionListener] = []
         self._deleted_listeners: list[TopicDeletedListener] = []
+        self._broker_listeners: list[Callable[[], None]] = []
         self._watched_topics: set[str] = set()
         self._watched_partitions: set[tuple[str, int]] = set()
         self._thread = threading.Thread(target=self._run, name="metadata-events", daemon=True)
@@ -76,6 +77,9 @@ class MetadataCache:
 
     def on_topic_deleted(self, listener: TopicDeletedListener) -> None:
         self._deleted_listeners.append(listener)
+
+    def on_brokers_change(self, listener: Callable[[], None]) -> None:
+        self._broker_listeners.append(listener)
 
     def start(self) -> None:
         self._thread.start()
@@ -184,6 +188,8 @@ class MetadataCache:
                 if info is not None:
                     brokers[info.broker_id] = info
             self._publish(replace(snap, brokers=brokers))
+            for listener in self._broker_listeners:
+                listener()
         elif kind == "controller":
             cid = zkdata.decode_controller(event[1]) if event[1] else -1
             self._publish(replace(snap, controller_id=cid))

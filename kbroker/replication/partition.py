@@ -3,20 +3,28 @@
 Invariants (Kafka's ``Partition``):
 
 * Only the leader appends producer batches; it stamps its leader epoch on each.
-* The high watermark (HW) is the smallest log end offset (LEO) over the ISR; it never
-  goes backwards while this broker leads. Consumers read strictly below it.
+* The high watermark (HW) is the smallest log end offset (LEO) over the ISR; while
+  this broker leads it never goes backwards. Consumers read strictly below it.
 * acks=all is satisfied when the HW has passed the last offset of the batch.
 * With acks=all, an ISR smaller than ``min.insync.replicas`` refuses the write before
   anything is appended.
+* A follower is in sync while it has reached the leader's LEO within the last
+  ``replica.lag.time.max.ms``; the leader shrinks and expands the ISR through
+  ``isr_writer`` (a compare-and-set of the partition state znode). The ISR always
+  holds the leader.
+* On a follower, HW = min(leader's HW, own LEO).
 
-Thread safety: every method takes the partition's lock. Callers must not hold it while
-notifying the purgatory.
+Thread safety: every method takes the partition's lock. ``isr_writer`` is called with
+it held (it does one ZooKeeper round trip). Callers must not hold it while notifying
+the purgatory.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kbroker.cluster.zkdata import LeaderAndIsr
@@ -28,7 +36,16 @@ from kclient.errors import (
     UnknownLeaderEpochError,
 )
 
+log = logging.getLogger(__name__)
+
 CONSUMER_REPLICA_ID = -1
+
+IsrWriter = Callable[["Partition", LeaderAndIsr], int | None]
+"""Write a leader-driven ISR change; returns the new znode version or None if refused."""
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000.0
 
 
 @dataclass
@@ -36,6 +53,7 @@ class FollowerState:
     log_end_offset: int = -1
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
+    last_fetch_leader_leo: int = -1
 
 
 @dataclass
@@ -57,19 +75,26 @@ class PartitionStateView:
 class Partition:
     """A replica of ``topic``-``index`` hosted here."""
 
-    def __init__(self, topic: str, index: int, broker_id: int, log: Log) -> None:
+    def __init__(
+        self, topic: str, index: int, broker_id: int, log: Log, *, high_watermark: int = 0, isr_writer: IsrWriter
+    ) -> None:
         self.topic = topic
         self.index = index
         self.broker_id = broker_id
         self.log = log
         self._lock = threading.RLock()
+        self._isr_writer = isr_writer
         self.leader = -1
         self.leader_epoch = -1
         self.isr: list[int] = []
         self.replicas: list[int] = []
         self.zk_version = -1
-        self.high_watermark = 0
+        self.controller_epoch = 0
+        self.high_watermark = min(high_watermark, log.log_end_offset)
         self.followers: dict[int, FollowerState] = {}
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.index}, leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr})"
 
     @property
     def is_leader(self) -> bool:
@@ -81,29 +106,33 @@ class Partition:
         """Become (or stay) leader; returns True if the epoch is new."""
         with self._lock:
             new_epoch = state.leader_epoch != self.leader_epoch or not self.is_leader
-            self.leader = state.leader
-            self.leader_epoch = state.leader_epoch
-            self.isr = list(state.isr)
-            self.replicas = list(replicas)
-            self.zk_version = state.zk_version
+            self._set_state(state, replicas)
             if new_epoch:
-                now = time.monotonic() * 1000
+                now = _now_ms()
                 self.followers = {r: FollowerState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
                 self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+            else:
+                for r in replicas:
+                    if r != self.broker_id and r not in self.followers:
+                        self.followers[r] = FollowerState(last_caught_up_ms=_now_ms())
             self._maybe_increment_hw()
             return new_epoch
 
     def make_follower(self, state: LeaderAndIsr, replicas: list[int]) -> bool:
-        """Become (or stay) a follower of ``state.leader``; True if the leader changed."""
+        """Become (or stay) a follower of ``state.leader``; True if leader or epoch changed."""
         with self._lock:
             changed = state.leader != self.leader or state.leader_epoch != self.leader_epoch
-            self.leader = state.leader
-            self.leader_epoch = state.leader_epoch
-            self.isr = list(state.isr)
-            self.replicas = list(replicas)
-            self.zk_version = state.zk_version
+            self._set_state(state, replicas)
             self.followers = {}
             return changed
+
+    def _set_state(self, state: LeaderAndIsr, replicas: list[int]) -> None:
+        self.leader = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.isr = list(state.isr)
+        self.replicas = list(replicas)
+        self.zk_version = state.zk_version
+        self.controller_epoch = state.controller_epoch
 
     def state_view(self) -> PartitionStateView:
         with self._lock:
@@ -148,6 +177,78 @@ class Partition:
             self._require_leader()
             return True if self.high_watermark >= required_offset else None
 
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, current_leader_epoch: int) -> bool:
+        """A follower fetched from ``fetch_offset``: its LEO. Returns True if the HW moved."""
+        with self._lock:
+            self._require_leader()
+            self.check_epoch(current_leader_epoch)
+            f = self.followers.get(replica_id)
+            if f is None:
+                if replica_id not in self.replicas:
+                    raise NotLeaderForPartitionError(
+                        f"broker {replica_id} is not a replica of {self.topic}-{self.index} ({self.replicas})"
+                    )
+                f = self.followers[replica_id] = FollowerState()
+            now = _now_ms()
+            leo = self.log.log_end_offset
+            if fetch_offset >= leo:
+                f.last_caught_up_ms = now
+            elif fetch_offset >= f.last_fetch_leader_leo >= 0:
+                f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+            f.last_fetch_leader_leo = leo
+            f.last_fetch_ms = now
+            f.log_end_offset = fetch_offset
+            self._maybe_expand_isr(replica_id, f)
+            return self._maybe_increment_hw()
+
+    def _maybe_expand_isr(self, replica_id: int, f: FollowerState) -> None:
+        if replica_id in self.isr or f.log_end_offset < self.high_watermark:
+            return
+        epoch_start = self._epoch_start_offset()
+        if f.log_end_offset < epoch_start:
+            return
+        new_isr = [r for r in self.replicas if r in self.isr or r == replica_id]
+        if self._write_isr(new_isr):
+            log.info("%s-%d: ISR expanded to %s (broker %d caught up)", self.topic, self.index, new_isr, replica_id)
+
+    def _epoch_start_offset(self) -> int:
+        for entry in reversed(self.log.leader_epoch_cache.entries()):
+            if entry.epoch == self.leader_epoch:
+                return int(entry.start_offset)
+        return 0
+
+    def maybe_shrink_isr(self, lag_max_ms: float) -> bool:
+        """Drop followers that have not caught up within ``lag_max_ms``; True if the HW moved."""
+        with self._lock:
+            if not self.is_leader:
+                return False
+            now = _now_ms()
+            leo = self.log.log_end_offset
+            out = [
+                r
+                for r in self.isr
+                if r != self.broker_id
+                and (f := self.followers.get(r)) is not None
+                and f.log_end_offset < leo
+                and now - f.last_caught_up_ms > lag_max_ms
+            ]
+            if not out:
+                return False
+            new_isr = [r for r in self.isr if r not in out]
+            if self._write_isr(new_isr):
+                log.warning("%s-%d: ISR shrunk to %s (lagging: %s)", self.topic, self.index, new_isr, out)
+                return self._maybe_increment_hw()
+            return False
+
+    def _write_isr(self, new_isr: list[int]) -> bool:
+        state = LeaderAndIsr(self.leader, self.leader_epoch, new_isr, self.controller_epoch, self.zk_version)
+        version = self._isr_writer(self, state)
+        if version is None:
+            return False
+        self.isr = new_isr
+        self.zk_version = version
+        return True
+
     def read(self, offset: int, max_bytes: int, replica_id: int, current_leader_epoch: int = -1) -> ReadResult:
         with self._lock:
             self._require_leader()
@@ -155,22 +256,43 @@ class Partition:
             hw = self.high_watermark
             start, end = self.log.log_start_offset, self.log.log_end_offset
         limit = None if replica_id >= 0 else hw
-        if replica_id < 0 and offset > hw and offset <= end:
+        if replica_id < 0 and hw < offset <= end:
             # Above the HW but inside the log: nothing visible yet.
             return ReadResult(b"", hw, start, end)
         data = self.log.read(offset, max_bytes, max_offset=limit, min_one_batch=True)
         return ReadResult(data.records, hw, start, end)
 
     def _maybe_increment_hw(self) -> bool:
-        """HW = min LEO over the ISR (the leader's own LEO included)."""
+        """HW = min LEO over the ISR (the leader's own LEO included); only grows."""
+        if not self.is_leader:
+            return False
         leo = self.log.log_end_offset
-        candidates = [leo]
+        new_hw = leo
         for r in self.isr:
             if r != self.broker_id:
                 f = self.followers.get(r)
-                candidates.append(f.log_end_offset if f else -1)
-        new_hw = max(min(candidates), 0)
-        if new_hw > self.high_watermark or self.high_watermark > leo:
-            self.high_watermark = min(max(new_hw, self.high_watermark), leo)
+                new_hw = min(new_hw, f.log_end_offset if f else -1)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
             return True
         return False
+
+    # --- follower side -------------------------------------------------------------
+
+    def append_as_follower(self, records: bytes, leader_hw: int) -> None:
+        with self._lock:
+            if records:
+                self.log.append_as_follower(records)
+            self.high_watermark = max(min(leader_hw, self.log.log_end_offset), 0)
+
+    def truncate_to(self, offset: int) -> None:
+        with self._lock:
+            if offset < self.log.log_end_offset:
+                log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
+                self.log.truncate_to(offset)
+            self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self._lock:
+            self.log.truncate_fully_and_start_at(offset)
+            self.high_watermark = offset

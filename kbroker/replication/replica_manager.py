@@ -1,8 +1,12 @@
 """The broker-wide facade over its partitions: append with acks, fetch, roles.
 
 Roles come from ZooKeeper through the metadata cache: when a partition's state names
-this broker as leader it becomes leader with that epoch, otherwise a follower. Logs
-are created for every partition assigned here and deleted with their topic.
+this broker as leader it becomes leader with that epoch, otherwise a follower that
+fetches from the leader (:mod:`kbroker.replication.fetcher`). Logs are created for
+every partition assigned here and deleted with their topic. A background thread
+shrinks the ISR of led partitions whose followers lag more than
+``replica.lag.time.max.ms`` and checkpoints high watermarks to
+``replication-offset-checkpoint`` in the data directory (read back at start-up).
 
 Thread safety: the partition map is guarded by a lock; each :class:`Partition`
 guards itself. gRPC request threads call ``append``/``fetch``; the metadata thread
@@ -17,9 +21,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
+from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
 from kbroker.replication.purgatory import Purgatory
+from kbroker.storage import files
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import (
@@ -77,16 +86,82 @@ def as_response_error(exc: Exception) -> BrokerResponseError:
     return UnknownError(f"{type(exc).__name__}: {exc}")
 
 
+HW_CHECKPOINT = "replication-offset-checkpoint"
+
+
 class ReplicaManager:
-    def __init__(self, broker_id: int, logs: LogManager, log_defaults: LogConfig) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        logs: LogManager,
+        log_defaults: LogConfig,
+        zk: ZkClient,
+        address_of: Callable[[int], str | None],
+        *,
+        replica_lag_time_max_ms: int = 30000,
+        replica_fetch_wait_max_ms: int = 500,
+        replica_fetch_max_bytes: int = 1048576,
+        hw_checkpoint_interval_ms: int = 5000,
+    ) -> None:
         self.broker_id = broker_id
         self._logs = logs
         self._defaults = log_defaults
+        self._zk = zk
+        self._lag_max_ms = replica_lag_time_max_ms
+        self._hw_interval_s = hw_checkpoint_interval_ms / 1000.0
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, Partition] = {}
         self._configs: dict[str, LogConfig] = {}
         self.purgatory = Purgatory()
+        self.fetchers = ReplicaFetcherManager(
+            broker_id,
+            address_of,
+            self.purgatory,
+            max_wait_ms=replica_fetch_wait_max_ms,
+            max_bytes=replica_fetch_max_bytes,
+        )
+        self._hw_file = logs.data_dir / HW_CHECKPOINT
+        self._saved_hw = files.read_offsets_checkpoint(self._hw_file) if self._hw_file.exists() else {}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replica-manager", daemon=True)
         self.on_became_leader: list[Callable[[Partition], None]] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        last_checkpoint = time.monotonic()
+        interval = min(self._lag_max_ms / 2000.0, self._hw_interval_s)
+        while not self._stopped.wait(interval):
+            moved = False
+            for p in self.partitions():
+                try:
+                    moved = p.maybe_shrink_isr(self._lag_max_ms) or moved
+                except Exception:
+                    log.exception("%s-%d: ISR shrink check failed", p.topic, p.index)
+            if moved:
+                self.purgatory.progress()
+            if time.monotonic() - last_checkpoint >= self._hw_interval_s:
+                self.checkpoint_high_watermarks()
+                last_checkpoint = time.monotonic()
+
+    def checkpoint_high_watermarks(self) -> None:
+        offsets = {(p.topic, p.index): p.high_watermark for p in self.partitions()}
+        try:
+            files.write_offsets_checkpoint(self._hw_file, offsets)
+        except OSError:
+            log.exception("cannot write %s", self._hw_file)
+
+    def _write_isr(self, p: Partition, state: LeaderAndIsr) -> int | None:
+        try:
+            return self._zk.update_partition_state(p.topic, p.index, state, None)
+        except BadVersionError:
+            log.info("%s-%d: ISR change to %s refused (state changed in ZooKeeper)", p.topic, p.index, state.isr)
+        except NoNodeError:
+            pass
+        except Exception as exc:
+            log.warning("%s-%d: ISR change to %s failed: %s", p.topic, p.index, state.isr, exc)
+        return None
 
     # --- lookups -------------------------------------------------------------------
 
@@ -117,7 +192,8 @@ class ReplicaManager:
             p = self._partitions.get((topic, index))
         if p is None:
             plog = self._logs.get_or_create(topic, index, log_config)
-            p = Partition(topic, index, self.broker_id, plog)
+            hw = self._saved_hw.get((topic, index), 0)
+            p = Partition(topic, index, self.broker_id, plog, high_watermark=hw, isr_writer=self._write_isr)
             with self._lock:
                 self._partitions[(topic, index)] = p
         elif p.log.config != log_config:
@@ -125,14 +201,26 @@ class ReplicaManager:
         if state is None:
             return
         if state.leader == self.broker_id:
+            self.fetchers.unfollow((topic, index))
             if p.make_leader(state, replicas):
                 log.info("%s-%d: leader, epoch %d, isr %s", topic, index, state.leader_epoch, state.isr)
                 for cb in self.on_became_leader:
                     cb(p)
-        else:
-            if p.make_follower(state, replicas):
+        elif p.make_follower(state, replicas):
+            if state.has_leader:
                 log.info("%s-%d: follower of %d, epoch %d", topic, index, state.leader, state.leader_epoch)
+                self.fetchers.follow(p, state.leader, state.leader_epoch)
+            else:
+                log.warning("%s-%d: offline (no leader)", topic, index)
+                self.fetchers.unfollow((topic, index))
         self.purgatory.progress()
+
+    def on_brokers_change(self) -> None:
+        """Leaders may have come back on new addresses: re-point fetchers."""
+        for p in self.partitions():
+            view = p.state_view()
+            if not p.is_leader and view.leader >= 0:
+                self.fetchers.follow(p, view.leader, view.leader_epoch)
 
     def on_topic_deleted(self, topic: str) -> None:
         with self._lock:
@@ -154,6 +242,7 @@ class ReplicaManager:
     def _drop(self, topic: str, index: int, delete: bool = True) -> None:
         with self._lock:
             p = self._partitions.pop((topic, index), None)
+        self.fetchers.unfollow((topic, index))
         if p is not None and delete:
             self._logs.delete(topic, index)
             log.info("%s-%d: replica removed", topic, index)
@@ -213,6 +302,16 @@ class ReplicaManager:
         self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, specs: list[FetchSpec]
     ) -> list[FetchResult]:
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000.0
+        if replica_id >= 0:
+            moved = False
+            for spec in specs:
+                try:
+                    p = self.partition(spec.topic, spec.partition)
+                    moved = p.record_follower_fetch(replica_id, spec.offset, spec.current_leader_epoch) or moved
+                except Exception:
+                    pass  # reported by the read below
+            if moved:
+                self.purgatory.progress()
 
         def read_all() -> list[FetchResult]:
             budget = max_bytes
@@ -276,4 +375,9 @@ class ReplicaManager:
             return OffsetResult(as_response_error(exc))
 
     def shutdown(self) -> None:
+        self._stopped.set()
+        self.fetchers.shutdown()
         self.purgatory.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.checkpoint_high_watermarks()

@@ -1,0 +1,297 @@
+"""Followers replicate by fetching from leaders, exactly as consumers do.
+
+One :class:`ReplicaFetcher` thread per leader broker fetches, for every partition this
+broker follows from that leader, with ``replica_id`` = this broker's id and the leader
+epoch it believes current, and appends the returned batch bytes unchanged.
+
+Before fetching a partition after a leader change, the follower truncates any
+divergent tail (KIP-101/KIP-279): it asks the leader, with OffsetForLeaderEpoch, where
+the follower's latest epoch ends in the leader's log, truncates to the smaller of that
+and its own end of that epoch, and repeats until both agree.
+
+Thread safety: ``ReplicaFetcherManager`` methods may be called from any thread; each
+fetcher thread owns its partition table under its own lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from kbroker.replication.partition import Partition
+from kbroker.replication.purgatory import Purgatory
+from kclient.errors import (
+    FencedLeaderEpochError,
+    KafkaError,
+    NotLeaderForPartitionError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2
+from kclient.transport import CHANNEL_OPTIONS, map_rpc_error
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+MAX_TRUNCATION_ROUNDS = 10
+
+
+@dataclass
+class _FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    delayed_until: float = 0.0
+
+
+class ReplicaFetcher(threading.Thread):
+    """Fetches every partition this broker follows from one leader."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        leader_id: int,
+        address: str,
+        *,
+        max_wait_ms: int,
+        max_bytes: int,
+        purgatory: Purgatory,
+    ) -> None:
+        super().__init__(name=f"replica-fetcher-{leader_id}", daemon=True)
+        self.broker_id = broker_id
+        self.leader_id = leader_id
+        self.address = address
+        self._max_wait_ms = max_wait_ms
+        self._max_bytes = max_bytes
+        self._purgatory = purgatory
+        self._lock = threading.Lock()
+        self._partitions: dict[TopicPartition, _FetchState] = {}
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+
+    # --- partition table -----------------------------------------------------------
+
+    def add(self, partition: Partition, leader_epoch: int) -> None:
+        with self._lock:
+            self._partitions[(partition.topic, partition.index)] = _FetchState(partition, leader_epoch)
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._partitions.pop(tp, None)
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return list(self._partitions)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        self.join(timeout=5)
+        self._channel.close()
+
+    # --- loop ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        backoff = 0.0
+        while not self._stopped.is_set():
+            if backoff:
+                self._wake.wait(backoff)
+                self._wake.clear()
+            with self._lock:
+                states = list(self._partitions.values())
+            if not states:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                truncating = [s for s in states if s.truncating]
+                if truncating:
+                    self._truncate(truncating)
+                ready = [s for s in states if not s.truncating]
+                backoff = self._fetch(ready) if ready else 0.2
+            except KafkaError as exc:
+                log.debug("fetch from broker %d failed: %s", self.leader_id, exc)
+                backoff = 0.5
+            except Exception:
+                log.exception("replica fetcher for leader %d", self.leader_id)
+                backoff = 1.0
+
+    def _call(self, method: str, request: object, timeout: float) -> object:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            raise map_rpc_error(exc, self.address) from exc
+
+    def _truncate(self, states: list[_FetchState]) -> None:
+        req = log_pb2.OffsetForLeaderEpochRequest(replica_id=self.broker_id)
+        for s in states:
+            p = s.partition
+            latest = p.log.leader_epoch_cache.latest_epoch
+            t = req.topics.add(name=p.topic)
+            t.partitions.add(index=p.index, current_leader_epoch=s.leader_epoch, leader_epoch=latest)
+        resp = self._call("OffsetForLeaderEpoch", req, 10.0)
+        assert isinstance(resp, log_pb2.OffsetForLeaderEpochResponse)
+        by_tp = {(t.name, r.index): r for t in resp.topics for r in t.partitions}
+        for s in states:
+            p = s.partition
+            r = by_tp.get((p.topic, p.index))
+            if r is None:
+                continue
+            if r.error_code:
+                self._partition_error(s, for_code(r.error_code)(r.error_message))
+                continue
+            own_leo = p.log.log_end_offset
+            if r.leader_epoch < 0 or r.end_offset < 0:
+                # The leader knows no epoch at or below ours: keep only what is committed.
+                target = min(p.high_watermark, own_leo)
+            else:
+                own_epoch, own_end = p.log.leader_epoch_cache.end_offset_for(r.leader_epoch, own_leo)
+                target = min(r.end_offset, own_end if own_epoch >= 0 else own_leo, own_leo)
+            if target < own_leo:
+                p.truncate_to(target)
+                if p.log.leader_epoch_cache.latest_epoch > r.leader_epoch:
+                    continue  # another round with our (now older) latest epoch
+            s.truncating = False
+
+    def _fetch(self, states: list[_FetchState]) -> float:
+        req = log_pb2.FetchRequest(
+            replica_id=self.broker_id, max_wait_ms=self._max_wait_ms, min_bytes=1, max_bytes=self._max_bytes
+        )
+        topics: dict[str, log_pb2.FetchTopic] = {}
+        for s in states:
+            p = s.partition
+            t = topics.get(p.topic)
+            if t is None:
+                t = topics[p.topic] = req.topics.add(name=p.topic)
+            t.partitions.add(
+                index=p.index,
+                fetch_offset=p.log.log_end_offset,
+                partition_max_bytes=self._max_bytes,
+                current_leader_epoch=s.leader_epoch,
+                log_start_offset=p.log.log_start_offset,
+            )
+        resp = self._call("Fetch", req, self._max_wait_ms / 1000.0 + 15)
+        assert isinstance(resp, log_pb2.FetchResponse)
+        progressed = False
+        for t in resp.topics:
+            for r in t.partitions:
+                with self._lock:
+                    st = self._partitions.get((t.name, r.index))
+                if st is None or st.truncating:
+                    continue
+                if r.error_code:
+                    self._partition_error(st, for_code(r.error_code)(r.error_message), r)
+                    continue
+                try:
+                    st.partition.append_as_follower(r.records, r.high_watermark)
+                    progressed = progressed or bool(r.records)
+                except OffsetOutOfRangeError:
+                    st.truncating = True  # our log moved under us (truncation); resync
+                except KafkaError as exc:
+                    log.warning("%s-%d: follower append failed: %s", t.name, r.index, exc)
+                    st.truncating = True
+        if progressed:
+            self._purgatory.progress()
+        return 0.0
+
+    def _partition_error(
+        self, s: _FetchState, err: KafkaError, r: log_pb2.FetchPartitionResponse | None = None
+    ) -> None:
+        p = s.partition
+        if isinstance(err, OffsetOutOfRangeError) and r is not None:
+            if p.log.log_end_offset > r.log_end_offset >= 0:
+                # Unclean leader election: the new leader has less than we do.
+                log.warning(
+                    "%s-%d: leader %d has only up to %d; truncating", p.topic, p.index, self.leader_id, r.log_end_offset
+                )
+                p.truncate_to(r.log_end_offset)
+            elif r.log_start_offset > p.log.log_end_offset:
+                log.warning(
+                    "%s-%d: behind the leader's log start %d; restarting there", p.topic, p.index, r.log_start_offset
+                )
+                p.truncate_fully_and_start_at(r.log_start_offset)
+            return
+        if isinstance(
+            err,
+            (NotLeaderForPartitionError, FencedLeaderEpochError, UnknownLeaderEpochError, UnknownTopicOrPartitionError),
+        ):
+            # Our view of leadership is stale or ahead; the metadata watch will move us.
+            log.debug("%s-%d: %s", p.topic, p.index, err)
+            return
+        log.warning("%s-%d: fetch error from leader %d: %s", p.topic, p.index, self.leader_id, err)
+
+
+class ReplicaFetcherManager:
+    """The fetcher threads of this broker, one per leader."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        address_of: Callable[[int], str | None],
+        purgatory: Purgatory,
+        *,
+        max_wait_ms: int = 500,
+        max_bytes: int = 1048576,
+    ) -> None:
+        self.broker_id = broker_id
+        self._address_of = address_of
+        self._purgatory = purgatory
+        self._max_wait_ms = max_wait_ms
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._owner: dict[TopicPartition, int] = {}
+
+    def follow(self, partition: Partition, leader_id: int, leader_epoch: int) -> None:
+        """Fetch ``partition`` from ``leader_id`` (after a truncation check)."""
+        tp = (partition.topic, partition.index)
+        self.unfollow(tp)
+        address = self._address_of(leader_id)
+        if address is None:
+            log.warning("%s-%d: leader %d has no known address; not fetching yet", *tp, leader_id)
+            return
+        with self._lock:
+            f = self._fetchers.get(leader_id)
+            if f is not None and f.address != address:
+                f.shutdown()
+                f = None
+            if f is None:
+                f = ReplicaFetcher(
+                    self.broker_id,
+                    leader_id,
+                    address,
+                    max_wait_ms=self._max_wait_ms,
+                    max_bytes=self._max_bytes,
+                    purgatory=self._purgatory,
+                )
+                self._fetchers[leader_id] = f
+                f.start()
+            f.add(partition, leader_epoch)
+            self._owner[tp] = leader_id
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        with self._lock:
+            leader = self._owner.pop(tp, None)
+            f = self._fetchers.get(leader) if leader is not None else None
+            if f is not None:
+                f.remove(tp)
+                if not f.partitions():
+                    del self._fetchers[f.leader_id]
+                    threading.Thread(target=f.shutdown, daemon=True).start()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            fetchers = list(self._fetchers.values())
+            self._fetchers.clear()
+            self._owner.clear()
+        for f in fetchers:
+            f.shutdown()
