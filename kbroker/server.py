@@ -33,7 +33,7 @@ from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import KafkaError
-from kclient.proto.kbroker.v1 import broker_pb2_grpc
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2
 
 log = logging.getLogger("kbroker")
 
@@ -89,7 +89,11 @@ class KafkaServer:
             default_replication_factor=cfg.default_replication_factor,
         )
         self.controller = Controller(
-            self.zk, cfg.broker_id, unclean_default=self.log_defaults.unclean_leader_election_enable
+            self.zk,
+            cfg.broker_id,
+            unclean_default=self.log_defaults.unclean_leader_election_enable,
+            auto_leader_rebalance=cfg.auto_leader_rebalance,
+            leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_ms,
         )
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers), options=GRPC_OPTIONS)
@@ -102,6 +106,7 @@ class KafkaServer:
                 self.zk,
                 self.admin,
                 ProducerIdManager(self.zk, cfg.broker_id),
+                self.controller,
             ),
             server,
         )
@@ -168,11 +173,44 @@ class KafkaServer:
         except Exception:
             log.exception("re-registration failed")
 
+    def _controlled_shutdown(self, attempts: int = 3) -> None:
+        """Ask the controller to move this broker's leaderships away before it leaves."""
+        bid = self.config.broker_id
+        for attempt in range(attempts):
+            controller = self.metadata.snapshot().controller_id
+            try:
+                if controller == bid:
+                    remaining = self.controller.controlled_shutdown(bid)
+                else:
+                    address = self._address_of(controller)
+                    if address is None:
+                        raise KafkaError("no controller")
+                    channel = grpc.insecure_channel(address)
+                    try:
+                        resp = broker_pb2_grpc.BrokerStub(channel).ControlledShutdown(
+                            cluster_pb2.ControlledShutdownRequest(broker_id=bid), timeout=30
+                        )
+                    finally:
+                        channel.close()
+                    if resp.error_code:
+                        raise KafkaError(resp.error_message)
+                    remaining = [(r.topic, r.partition) for r in resp.remaining]
+                if not remaining:
+                    log.info("controlled shutdown: leadership moved away")
+                    return
+                log.warning("controlled shutdown: still leading %d partition(s)", len(remaining))
+            except Exception as exc:
+                log.warning("controlled shutdown attempt %d failed: %s", attempt + 1, exc)
+            time.sleep(0.5)
+        log.warning("controlled shutdown incomplete; shutting down anyway")
+
     def shutdown(self) -> None:
         if self._stopped.is_set():
             return
         self._stopped.set()
         log.info("broker %d shutting down", self.config.broker_id)
+        if self.config.controlled_shutdown:
+            self._controlled_shutdown()
         if self._grpc is not None:
             self._grpc.stop(grace=2).wait(5)
         try:

@@ -8,11 +8,14 @@ as a whole fails with gRPC status INVALID_ARGUMENT (plus the Kafka code in the
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 import grpc
 
+from kbroker.cluster import zkdata
+from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
@@ -22,6 +25,8 @@ from kclient.errors import (
     BrokerResponseError,
     InvalidRequestError,
     KafkaError,
+    NotControllerError,
+    PreferredLeaderNotAvailableError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
@@ -80,8 +85,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         zk: ZkClient,
         admin: TopicAdmin,
         producer_ids: ProducerIdManager,
+        controller: Controller,
     ) -> None:
         self._producer_ids = producer_ids
+        self._controller = controller
         self._broker_id = broker_id
         self._cluster_id = cluster_id
         self._replicas = replicas
@@ -313,3 +320,72 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 producer_epoch=-1,
             )
         return cluster_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
+
+    # --- cluster -------------------------------------------------------------------
+
+    def ControlledShutdown(
+        self, request: cluster_pb2.ControlledShutdownRequest, context: grpc.ServicerContext
+    ) -> cluster_pb2.ControlledShutdownResponse:
+        resp = cluster_pb2.ControlledShutdownResponse()
+        if not self._controller.is_active:
+            err: BrokerResponseError = NotControllerError(f"broker {self._broker_id} is not the controller")
+            resp.error_code, resp.error_message = err.errno, err.message  # type: ignore[assignment]
+            return resp
+        try:
+            remaining = self._controller.controlled_shutdown(request.broker_id)
+        except Exception as exc:
+            err = as_response_error(exc) if not isinstance(exc, KafkaError) else NotControllerError(str(exc))
+            resp.error_code, resp.error_message = err.errno, err.message  # type: ignore[assignment]
+            return resp
+        for topic, p in remaining:
+            resp.remaining.add(topic=topic, partition=p)
+        return resp
+
+    def ElectLeaders(
+        self, request: cluster_pb2.ElectLeadersRequest, context: grpc.ServicerContext
+    ) -> cluster_pb2.ElectLeadersResponse:
+        wanted = [(r.topic, r.partition) for r in request.partitions]
+        snap = self._metadata.snapshot()
+        resp = cluster_pb2.ElectLeadersResponse()
+        unknown = [(t, p) for t, p in wanted if t not in snap.topics or p not in snap.topics[t].assignment]
+        for t, p in unknown:
+            resp.results.add(
+                topic=t,
+                partition=p,
+                error_code=UnknownTopicOrPartitionError.errno,  # type: ignore[arg-type]
+                error_message=f"{t}-{p} does not exist",
+            )
+        known = [tp for tp in wanted if tp not in unknown]
+        if wanted and not known:
+            return resp
+        self._zk.kazoo.ensure_path("/admin")
+        try:
+            self._zk.kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_preferred_election(known or None))
+        except Exception:
+            pass  # an election is already pending; wait for it
+        timeout_s = (request.timeout_ms or 30000) / 1000.0
+        deadline = time.monotonic() + timeout_s
+        while self._zk.kazoo.exists(zkdata.PREFERRED_REPLICA_ELECTION) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._metadata.sync()
+        snap = self._metadata.snapshot()
+        targets = known or [(t, p) for t, info in sorted(snap.topics.items()) for p in sorted(info.assignment)]
+        for t, p in targets:
+            info = snap.topics.get(t)
+            state = info.states.get(p) if info else None
+            preferred = info.assignment[p][0] if info and info.assignment.get(p) else -1
+            if state is not None and state.leader == preferred:
+                resp.results.add(topic=t, partition=p)
+            else:
+                err = PreferredLeaderNotAvailableError(
+                    f"{t}-{p}: preferred leader {preferred} is not alive and in sync"
+                    if time.monotonic() < deadline
+                    else f"{t}-{p}: election did not finish within {timeout_s:.0f}s"
+                )
+                resp.results.add(
+                    topic=t,
+                    partition=p,
+                    error_code=err.errno,
+                    error_message=err.message,  # type: ignore[arg-type]
+                )
+        return resp

@@ -28,6 +28,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from concurrent.futures import Future
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
@@ -46,10 +48,21 @@ UNCLEAN_KEY = "unclean.leader.election.enable"
 class Controller:
     """Controller election and, while elected, the controller's work."""
 
-    def __init__(self, zk: ZkClient, broker_id: int, *, unclean_default: bool = False) -> None:
+    def __init__(
+        self,
+        zk: ZkClient,
+        broker_id: int,
+        *,
+        unclean_default: bool = False,
+        auto_leader_rebalance: bool = True,
+        leader_imbalance_check_interval_ms: int = 300000,
+    ) -> None:
         self._zk = zk
         self.broker_id = broker_id
         self._unclean_default = unclean_default
+        self._auto_rebalance = auto_leader_rebalance
+        self._rebalance_interval_s = leader_imbalance_check_interval_ms / 1000.0
+        self._next_rebalance = time.monotonic() + self._rebalance_interval_s
         self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="controller-events", daemon=True)
         self._active = False
@@ -58,7 +71,7 @@ class Controller:
         self._generation = 0  # bumped on each election won; stale watches check it
         self._topics: set[str] = set()
         self._stopped = False
-        self._shutting_down: set[int] = set()
+        self._shutting_down: dict[int, int] = {}  # broker id -> registration epoch (czxid)
 
     @property
     def is_active(self) -> bool:
@@ -116,9 +129,17 @@ class Controller:
             self._events.put(("deletions", generation, set(children)))
             return True
 
+        def preferred(data: bytes | None, _stat: Any) -> bool:
+            if self._stopped or generation != self._generation:
+                return False
+            if data is not None:
+                self._events.put(("elect_preferred", generation, zkdata.decode_preferred_election(data), "znode"))
+            return True
+
         ChildrenWatch(self._zk.kazoo, zkdata.BROKER_IDS, brokers)
         ChildrenWatch(self._zk.kazoo, zkdata.BROKER_TOPICS, topics)
         ChildrenWatch(self._zk.kazoo, zkdata.DELETE_TOPICS, deletions)
+        DataWatch(self._zk.kazoo, zkdata.PREFERRED_REPLICA_ELECTION, preferred)
 
     def _watch_topic(self, generation: int, topic: str) -> None:
         def changed(data: bytes | None, _stat: Any) -> bool:
@@ -133,7 +154,14 @@ class Controller:
 
     def _run(self) -> None:
         while True:
-            event = self._events.get()
+            try:
+                event = self._events.get(timeout=1.0)
+            except queue.Empty:
+                if self._active and self._auto_rebalance and time.monotonic() >= self._next_rebalance:
+                    self._next_rebalance = time.monotonic() + self._rebalance_interval_s
+                    event = ("elect_preferred", self._generation, None, None)
+                else:
+                    continue
             if event is None:
                 return
             try:
@@ -159,6 +187,16 @@ class Controller:
             self._active = False
             self._generation += 1
             return
+        if kind == "controlled_shutdown":
+            fut: Future[list[tuple[str, int]]] = event[2]
+            if not self._active:
+                fut.set_exception(ControllerMovedError(f"broker {self.broker_id} is not the controller"))
+            else:
+                try:
+                    fut.set_result(self._controlled_shutdown(event[1]))
+                except Exception as exc:
+                    fut.set_exception(exc)
+            return
         if not self._active or event[1] != self._generation:
             return
         if kind == "brokers":
@@ -175,6 +213,11 @@ class Controller:
                 self._delete_topic(topic)
         elif kind == "elect_preferred":
             self._elect_preferred(event[2])
+            if event[3] == "znode":
+                try:
+                    self._zk.kazoo.delete(zkdata.PREFERRED_REPLICA_ELECTION)
+                except Exception:
+                    pass
 
     def _elect(self) -> None:
         if self._stopped:
@@ -192,7 +235,8 @@ class Controller:
     # --- topic and partition state -------------------------------------------------
 
     def _live(self) -> set[int]:
-        return set(self._zk.live_brokers())
+        """Live brokers, without those in a controlled shutdown of their current registration."""
+        return {b for b, info in self._zk.live_brokers().items() if self._shutting_down.get(b) != info.epoch}
 
     def _unclean(self, topic: str) -> bool:
         value = self._zk.topic_config(topic).get(UNCLEAN_KEY)
@@ -224,6 +268,7 @@ class Controller:
         log.info("topic %s deleted", topic)
 
     def _on_brokers(self, live: set[int]) -> None:
+        live = self._live()
         for topic in self._zk.topics():
             found = self._zk.topic_assignment(topic)
             if found is None:
@@ -297,4 +342,46 @@ class Controller:
 
     def request_preferred_election(self, partitions: list[tuple[str, int]] | None = None) -> None:
         """Move leadership back to each partition's first replica where it is in sync."""
-        self._events.put(("elect_preferred", self._generation, partitions))
+        self._events.put(("elect_preferred", self._generation, partitions, None))
+
+    # --- controlled shutdown -------------------------------------------------------
+
+    def controlled_shutdown(self, broker_id: int, timeout_s: float = 30.0) -> list[tuple[str, int]]:
+        """Move leadership (and ISR membership) off ``broker_id``; returns what it still leads.
+
+        Runs on the controller's event thread; raises ControllerMovedError when this
+        broker is not the controller.
+        """
+        fut: Future[list[tuple[str, int]]] = Future()
+        self._events.put(("controlled_shutdown", broker_id, fut))
+        return fut.result(timeout_s)
+
+    def _controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]]:
+        info = self._zk.broker(broker_id)
+        if info is not None:
+            self._shutting_down[broker_id] = info.epoch
+        live = self._live()
+        remaining: list[tuple[str, int]] = []
+        for topic in self._zk.topics():
+            found = self._zk.topic_assignment(topic)
+            if found is None:
+                continue
+            for p, replicas in sorted(found[0].items()):
+                if broker_id not in replicas:
+                    continue
+                state = self._zk.partition_state(topic, p)
+                if state is None:
+                    continue
+                isr = [b for b in state.isr if b != broker_id]
+                if state.leader == broker_id:
+                    candidates = [r for r in replicas if r in live and r in isr]
+                    if candidates:
+                        self._write(topic, p, state, candidates[0], isr)
+                    else:
+                        remaining.append((topic, p))
+                elif broker_id in state.isr and isr:
+                    self._write(topic, p, state, state.leader, isr)
+        log.info(
+            "controlled shutdown of broker %d: %d partition(s) left without another leader", broker_id, len(remaining)
+        )
+        return remaining

@@ -10,6 +10,7 @@ from kbroker.storage import files
 from kbroker.storage.index import CorruptIndexError
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LogConfig
+from kbroker.storage.producer_state import ProducerStateManager
 from kbroker.storage.segment import LogSegment
 from kclient.errors import CorruptRecordError, KafkaStorageError
 
@@ -27,6 +28,8 @@ class LoadedLog:
     recovered_segments: int = 0
     truncated_bytes: int = 0
     deleted_segments: int = 0
+    producer_state: ProducerStateManager | None = None
+    """Idempotent-producer state rebuilt from the loaded segments (and snapshots)."""
 
 
 def _remove_leftovers(dir: Path) -> list[int]:
@@ -105,7 +108,9 @@ def load_log(
       ``recovery_point``: each batch is validated and the first invalid byte ends the
       log: that segment is truncated there and every later segment is deleted;
     - loads the leader-epoch cache (rebuilt from the batches if its file is missing
-      or unreadable) and trims it to the loaded offsets.
+      or unreadable) and trims it to the loaded offsets;
+    - rebuilds the producer state (idempotent producers) from the newest usable
+      ``.snapshot`` and the batch headers after it (see :mod:`.producer_state`).
     """
     dir.mkdir(parents=True, exist_ok=True)
     bases = _remove_leftovers(dir)
@@ -181,6 +186,15 @@ def load_log(
         epoch_cache.flush()
     epoch_cache.truncate_from_end(log_end)
     epoch_cache.truncate_from_start(loaded.log_start_offset)
+
+    producer_state = ProducerStateManager(dir)
+    try:
+        producer_state.load(segments, loaded.log_start_offset, log_end)
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    loaded.producer_state = producer_state
 
     if loaded.recovered_segments or loaded.deleted_segments:
         damaged = loaded.truncated_bytes or loaded.deleted_segments

@@ -16,6 +16,7 @@ from kbroker.storage import files
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.loader import load_log
 from kbroker.storage.log_config import LogConfig
+from kbroker.storage.producer_state import ProducerStateManager
 from kbroker.storage.segment import LogSegment
 from kbroker.storage.validator import (
     BatchSummary,
@@ -50,7 +51,9 @@ class LogAppendInfo(NamedTuple):
     offset_of_max_timestamp: int
     """Last offset of the batch holding ``max_timestamp``, -1 if none."""
     num_records: int
+    """Records appended (0 for a duplicate)."""
     valid_bytes: int
+    """Bytes appended (0 for a duplicate)."""
     log_append_time: int = -1
     """The time the leader stamped on the batches (LogAppendTime topics), else -1."""
 
@@ -91,8 +94,9 @@ def _storage_errors(what: str) -> Iterator[None]:
 class Log:
     """The log of one partition: segments in a directory, offsets, retention, recovery.
 
-    Files: ``<dir>/`` holds segments (see :class:`LogSegment`) and
-    ``leader-epoch-checkpoint`` (see :class:`LeaderEpochCache`).
+    Files: ``<dir>/`` holds segments (see :class:`LogSegment`),
+    ``leader-epoch-checkpoint`` (see :class:`LeaderEpochCache`) and ``<offset>.snapshot``
+    files of the idempotent-producer state (see :class:`ProducerStateManager`).
 
     Invariants:
 
@@ -101,7 +105,11 @@ class Log:
     - segments are sorted by base offset, do not overlap, and only the last one
       (the active segment) is appended to; it is never deleted by retention;
     - ``recovery_point <= log_end_offset``: everything below it has been fsynced;
-    - every batch in the log passed validation (CRC included) when it was appended.
+    - every batch in the log passed validation (CRC included) when it was appended;
+    - the producer state describes exactly the producer batches in
+      [log_start_offset, log_end_offset): it is updated with every append, evicts
+      producers left below the log start and is rebuilt after a truncation. A leader
+      append never writes a batch with a producer id twice (see :meth:`append_as_leader`).
 
     Thread safety: the log owns one lock (``RLock``) around every change and every
     snapshot of the segment list. Reads snapshot the segments and their sizes under
@@ -120,9 +128,13 @@ class Log:
         log_start_offset: int,
         recovery_point: int,
         epoch_cache: LeaderEpochCache,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
         if not segments:
             raise ValueError("a log needs at least one segment")
+        if producer_state is None:
+            producer_state = ProducerStateManager(dir)
+            producer_state.load(segments, log_start_offset, segments[-1].next_offset)
         self._dir = dir
         self._config = config
         self._lock = threading.RLock()
@@ -133,6 +145,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
         self._epoch_cache = epoch_cache
+        self._producer_state = producer_state
         self._last_flush_ms = _now_ms()
         self._roll_flush_offset = -1
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -171,6 +184,7 @@ class Log:
             log_start_offset=loaded.log_start_offset,
             recovery_point=loaded.recovery_point,
             epoch_cache=loaded.epoch_cache,
+            producer_state=loaded.producer_state,
         )
 
     # ------------------------------------------------------------------ properties
@@ -232,6 +246,11 @@ class Log:
         return self._epoch_cache
 
     @property
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent-producer state (changes under the log lock)."""
+        return self._producer_state
+
+    @property
     def latest_epoch(self) -> int:
         return self._epoch_cache.latest_epoch
 
@@ -253,7 +272,13 @@ class Log:
         Every batch is checked first (complete batches only, CRC, size within
         max.message.bytes, record count matching its offset span); any problem raises
         CorruptRecordError / MessageSizeTooLargeError / RecordListTooLargeError and
-        nothing is written. Then the batches get consecutive base offsets from the
+        nothing is written. Then, under the log lock, batches with a producer id are
+        checked against the producer state (:meth:`ProducerStateManager.check_leader_append`):
+        InvalidProducerEpochError / OutOfOrderSequenceNumberError / InvalidRequestError
+        write nothing; if every batch is a duplicate of a batch already in the log,
+        nothing is written and the result carries the ORIGINAL first and last offsets
+        (``num_records`` and ``valid_bytes`` 0), so a retried produce gets the answer of
+        the first attempt. Otherwise the batches get consecutive base offsets from the
         log end offset and ``leader_epoch`` (and, for LogAppendTime topics, the
         append time), and are written at once.
         """
@@ -279,6 +304,15 @@ class Log:
                     f"{self.name}: cannot append as leader with epoch {leader_epoch}, "
                     f"the log already has epoch {latest}"
                 )
+            duplicate = self._producer_state.check_leader_append([h for _, h in batches])
+            if duplicate is not None:
+                logger.debug(
+                    "%s: duplicate producer batch(es), already at offsets %d..%d",
+                    self.name,
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                )
+                return LogAppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, 0, 0, append_time)
             first_offset = self._next_offset
             stamped = assign_offsets(buf, batches, first_offset, leader_epoch)
             summary = summarize(stamped)
@@ -286,6 +320,7 @@ class Log:
                 with _storage_errors(f"writing the leader epoch cache of {self.name}"):
                     self._epoch_cache.assign(leader_epoch, first_offset)
             self._append_locked(buf, summary, now)
+            self._producer_state.update([h for _, h in stamped])
         return LogAppendInfo(
             first_offset,
             summary.last_offset,
@@ -304,7 +339,8 @@ class Log:
         The same checks as a leader append (except max.message.bytes, which is the
         leader's business); the first batch must start at the log end offset
         (else OffsetOutOfRangeError) and offsets must increase. New leader
-        epochs found in the batches go into the leader-epoch cache.
+        epochs found in the batches go into the leader-epoch cache, producer batches
+        into the producer state (no sequence checks: the leader made them).
         """
         now = _now_ms() if now_ms is None else now_ms
         summary = summarize(validate_batches(records, as_leader=False, max_message_bytes=None))
@@ -323,6 +359,7 @@ class Log:
                     if epoch >= 0 and epoch > cache.latest_epoch:
                         cache.assign(epoch, header.base_offset)
             self._append_locked(records, summary, now)
+            self._producer_state.update([h for _, h in summary.batches])
         return LogAppendInfo(
             first_offset,
             summary.last_offset,
@@ -467,6 +504,7 @@ class Log:
         )
         self._segments.append(segment)
         self._bases.append(base)
+        self._snapshot_producer_state(base)
         # As Kafka, the finished segment is flushed soon, off the append path.
         self._roll_flush_offset = base
         logger.debug("%s: rolled new segment at offset %d", self.name, base)
@@ -552,6 +590,8 @@ class Log:
             if self._segments[0].base_offset > offset:
                 self._truncate_fully_locked(offset)
                 return True
+            # Snapshots of the removed batches go first (durably), then the batches.
+            self._producer_state.delete_snapshots_above(offset)
             now = _now_ms()
             while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
                 self._remove_segment_locked(len(self._segments) - 1, now)
@@ -562,6 +602,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, self._next_offset)
             self._roll_flush_offset = min(self._roll_flush_offset, self._next_offset)
             self._epoch_cache.truncate_from_end(self._next_offset)
+            self._producer_state.truncate_and_reload(self._segments, self._log_start_offset, self._next_offset)
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -574,6 +615,8 @@ class Log:
             self._truncate_fully_locked(offset)
 
     def _truncate_fully_locked(self, offset: int) -> None:
+        self._producer_state.delete_all_snapshots()
+        self._producer_state.clear()
         now = _now_ms()
         while self._segments:
             self._remove_segment_locked(len(self._segments) - 1, now)
@@ -614,6 +657,7 @@ class Log:
         if offset > self._log_start_offset:
             self._log_start_offset = offset
             self._epoch_cache.truncate_from_start(offset)
+            self._producer_state.evict_below(offset)
 
     # ------------------------------------------------------------------ retention
 
@@ -704,11 +748,18 @@ class Log:
     def close(self) -> None:
         """Close every file (pending ``.deleted`` files are removed now). Idempotent.
 
-        Does not flush: call :meth:`flush` first for a clean shutdown.
+        Writes a producer-state snapshot at the log end offset first (so the next
+        load replays nothing). Does not flush: call :meth:`flush` first for a clean
+        shutdown.
         """
+        self._close(snapshot=True)
+
+    def _close(self, *, snapshot: bool) -> None:
         with self._flush_lock, self._lock:
             if self._closed:
                 return
+            if snapshot:
+                self._snapshot_producer_state(self._next_offset)
             self._closed = True
             with _storage_errors(f"closing {self.name}"):
                 for segment in self._segments:
@@ -719,10 +770,17 @@ class Log:
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
-        self.close()
+        self._close(snapshot=False)
         with _storage_errors(f"deleting {self._dir}"):
             if self._dir.exists():
                 shutil.rmtree(self._dir)
+
+    def _snapshot_producer_state(self, offset: int) -> None:
+        """Best effort: a missing snapshot only makes the next load scan more headers."""
+        try:
+            self._producer_state.take_snapshot(offset)
+        except OSError as exc:
+            logger.warning("%s: could not write the producer state snapshot at %d: %s", self.name, offset, exc)
 
     def __repr__(self) -> str:
         return (

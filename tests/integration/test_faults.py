@@ -130,9 +130,7 @@ def start_topic(cluster: LocalCluster, topic: str, partitions: int = 3) -> ZkVie
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, partitions, 3, topic_configs={"min.insync.replicas": "2"})])
     view = ZkView(cluster.zk_connect)
-    wait_until(
-        lambda: all(len(view.state(topic, p).isr) == 3 for p in range(partitions)), what="full ISR"
-    )
+    wait_until(lambda: all(len(view.state(topic, p).isr) == 3 for p in range(partitions)), what="full ISR")
     return view
 
 
@@ -151,9 +149,7 @@ def test_sigkill_bounces_lose_nothing(cluster_factory: Callable[..., LocalCluste
             wait_until(lambda t=target: t not in view.live(), what=f"broker {target} to leave ZooKeeper")
             wait_until(lambda b=before: len(producer.acked) > b + 100, what="acks after failover")
             cluster.brokers[target].start()
-            wait_until(
-                lambda: all(len(view.state("bounce", p).isr) == 3 for p in range(3)), what="ISR to heal"
-            )
+            wait_until(lambda: all(len(view.state("bounce", p).isr) == 3 for p in range(3)), what="ISR to heal")
     finally:
         producer.stop.set()
         producer.join(180)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 
+import grpc
 import pytest
 
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from kclient.errors import NotEnoughReplicasError
-from kclient.records import decode_batches
+from kclient.errors import LeaderNotAvailableError, NotEnoughReplicasError
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -56,9 +58,6 @@ def test_rf3_replicates_to_every_broker(cluster_factory: Callable[..., LocalClus
         futures = [p.send("rep", f"{i}".encode(), key=str(i).encode()) for i in range(600)]
         p.flush()
         metas = [f.get(10) for f in futures]
-    # Every replica's log holds the same batches (read straight from each broker as a follower would).
-    from kclient.proto.kbroker.v1 import log_pb2
-
     for part in describe(cluster.bootstrap, "rep"):
         leader_count = sum(1 for m in metas if m.partition == part.partition)
         for b in cluster.brokers.values():
@@ -68,7 +67,6 @@ def test_rf3_replicates_to_every_broker(cluster_factory: Callable[..., LocalClus
         assert leader_count > 0
     records = read_all(cluster.bootstrap, "rep", 3, 600)
     assert sorted(int(r.value) for r in records) == list(range(600))
-    _ = log_pb2, decode_batches
 
 
 def test_acks_all_below_min_isr_is_refused(cluster_factory: Callable[..., LocalCluster]) -> None:
@@ -86,3 +84,113 @@ def test_acks_all_below_min_isr_is_refused(cluster_factory: Callable[..., LocalC
         # acks=1 still works: durability below min.insync.replicas is the caller's choice.
     with Producer(bootstrap_servers=cluster.brokers[leader].address, acks=1) as p:
         assert p.send("minisr", b"y").get(10).offset == 0
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    return {p.partition: p.leader for p in describe(bootstrap, topic)}
+
+
+def test_controlled_shutdown_moves_leadership_before_leaving(cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(3, **{"auto.leader.rebalance.enable": "false"})
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("cs", 6, 3, topic_configs={"min.insync.replicas": "2"})])
+    wait_until(lambda: full_isr(cluster.bootstrap, "cs"), what="full ISR")
+    before = {p.partition: p for p in describe(cluster.bootstrap, "cs")}
+    victim = before[0].leader
+    others = [b for b in cluster.brokers.values() if b.broker_id != victim]
+    assert cluster.brokers[victim].stop() == 0
+    assert "controlled shutdown: leadership moved away" in cluster.brokers[victim].log_path.read_text()
+    after = {p.partition: p for p in describe(others[0].address, "cs")}
+    for p, meta in after.items():
+        assert meta.leader != victim and meta.leader >= 0
+        assert victim not in meta.isr
+        if before[p].leader == victim:
+            assert meta.leader_epoch > before[p].leader_epoch
+    with Producer(bootstrap_servers=others[0].address, acks="all") as prod:
+        assert prod.send("cs", b"still writable", partition=0).get(10).offset >= 0
+
+
+def test_preferred_leader_comes_back(cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(3, **{"leader.imbalance.check.interval.seconds": "2"})
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("pref", 3, 3)])
+    wait_until(lambda: full_isr(cluster.bootstrap, "pref"), what="full ISR")
+    preferred = {p.partition: p.replicas[0] for p in describe(cluster.bootstrap, "pref")}
+    assert leaders(cluster.bootstrap, "pref") == preferred
+    victim = preferred[0]
+    cluster.brokers[victim].kill()
+    survivor = next(b for b in cluster.brokers.values() if b.broker_id != victim)
+    wait_until(lambda: leaders(survivor.address, "pref")[0] not in (victim, -1), what="failover")
+    cluster.brokers[victim].start()
+    wait_until(lambda: full_isr(cluster.bootstrap, "pref"), what="ISR to heal")
+    wait_until(lambda: leaders(cluster.bootstrap, "pref") == preferred, what="preferred leaders back")
+
+
+def test_unclean_election_only_where_enabled(cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(2, **{"auto.leader.rebalance.enable": "false"})
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics(
+            [
+                NewTopic("clean", 1, 2, replica_assignments={0: [0, 1]}),
+                NewTopic(
+                    "dirty",
+                    1,
+                    2,
+                    replica_assignments={0: [0, 1]},
+                    topic_configs={"unclean.leader.election.enable": "true"},
+                ),
+            ]
+        )
+    wait_until(lambda: full_isr(cluster.bootstrap, "clean") and full_isr(cluster.bootstrap, "dirty"), what="ISR")
+    cluster.brokers[1].kill()  # the follower: ISR shrinks to [0]
+    wait_until(lambda: describe(cluster.brokers[0].address, "clean")[0].isr == [0], what="ISR shrink")
+    wait_until(lambda: describe(cluster.brokers[0].address, "dirty")[0].isr == [0], what="ISR shrink")
+    cluster.brokers[0].kill()  # the only in-sync replica
+    cluster.brokers[1].start()
+    b1 = cluster.brokers[1].address
+    wait_until(lambda: describe(b1, "dirty")[0].leader == 1, what="unclean election on 'dirty'")
+    clean = describe(b1, "clean")[0]
+    assert clean.leader == -1 and clean.error == 5  # LEADER_NOT_AVAILABLE: stays offline
+    with Producer(bootstrap_servers=b1, acks="all", delivery_timeout_ms=2000) as p:
+        assert p.send("dirty", b"x").get(10).offset >= 0
+        with pytest.raises(LeaderNotAvailableError):
+            p.send("clean", b"x").get(10)
+    cluster.brokers[0].start()  # the ISR member returns: 'clean' comes back online
+    wait_until(lambda: describe(b1, "clean")[0].leader == 0, what="'clean' back online")
+
+
+def test_divergent_follower_truncates(cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(3, **{"auto.leader.rebalance.enable": "false", "replica.lag.time.max.ms": "20000"})
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("div", 1, 3, replica_assignments={0: [0, 1, 2]})])
+    wait_until(lambda: full_isr(cluster.bootstrap, "div"), what="full ISR")
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as p:
+        for i in range(100):
+            p.send("div", f"common-{i}".encode())
+        p.flush()
+    # Cut the followers off; the leader takes writes (acks=1) nobody else sees.
+    for b in (1, 2):
+        cluster.brokers[b].signal(signal.SIGSTOP)
+    with Producer(bootstrap_servers=cluster.brokers[0].address, acks=1, enable_idempotence=False) as p:
+        for i in range(50):
+            p.send("div", f"orphan-{i}".encode())
+        p.flush()
+    cluster.brokers[0].kill()
+    for b in (1, 2):
+        cluster.brokers[b].signal(signal.SIGCONT)
+    b1 = cluster.brokers[1].address
+    wait_until(lambda: describe(b1, "div")[0].leader in (1, 2), what="new leader")
+    with Producer(bootstrap_servers=b1, acks="all") as p:
+        for i in range(30):
+            p.send("div", f"new-{i}".encode())
+        p.flush()
+    cluster.brokers[0].start()  # comes back with 50 records the new leader never had
+    wait_until(lambda: full_isr(b1, "div"), what="old leader back in the ISR")
+    log_text = cluster.brokers[0].log_path.read_text()
+    assert "truncating from 150 to 100" in log_text
+    # Make broker 0 the leader again: its log must now equal the one it follows.
+    stub = broker_pb2_grpc.BrokerStub(grpc.insecure_channel(b1))
+    stub.ElectLeaders(cluster_pb2.ElectLeadersRequest(timeout_ms=20000), timeout=30)
+    wait_until(lambda: describe(b1, "div")[0].leader == 0, what="broker 0 preferred leader again")
+    values = [r.value.decode() for r in read_all(cluster.brokers[0].address, "div", 1, 130)]
+    assert values == [f"common-{i}" for i in range(100)] + [f"new-{i}" for i in range(30)]
