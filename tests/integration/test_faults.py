@@ -117,7 +117,8 @@ def validate(producer: NumberedProducer, by_partition: dict[int, list]) -> None:
     moved = [i for i, where in producer.acked.items() if i in seen and seen[i] != where]
     print(
         f"\nsent={producer.sent} acked={len(producer.acked)} failed={len(producer.failed)} "
-        f"read={sum(len(v) for v in by_partition.values())} lost={len(lost)} duplicated={duplicated} moved={len(moved)} "
+        f"read={sum(len(v) for v in by_partition.values())} lost={len(lost)} "
+        f"duplicated={duplicated} moved={len(moved)} "
         f"errors={sorted(set(producer.failed.values()))[:3]}"
     )
     assert not lost, f"acknowledged records lost: {lost[:20]}"
