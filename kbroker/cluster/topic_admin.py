@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kbroker.cluster.assignment import assign_replicas
+from kbroker.cluster.assignment import assign_replicas, assign_replicas_rack_aware
 from kbroker.cluster.zk_client import ZkClient
-from kbroker.cluster.zkdata import Assignment
+from kbroker.cluster.zkdata import Assignment, BrokerInfo
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import (
     InvalidPartitionsError,
@@ -54,7 +54,8 @@ class TopicAdmin:
                 raise InvalidTopicError(
                     f"topic {name!r} collides with existing topic {existing!r} ('.' and '_' collide in metric names)"
                 )
-        live = sorted(self._zk.live_brokers())
+        brokers = self._zk.live_brokers()
+        live = sorted(brokers)
         if assignment:
             if num_partitions not in (-1, len(assignment)) or (
                 replication_factor != -1 and any(len(r) != replication_factor for r in assignment.values())
@@ -72,7 +73,7 @@ class TopicAdmin:
                 raise InvalidReplicationFactorError(f"replication factor must be at least 1, got {rf}")
             if not live:
                 raise InvalidReplicationFactorError("no broker is alive to host the topic")
-            chosen = assign_replicas(live, partitions, rf)
+            chosen = self._place(brokers, partitions, rf)
         if not validate_only:
             self._zk.create_topic(name, chosen, config)
         return chosen
@@ -94,8 +95,7 @@ class TopicAdmin:
                 f"topic {name!r} has {len(current)} partitions; the new count must be larger, got {total}"
             )
         rf = len(next(iter(current.values())))
-        live = sorted(self._zk.live_brokers())
-        added = assign_replicas(live, total - len(current), rf, first_partition=len(current))
+        added = self._place(self._zk.live_brokers(), total - len(current), rf, first=len(current))
         new = {**current, **added}
         if not validate_only:
             self._zk.set_topic_assignment(name, new, version)
@@ -108,6 +108,19 @@ class TopicAdmin:
         merged = {**self._zk.topic_config(name), **configs}
         LogConfig.from_properties(merged)
         self._zk.set_topic_config(name, merged)
+
+    @staticmethod
+    def _place(brokers: Mapping[int, BrokerInfo], partitions: int, rf: int, first: int = 0) -> Assignment:
+        """Rack-aware when every live broker has a rack, rack-unaware when none has."""
+        racks = {b: info.rack for b, info in brokers.items() if info.rack}
+        if racks and len(racks) != len(brokers):
+            missing = sorted(set(brokers) - set(racks))
+            raise InvalidReplicaAssignmentError(
+                f"some brokers have a rack and some do not (no rack: {missing}); give every broker a rack or none"
+            )
+        if racks:
+            return assign_replicas_rack_aware(racks, partitions, rf, first_partition=first)
+        return assign_replicas(sorted(brokers), partitions, rf, first_partition=first)
 
     @staticmethod
     def _check_assignment(assignment: Assignment, live: set[int], first: int) -> Assignment:

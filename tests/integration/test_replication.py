@@ -194,3 +194,20 @@ def test_divergent_follower_truncates(cluster_factory: Callable[..., LocalCluste
     wait_until(lambda: describe(b1, "div")[0].leader == 0, what="broker 0 preferred leader again")
     values = [r.value.decode() for r in read_all(cluster.brokers[0].address, "div", 1, 130)]
     assert values == [f"common-{i}" for i in range(100)] + [f"new-{i}" for i in range(30)]
+
+
+def test_rack_aware_placement_from_broker_racks(cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(0)
+    racks = {0: "east", 1: "east", 2: "west", 3: "west"}
+    for b, rack in racks.items():
+        cluster.add_broker(b, start=False, **{"broker.rack": rack})
+    for b in cluster.brokers.values():
+        b.start(wait=False)
+    for b in cluster.brokers.values():
+        b.wait_ready()
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("racked", 8, 2)])
+        brokers, _, _ = admin.describe_cluster()
+    assert {b.node_id: b.rack for b in brokers} == racks
+    for p in describe(cluster.bootstrap, "racked"):
+        assert {racks[r] for r in p.replicas} == {"east", "west"}, p

@@ -87,3 +87,17 @@ def test_broker_config_file_and_errors(tmp_path: Path) -> None:
     bad.write_text("broker.id 3\n")
     with pytest.raises(InvalidConfigError, match="expected key=value"):
         load_properties(bad)
+
+
+def test_rack_aware_assignment_spreads_each_partition_over_racks() -> None:
+    from kbroker.cluster.assignment import assign_replicas_rack_aware, rack_alternated
+
+    racks = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c"}
+    assert rack_alternated(racks) == [0, 2, 4, 1, 3, 5]
+    a = assign_replicas_rack_aware(racks, 12, 3, start_index=0, shift=0)
+    for replicas in a.values():
+        assert len({racks[b] for b in replicas}) == 3
+    assert Counter(r[0] for r in a.values()) == dict.fromkeys(range(6), 2)
+    two = assign_replicas_rack_aware({0: "a", 1: "a", 2: "b"}, 6, 3)
+    for replicas in two.values():
+        assert sorted(replicas) == [0, 1, 2] and {racks.get(b, "b") for b in replicas[:2]} == {"a", "b"}
