@@ -9,6 +9,22 @@ RPC per broker. Retriable errors refresh metadata and put the batch back at the 
 of its partition's queue; only one batch per partition is in flight, so retries never
 reorder records within a partition.
 
+Idempotence (KIP-98, ``enable_idempotence``, on by default; needs acks=all): before its
+first batch the producer gets a producer id and epoch (InitProducerId RPC). Each
+partition has a sequence stream; a batch is stamped with (producer id, epoch, base
+sequence) when it is created, and the sequence advances by the batch's record count
+when it is closed. A retry resends the very same bytes, so the leader recognises a
+batch it already wrote and answers with the original offsets instead of writing it
+twice. When a batch is sent for the first time its stamp is checked against the
+partition's stream; they differ only after an earlier batch of the partition failed
+for good (its outcome unknown or refused), which restarts the partition's stream at
+sequence 0 with the epoch bumped by the producer itself, as Kafka 2.5+ does (KIP-360;
+the producer id is ours alone, and when the 16-bit epoch runs out a new producer id is
+fetched). Batches already queued then are rebuilt with their new stamp (decoded and
+re-encoded: this only happens after a failure). DUPLICATE_SEQUENCE_NUMBER counts as
+success; OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH and UNKNOWN_PRODUCER_ID
+fail the batch with that error.
+
 Thread safety: ``send``, ``flush`` and ``close`` may be called from any thread.
 """
 
@@ -26,6 +42,7 @@ from typing import Any
 import grpc
 
 from kclient.errors import (
+    DuplicateSequenceNumberError,
     IllegalStateError,
     InvalidConfigError,
     KafkaError,
@@ -37,14 +54,19 @@ from kclient.errors import (
 )
 from kclient.metadata import ClusterMetadata
 from kclient.partitioner import partition_for_key
-from kclient.proto.kbroker.v1 import log_pb2
-from kclient.records import HEADER_SIZE, BatchBuilder, Compression
+from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
+from kclient.records import HEADER_SIZE, NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder, Compression, decode_batch
 from kclient.structs import RecordMetadata, TopicPartition
 from kclient.transport import Transport, map_rpc_error
 
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+_SEQUENCE_SPACE = 2**31
+"""Sequences wrap from 2**31 - 1 to 0."""
+_MAX_EPOCH = 2**15 - 1
+_DUPLICATE_SEQUENCE = DuplicateSequenceNumberError.errno
 
 
 class ProduceResult:
@@ -179,6 +201,13 @@ class _Batch:
     attempts: int = 0
     retry_at: float = 0.0
     size: int = 0
+    # Idempotence: the stamp in the builder's header, and whether the partition's
+    # sequence stream has given the batch its place (at its first send; fixed then).
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    base_sequence: int = NO_SEQUENCE
+    sequenced: bool = False
+    restamp: bool = False
 
     def fail(self, exc: BaseException) -> None:
         if not self.result.is_done:
@@ -186,6 +215,19 @@ class _Batch:
 
     def succeed(self, base_offset: int, log_append_time: int) -> None:
         self.result.done(base_offset, log_append_time, None)
+
+
+@dataclass(slots=True)
+class _Sequence:
+    """The idempotent sequence stream of one partition."""
+
+    producer_id: int
+    epoch: int
+    next_seq: int = 0
+    """Base sequence of the next batch sent for the first time (authoritative)."""
+    tail_seq: int = 0
+    """Base sequence stamped on the next batch created (``next_seq`` plus the records of
+    the closed batches not sent yet: the stamp the batch will get when sent)."""
 
 
 def _acks(value: Any) -> int:
@@ -215,6 +257,7 @@ class Producer:
         "metadata_max_age_ms": 300000,
         "key_serializer": None,
         "value_serializer": None,
+        "enable_idempotence": True,
     }
 
     def __init__(self, **configs: Any) -> None:
@@ -224,6 +267,16 @@ class Producer:
         cfg = {**self.DEFAULT_CONFIG, **configs}
         self.config = cfg
         self._acks = _acks(cfg["acks"])
+        idempotent = bool(cfg["enable_idempotence"])
+        if idempotent and self._acks != -1:
+            if "enable_idempotence" in configs:
+                raise InvalidConfigError(
+                    f"enable_idempotence=True needs acks='all', got acks={cfg['acks']!r}: "
+                    "set acks='all' or enable_idempotence=False"
+                )
+            idempotent = False  # acks=0/1 without a word about idempotence: off, as Kafka 3.x
+        cfg["enable_idempotence"] = idempotent
+        self._idempotent = idempotent
         self._compression = Compression.from_name(cfg["compression_type"] or "none")
         self._linger_s = cfg["linger_ms"] / 1000.0
         self._batch_size = int(cfg["batch_size"])
@@ -241,6 +294,15 @@ class Producer:
         self._sticky: dict[str, int] = {}
         self._round_robin = itertools.count()
         self._needs_metadata = threading.Event()
+        # Idempotence: producer id and epoch (fetched before the first batch), the
+        # sequence stream of each partition, partitions waiting for a new producer id.
+        self._needs_producer_id = idempotent
+        self._producer_id = NO_PRODUCER_ID
+        self._producer_epoch = -1
+        self._producer_id_lock = threading.Lock()
+        self._sequences: dict[TopicPartition, _Sequence] = {}
+        self._awaiting_producer_id: set[TopicPartition] = set()
+        self._producer_id_retry_at = 0.0
         self._sender = threading.Thread(target=self._run, name="kclient-producer-sender", daemon=True)
         self._sender.start()
 
@@ -285,6 +347,8 @@ class Producer:
         else:
             p = self._sticky_partition(topic, parts)
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        if self._needs_producer_id:
+            self._init_producer_id()
         return self._append(TopicPartition(topic, p), ts, key, value, headers or (), size)
 
     def flush(self, timeout: float | None = None) -> None:
@@ -359,12 +423,15 @@ class Producer:
                 q = self._queues[tp] = deque()
             batch = q[-1] if q and not q[-1].closed else None
             if batch is not None and batch.size + size > self._batch_size:
-                batch.closed = True
+                self._close_batch(batch)
                 self._advance_sticky(tp)
                 batch = None
                 self._lock.notify_all()
             if batch is None:
-                batch = _Batch(tp, BatchBuilder(self._compression), time.monotonic())
+                now = time.monotonic()
+                batch = (
+                    self._new_batch(tp, now) if self._idempotent else _Batch(tp, BatchBuilder(self._compression), now)
+                )
                 q.append(batch)
                 self._pending_batches += 1
                 if len(q) == 1:
@@ -374,12 +441,31 @@ class Producer:
             self._buffered += size
             return FutureRecordMetadata(batch.result, tp, index, ts)
 
+    def _new_batch(self, tp: TopicPartition, created: float) -> _Batch:
+        """A batch stamped with the partition's next sequence. Holds the lock."""
+        seq = self._sequences.get(tp)
+        if seq is None:
+            seq = self._sequences[tp] = _Sequence(self._producer_id, self._producer_epoch)
+        pid, epoch, base = seq.producer_id, seq.epoch, seq.tail_seq
+        builder = BatchBuilder(self._compression, producer_id=pid, producer_epoch=epoch, base_sequence=base)
+        return _Batch(tp, builder, created, producer_id=pid, producer_epoch=epoch, base_sequence=base)
+
+    def _close_batch(self, b: _Batch) -> None:
+        """No more records go into ``b``; its partition's next batch follows it. Holds the lock."""
+        if b.closed:
+            return
+        b.closed = True
+        if self._idempotent:
+            seq = self._sequences[b.tp]
+            seq.tail_seq = (seq.tail_seq + b.builder.record_count) % _SEQUENCE_SPACE
+
     def _ready(self, now: float) -> tuple[list[_Batch], float]:
         """Batches to send now, and how long to sleep otherwise. Holds the lock."""
         out: list[_Batch] = []
         wait = 0.1
+        awaiting = self._awaiting_producer_id
         for tp, q in self._queues.items():
-            if not q or tp in self._in_flight:
+            if not q or tp in self._in_flight or (awaiting and tp in awaiting):
                 continue
             b = q[0]
             if b.retry_at > now:
@@ -396,6 +482,8 @@ class Producer:
 
     def _run(self) -> None:
         while True:
+            if self._awaiting_producer_id and time.monotonic() >= self._producer_id_retry_at:
+                self._renew_producer_id()
             with self._lock:
                 if self._closed and not self._pending_batches:
                     return
@@ -406,11 +494,132 @@ class Producer:
                 for b in batches:
                     self._in_flight.add(b.tp)
                     self._queues[b.tp].popleft()
-                    b.closed = True
+                    self._close_batch(b)
                     self._advance_sticky(b.tp)
+                    if self._idempotent and not b.sequenced:
+                        self._assign_sequence(b)
+            for b in batches:
+                if b.restamp:
+                    self._restamp(b)
             if self._needs_metadata.is_set():
                 self._refresh_metadata()
             self._send(batches)
+
+    # --- idempotence -----------------------------------------------------------------
+
+    def _init_producer_id(self) -> None:
+        """Get the producer id and epoch before the first batch (blocks up to max_block_ms)."""
+        with self._producer_id_lock:
+            if not self._needs_producer_id:
+                return
+            deadline = time.monotonic() + self.config["max_block_ms"] / 1000.0
+            pid, epoch = self._fetch_producer_id(deadline)
+            with self._lock:
+                self._producer_id, self._producer_epoch = pid, epoch
+            self._needs_producer_id = False
+            log.debug("idempotent producer: producer id %d, epoch %d", pid, epoch)
+
+    def _fetch_producer_id(self, deadline: float) -> tuple[int, int]:
+        """InitProducerId on any broker, retrying retriable errors until ``deadline``."""
+        backoff = self.config["retry_backoff_ms"] / 1000.0
+        while True:
+            try:
+                resp = self._transport.call_any(
+                    "InitProducerId", cluster_pb2.InitProducerIdRequest(), self._metadata.broker_addresses()
+                )
+                if not resp.error_code:
+                    pid, epoch = int(resp.producer_id), int(resp.producer_epoch)
+                    if pid < 0 or not 0 <= epoch <= _MAX_EPOCH:
+                        raise KafkaError(f"InitProducerId returned an invalid producer id {pid} / epoch {epoch}")
+                    return pid, epoch
+                err: KafkaError = for_code(resp.error_code)(resp.error_message)
+            except KafkaError as exc:
+                err = exc
+            if not err.retriable:
+                raise err
+            if time.monotonic() + backoff >= deadline:
+                raise KafkaTimeoutError(f"could not get a producer id (InitProducerId): {err}") from err
+            time.sleep(backoff)
+
+    def _assign_sequence(self, b: _Batch) -> None:
+        """Give a batch sent for the first time its place in the partition's stream. Holds the lock."""
+        seq = self._sequences[b.tp]
+        stamp = (seq.producer_id, seq.epoch, seq.next_seq)
+        if (b.producer_id, b.producer_epoch, b.base_sequence) != stamp:
+            b.producer_id, b.producer_epoch, b.base_sequence = stamp
+            b.restamp = True
+        b.sequenced = True
+        seq.next_seq = (seq.next_seq + b.builder.record_count) % _SEQUENCE_SPACE
+
+    def _restamp(self, b: _Batch) -> None:
+        """Rebuild a batch never sent with the stamp it got (after its stream restarted)."""
+        _, records = decode_batch(b.builder.build(), check_crc=False)
+        builder = BatchBuilder(
+            self._compression, producer_id=b.producer_id, producer_epoch=b.producer_epoch, base_sequence=b.base_sequence
+        )
+        for r in records:
+            builder.append(r.timestamp, r.key, r.value, r.headers)
+        b.builder = builder
+        b.restamp = False
+
+    def _restart_sequence(self, tp: TopicPartition) -> None:
+        """A sent batch of ``tp`` failed for good: whether the leader wrote it is unknown
+        (or it refused it), so the stream restarts at sequence 0 in a new epoch
+        (KIP-360's local epoch bump), or with a new producer id once the epoch is
+        exhausted. Holds the lock; nothing of ``tp`` is in flight."""
+        seq = self._sequences[tp]
+        if 0 <= seq.epoch < _MAX_EPOCH:
+            seq.epoch += 1
+        else:
+            seq.producer_id, seq.epoch = NO_PRODUCER_ID, -1
+            self._awaiting_producer_id.add(tp)
+        seq.next_seq = 0
+        self._resync_tail(tp)
+        log.info(
+            "%s-%d: a batch failed; the partition's sequence restarts at 0 with producer id %d epoch %d",
+            tp.topic,
+            tp.partition,
+            seq.producer_id,
+            seq.epoch,
+        )
+
+    def _resync_tail(self, tp: TopicPartition) -> None:
+        """Recompute the stamp of the next batch created after the stream changed. Holds the lock."""
+        seq = self._sequences[tp]
+        tail = seq.next_seq
+        for b in self._queues.get(tp, ()):
+            if b.closed and not b.sequenced:
+                tail += b.builder.record_count
+        seq.tail_seq = tail % _SEQUENCE_SPACE
+
+    def _renew_producer_id(self) -> None:
+        """Sender thread: a new producer id for the partitions whose epoch ran out."""
+        try:
+            pid, epoch = self._fetch_producer_id(time.monotonic())
+        except KafkaError as exc:
+            log.warning("could not get a new producer id: %s", exc)
+            now = time.monotonic()
+            self._producer_id_retry_at = now + self.config["retry_backoff_ms"] / 1000.0
+            expired: list[_Batch] = []
+            with self._lock:
+                limit = self.config["delivery_timeout_ms"] / 1000.0
+                for tp in self._awaiting_producer_id:
+                    q = self._queues.get(tp)
+                    while q and now - q[0].created > limit:
+                        expired.append(q.popleft())
+                    self._resync_tail(tp)
+            for b in expired:
+                b.fail(KafkaTimeoutError(f"batch for {b.tp.topic}-{b.tp.partition} expired waiting for a producer id"))
+                self._done(b)
+            return
+        with self._lock:
+            self._producer_id, self._producer_epoch = pid, epoch
+            for tp in self._awaiting_producer_id:
+                seq = self._sequences[tp]
+                seq.producer_id, seq.epoch, seq.next_seq = pid, epoch, 0
+                self._resync_tail(tp)
+            self._awaiting_producer_id.clear()
+            self._lock.notify_all()
 
     def _refresh_metadata(self) -> None:
         self._needs_metadata.clear()
@@ -471,7 +680,7 @@ class Producer:
             pr = by_tp.get((b.tp.topic, b.tp.partition))
             if pr is None:
                 self._retry_or_fail(b, KafkaError("partition missing from produce response"))
-            elif pr.error_code:
+            elif pr.error_code and pr.error_code != _DUPLICATE_SEQUENCE:
                 err = for_code(pr.error_code)(pr.error_message)
                 if err.invalid_metadata:
                     self._needs_metadata.set()
@@ -492,6 +701,9 @@ class Producer:
         if expired and err.retriable:
             # Report why it kept failing, not just that time ran out.
             err = type(err)(f"{err.message} (gave up after delivery_timeout_ms={self.config['delivery_timeout_ms']})")
+        if b.sequenced:
+            with self._lock:
+                self._restart_sequence(b.tp)
         b.fail(err)
         self._done(b)
 

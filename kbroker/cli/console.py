@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,15 +34,15 @@ from kclient import (
     ConsumerRecord,
     FutureRecordMetadata,
     Producer,
-    RecordMetadata,
     TopicPartition,
 )
-from kclient.errors import UnknownTopicOrPartitionError
+from kclient.errors import KafkaError, UnknownTopicOrPartitionError
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 TOPIC_WAIT_S = 2.0
 """How long an unknown topic is looked for (a topic just created elsewhere may lag)."""
 POLL_MS = 500
+SETTLE_TIMEOUT_S = 10.0
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
 
@@ -115,31 +114,42 @@ def _unescape(text: str) -> str:
 
 
 class _Outcomes:
-    """Counts acknowledged and failed sends; keeps the first failure.
+    """The futures of every send, tallied as they complete (kept only while pending)."""
 
-    The callbacks run on the producer's network thread, hence the lock.
-    """
+    PRUNE_EVERY = 1024
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self.sent = 0
         self.acked = 0
         self.failed = 0
         self.first_error: BaseException | None = None
+        self._pending: list[FutureRecordMetadata] = []
 
     def watch(self, future: FutureRecordMetadata) -> None:
         self.sent += 1
-        future.add_callback(self._acked).add_errback(self._failed)
+        self._pending.append(future)
+        if len(self._pending) >= self.PRUNE_EVERY:
+            self._pending = [f for f in self._pending if not self._tally(f, wait=False)]
 
-    def _acked(self, _: RecordMetadata) -> None:
-        with self._lock:
+    def settle(self) -> None:
+        """Tally every outstanding send (after ``close``, each has an outcome or soon will)."""
+        for f in self._pending:
+            self._tally(f, wait=True)
+        self._pending = []
+
+    def _tally(self, future: FutureRecordMetadata, *, wait: bool) -> bool:
+        if not wait and not future.is_done():
+            return False
+        try:
+            error = future.exception(timeout=SETTLE_TIMEOUT_S)
+        except KafkaError as exc:
+            error = exc
+        if error is None:
             self.acked += 1
-
-    def _failed(self, exc: BaseException) -> None:
-        with self._lock:
+        else:
             self.failed += 1
-            if self.first_error is None:
-                self.first_error = exc
+            self.first_error = self.first_error or error
+        return True
 
 
 def read_lines(stream: BinaryIO) -> Iterator[bytes]:
@@ -192,6 +202,7 @@ def produce_lines(args: argparse.Namespace) -> int:
         producer.flush()
     finally:
         producer.close()
+    outcomes.settle()
     if outcomes.failed:
         raise CliError(
             f"{outcomes.failed} of {outcomes.sent} record(s) to {args.topic} were not acknowledged: "

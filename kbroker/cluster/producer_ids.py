@@ -26,6 +26,7 @@ import logging
 import threading
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import (
@@ -68,7 +69,7 @@ class ProducerIdManager:
     def _claim_block(self) -> ProducerIdBlock:
         try:
             return self._claim_block_once()
-        except KazooException as exc:
+        except (KazooException, KazooTimeoutError) as exc:
             raise CoordinatorNotAvailableError(
                 f"broker {self._broker_id} could not claim a block of producer ids in ZooKeeper: "
                 f"{type(exc).__name__} {exc}"

@@ -312,7 +312,7 @@ class Log:
                     duplicate.first_offset,
                     duplicate.last_offset,
                 )
-                return LogAppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, 0, 0, append_time)
+                return LogAppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, 0, 0)
             first_offset = self._next_offset
             stamped = assign_offsets(buf, batches, first_offset, leader_epoch)
             summary = summarize(stamped)

@@ -277,7 +277,9 @@ class ProducerStateManager:
         replay_from = -1
         for offset in reversed(list(self._snapshots)):
             if offset > log_end_offset:
-                logger.info("%s: deleting producer snapshot %d, beyond the log end %d", self._name, offset, log_end_offset)
+                logger.info(
+                    "%s: deleting producer snapshot %d, beyond the log end %d", self._name, offset, log_end_offset
+                )
                 self._delete_snapshot(offset)
                 continue
             try:

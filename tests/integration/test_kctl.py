@@ -234,7 +234,7 @@ def test_produce_then_consume_from_beginning(cluster: LocalCluster) -> None:
     assert after == "null\ta\tb\nk\tv\n"
 
 
-def test_consume_and_produce_unknown_topic_fail_cleanly(cluster: LocalCluster) -> None:
+def test_produce_and_consume_failures_are_one_line(cluster: LocalCluster) -> None:
     b = f"--bootstrap-server {cluster.bootstrap}"
     started = time.monotonic()
     fails(kctl("consume --topic nowhere --from-beginning", b), mentions="UnknownTopicOrPartitionError")
@@ -243,7 +243,11 @@ def test_consume_and_produce_unknown_topic_fail_cleanly(cluster: LocalCluster) -
     ok(kctl(b, "topics create --topic one --partitions 1"))
     fails(kctl("consume --topic one --partition 3 --offset 0", b), mentions="no partition 3")
     fails(kctl("consume --topic one --offset 0", b), code=2, mentions="--offset needs --partition")
-    assert ok(kctl(f"--zookeeper {cluster.zk_connect} topics list")) == "one\n"
+    # A record the broker refuses: the producer reports it, once, after flushing.
+    ok(kctl(b, "topics create --topic small --partitions 1 --config max.message.bytes=200"))
+    refused = fails(kctl("produce --topic small", b, stdin="x" * 1000 + "\n"), mentions="1 of 1 record(s) to small")
+    assert "MessageSizeTooLargeError" in refused or "RecordListTooLargeError" in refused, refused
+    assert ok(kctl(f"--zookeeper {cluster.zk_connect} topics list")) == "one\nsmall\n"
 
 
 def test_consume_until_ctrl_c_exits_quietly(cluster: LocalCluster) -> None:

@@ -290,9 +290,8 @@ def test_state_rebuilt_after_a_crash(tmp_path: Path, snapshots: str) -> None:
     elif snapshots == "stale":
         # A snapshot claiming more than the log holds (the tail was lost after it).
         bogus = snapshot_file(dir, end + 100)
-        bogus.write_text(
-            '{"version":1,"offset":%d,"producers":[{"id":7,"epoch":5,"batches":[[0,0,0,0]]}]}' % (end + 100)
-        )
+        producers = '[{"id":7,"epoch":5,"batches":[[0,0,0,0]]}]'
+        bogus.write_text(f'{{"version":1,"offset":{end + 100},"producers":{producers}}}')
     log = Log.open(dir, CONFIG)
     try:
         assert state_of(log) == expected
@@ -390,7 +389,9 @@ def test_a_clean_reopen_trusts_the_snapshot_and_scans_nothing(tmp_path: Path) ->
     end = log.log_end_offset
     log.close()
     path = snapshot_file(dir, end)
-    path.write_text(path.read_text().replace('"producers":[', '"producers":[{"id":99,"epoch":4,"batches":[[0,0,0,0]]},'))
+    path.write_text(
+        path.read_text().replace('"producers":[', '"producers":[{"id":99,"epoch":4,"batches":[[0,0,0,0]]},')
+    )
     log = Log.open(dir, CONFIG, clean_shutdown=True)
     try:
         entry = log.producer_state.entry(99)
