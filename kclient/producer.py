@@ -73,22 +73,27 @@ class ProduceResult:
     """The outcome of one batch, shared by the futures of its records.
 
     One event per batch, not per record: a record's future is a few slots pointing here.
+    Callbacks registered before completion run on the thread that completes the batch,
+    after the outcome is set; those registered later run at once on the caller's thread.
     """
 
-    __slots__ = ("_callbacks", "_event", "base_offset", "error", "log_append_time")
+    __slots__ = ("_callbacks", "_event", "_lock", "base_offset", "error", "log_append_time")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
-        self._callbacks: list[FutureRecordMetadata] | None = None
+        self._callbacks: list[tuple[FutureRecordMetadata, Callback]] | None = None
 
     def done(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
-        self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
-        self._event.set()
-        for fut in self._callbacks or ():
-            fut._fire()
+        with self._lock:
+            self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks or [], None
+        for fut, cb in callbacks:
+            fut._call(cb)
 
     def wait(self, timeout: float | None) -> bool:
         return self._event.wait(timeout)
@@ -97,10 +102,14 @@ class ProduceResult:
     def is_done(self) -> bool:
         return self._event.is_set()
 
-    def watch(self, fut: FutureRecordMetadata) -> None:
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(fut)
+    def add_callback(self, fut: FutureRecordMetadata, cb: Callback) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append((fut, cb))
+                return
+        fut._call(cb)
 
 
 Callback = tuple[Callable[..., Any], tuple[Any, ...], bool]
@@ -114,14 +123,13 @@ class FutureRecordMetadata:
     thread when the batch completes (at once if it already has).
     """
 
-    __slots__ = ("_callbacks", "_index", "_result", "_timestamp", "_tp")
+    __slots__ = ("_index", "_result", "_timestamp", "_tp")
 
     def __init__(self, result: ProduceResult, tp: TopicPartition, index: int, timestamp: int) -> None:
         self._result = result
         self._tp = tp
         self._index = index
         self._timestamp = timestamp
-        self._callbacks: list[Callback] | None = None
 
     def _value(self) -> RecordMetadata:
         r = self._result
@@ -163,21 +171,8 @@ class FutureRecordMetadata:
         return self._add((fn, args, False))
 
     def _add(self, cb: Callback) -> FutureRecordMetadata:
-        if self._result.is_done:
-            self._call(cb)
-            return self
-        if self._callbacks is None:
-            self._callbacks = []
-            self._result.watch(self)
-        self._callbacks.append(cb)
-        if self._result.is_done and self._callbacks:  # completed meanwhile
-            self._fire()
+        self._result.add_callback(self, cb)
         return self
-
-    def _fire(self) -> None:
-        callbacks, self._callbacks = self._callbacks or [], []
-        for cb in callbacks:
-            self._call(cb)
 
     def _call(self, cb: Callback) -> None:
         fn, args, on_success = cb
@@ -498,9 +493,8 @@ class Producer:
                     self._advance_sticky(b.tp)
                     if self._idempotent and not b.sequenced:
                         self._assign_sequence(b)
-            for b in batches:
-                if b.restamp:
-                    self._restamp(b)
+            if self._idempotent:
+                batches = [b for b in batches if not b.restamp or self._restamp(b)]
             if self._needs_metadata.is_set():
                 self._refresh_metadata()
             self._send(batches)
@@ -551,16 +545,27 @@ class Producer:
         b.sequenced = True
         seq.next_seq = (seq.next_seq + b.builder.record_count) % _SEQUENCE_SPACE
 
-    def _restamp(self, b: _Batch) -> None:
-        """Rebuild a batch never sent with the stamp it got (after its stream restarted)."""
-        _, records = decode_batch(b.builder.build(), check_crc=False)
-        builder = BatchBuilder(
-            self._compression, producer_id=b.producer_id, producer_epoch=b.producer_epoch, base_sequence=b.base_sequence
-        )
-        for r in records:
-            builder.append(r.timestamp, r.key, r.value, r.headers)
+    def _restamp(self, b: _Batch) -> bool:
+        """Rebuild a batch never sent with the stamp it got (after its stream restarted).
+
+        Returns False if that failed (the batch then failed: it is not to be sent)."""
+        try:
+            _, records = decode_batch(b.builder.build(), check_crc=False)
+            builder = BatchBuilder(
+                self._compression,
+                producer_id=b.producer_id,
+                producer_epoch=b.producer_epoch,
+                base_sequence=b.base_sequence,
+            )
+            for r in records:
+                builder.append(r.timestamp, r.key, r.value, r.headers)
+        except KafkaError as exc:  # pragma: no cover - our own batch always decodes
+            log.exception("could not rebuild a batch for %s-%d", b.tp.topic, b.tp.partition)
+            self._retry_or_fail(b, KafkaError(f"could not rebuild the batch with its new sequence: {exc}"))
+            return False
         b.builder = builder
         b.restamp = False
+        return True
 
     def _restart_sequence(self, tp: TopicPartition) -> None:
         """A sent batch of ``tp`` failed for good: whether the leader wrote it is unknown

@@ -225,9 +225,9 @@ def test_a_refused_batch_restarts_the_partition_sequence(
         time.sleep(0.2)
         on_response(self, call, group, addr)
 
-    def counting_restamp(self: Producer, b: object) -> None:
+    def counting_restamp(self: Producer, b: object) -> bool:
         restamped.append(b)
-        restamp(self, b)  # type: ignore[arg-type]
+        return restamp(self, b)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Producer, "_on_response", slow_response)
     monkeypatch.setattr(Producer, "_restamp", counting_restamp)
