@@ -8,8 +8,8 @@ from typing import Any
 
 from kclient.errors import for_code
 from kclient.metadata import ClusterMetadata
-from kclient.proto.kbroker.v1 import admin_pb2
-from kclient.structs import BrokerMetadata, PartitionMetadata
+from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2
+from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.topic_name import validate_topic_name
 from kclient.transport import Transport
 
@@ -99,6 +99,30 @@ class AdminClient:
                 for p in t.partitions
             ]
             out.append(TopicDescription(t.name, parts, dict(t.configs)))
+        return out
+
+    def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, Exception | None]:
+        """Preferred-leader election: move each partition's leadership to its first replica.
+
+        ``partitions`` are ``(topic, partition)`` pairs; ``None`` (or empty) means every
+        partition. Returns, per partition, ``None`` when its preferred replica leads now,
+        else the error (``PreferredLeaderNotAvailableError`` when that replica is not
+        alive and in sync, ``UnknownTopicOrPartitionError`` for a partition that does not
+        exist). The broker waits up to ``timeout_ms`` for the controller.
+        """
+        timeout = timeout_ms or self._timeout_ms
+        req = cluster_pb2.ElectLeadersRequest(timeout_ms=timeout)
+        for topic, partition in partitions or ():
+            req.partitions.add(topic=topic, partition=partition)
+        resp = self._transport.call_any(
+            "ElectLeaders", req, self._metadata.broker_addresses(), max(timeout, self._timeout_ms) / 1000.0 + 5
+        )
+        out: dict[TopicPartition, Exception | None] = {}
+        for r in resp.results:
+            tp = TopicPartition(r.topic, r.partition)
+            out[tp] = for_code(r.error_code)(r.error_message) if r.error_code else None
         return out
 
     def describe_cluster(self) -> tuple[list[BrokerMetadata], int, str]:

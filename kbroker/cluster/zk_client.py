@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zkdata
@@ -204,9 +204,9 @@ class ZkClient:
         tx.check(zkdata.CONTROLLER_EPOCH, epoch_zk_version)
         build(tx)
         results = tx.commit()
-        if isinstance(results[0], Exception):
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
             raise ControllerMovedError("controller epoch changed: this broker is no longer controller")
-        failure = next((r for r in results if isinstance(r, Exception)), None)
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
         if failure is not None:
             raise failure
 
