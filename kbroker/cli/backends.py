@@ -11,22 +11,28 @@ Thread safety: none; one command owns a backend for its lifetime.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
+from kbroker.cluster import zkdata
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
 from kclient import AdminClient, NewTopic
-from kclient.errors import UnknownTopicOrPartitionError
+from kclient.errors import PreferredLeaderNotAvailableError, UnknownTopicOrPartitionError
 from kclient.topic_name import validate_topic_name
 
 ZK_CONNECT_TIMEOUT_S = 10.0
 NO_LEADER = -1
+ELECTION_POLL_S = 0.1
+
+ElectionResults = dict[tuple[str, int], Exception | None]
+"""(topic, partition) -> None if its preferred replica leads now, else why not."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,14 @@ class Backend(ABC):
     @abstractmethod
     def brokers(self) -> tuple[list[BrokerView], int]:
         """(live brokers sorted by id, controller id or -1)."""
+
+    @abstractmethod
+    def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None, timeout_ms: int) -> ElectionResults:
+        """Move each partition's leadership to its first replica; ``None`` = every partition.
+
+        Waits up to ``timeout_ms`` for the controller, then reports every partition asked
+        for (or every partition of every topic).
+        """
 
     @abstractmethod
     def close(self) -> None: ...
@@ -182,8 +196,74 @@ class ZooKeeperBackend(Backend):
         views = [BrokerView(b.broker_id, b.host, b.port, b.rack) for _, b in sorted(live.items())]
         return views, self._zk.controller_id()
 
+    def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None, timeout_ms: int) -> ElectionResults:
+        """Kafka's old ``kafka-preferred-replica-election.sh --zookeeper``: write the request
+        znode, wait for the controller to delete it (its sign of completion), then read back
+        each partition's leader."""
+        kazoo = self._zk.kazoo
+        kazoo.ensure_path("/admin")
+        wanted = None if partitions is None else [(t, p) for t, p in partitions]
+        try:
+            kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_preferred_election(wanted))
+        except NodeExistsError:
+            raise CliError("a preferred replica election is already in progress") from None
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            pending = kazoo.exists(zkdata.PREFERRED_REPLICA_ELECTION) is not None
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(ELECTION_POLL_S)
+        if wanted is None:
+            skip = self.pending_deletion()
+            wanted = []
+            for topic in self.list_topics():
+                found = self._zk.topic_assignment(topic)
+                if topic not in skip and found is not None:
+                    wanted.extend((topic, p) for p in sorted(found[0]))
+        timed_out = ""
+        if pending:
+            timed_out = (
+                f"the controller did not complete the election within {timeout_ms / 1000.0:g}s"
+                f" (the request stays pending in {zkdata.PREFERRED_REPLICA_ELECTION})"
+            )
+            if not wanted:
+                raise CliError(timed_out)
+        live = set(self._zk.live_brokers())
+        assignments: dict[str, zkdata.Assignment | None] = {}
+        results: ElectionResults = {}
+        for topic, p in wanted:
+            if topic not in assignments:
+                found = self._zk.topic_assignment(topic)
+                assignments[topic] = found[0] if found is not None else None
+            replicas = (assignments[topic] or {}).get(p)
+            if not replicas:
+                results[(topic, p)] = UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
+                continue
+            state = self._zk.partition_state(topic, p)
+            results[(topic, p)] = _preferred_outcome(topic, p, replicas[0], state, live, timed_out)
+        return results
+
     def close(self) -> None:
         self._zk.close()
+
+
+def _preferred_outcome(
+    topic: str, partition: int, preferred: int, state: zkdata.LeaderAndIsr | None, live: set[int], timed_out: str
+) -> Exception | None:
+    """None if ``preferred`` leads ``topic-partition``, else a PreferredLeaderNotAvailableError saying why."""
+    if state is not None and state.leader == preferred:
+        return None
+    leader = "none" if state is None or state.leader == NO_LEADER else str(state.leader)
+    if timed_out:
+        why = timed_out
+    elif preferred not in live:
+        why = f"preferred replica {preferred} is not alive"
+    elif state is None or preferred not in state.isr:
+        isr = ",".join(str(b) for b in state.isr) if state is not None else ""
+        why = f"preferred replica {preferred} is not in the ISR [{isr}]"
+    else:
+        why = f"preferred replica {preferred} was not elected"
+    return PreferredLeaderNotAvailableError(f"{topic}-{partition}: {why} (leader is {leader})")
 
 
 class AdminBackend(Backend):
@@ -233,6 +313,10 @@ class AdminBackend(Backend):
     def brokers(self) -> tuple[list[BrokerView], int]:
         brokers, controller, _ = self._admin.describe_cluster()
         return [BrokerView(b.node_id, b.host, b.port, b.rack) for b in sorted(brokers)], controller
+
+    def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None, timeout_ms: int) -> ElectionResults:
+        results = self._admin.elect_leaders(partitions, timeout_ms)
+        return {(tp.topic, tp.partition): err for tp, err in results.items()}
 
     def close(self) -> None:
         self._admin.close()
