@@ -5,6 +5,7 @@ import warnings
 
 from kclient.proto.kbroker.v1 import admin_pb2 as kbroker_dot_v1_dot_admin__pb2
 from kclient.proto.kbroker.v1 import cluster_pb2 as kbroker_dot_v1_dot_cluster__pb2
+from kclient.proto.kbroker.v1 import group_pb2 as kbroker_dot_v1_dot_group__pb2
 from kclient.proto.kbroker.v1 import log_pb2 as kbroker_dot_v1_dot_log__pb2
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
 
@@ -92,6 +93,56 @@ class BrokerStub:
                 request_serializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/kbroker.v1.Broker/FindCoordinator',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/kbroker.v1.Broker/JoinGroup',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/kbroker.v1.Broker/SyncGroup',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/kbroker.v1.Broker/Heartbeat',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/kbroker.v1.Broker/LeaveGroup',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.CommitOffsets = channel.unary_unary(
+                '/kbroker.v1.Broker/CommitOffsets',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.CommitOffsetsResponse.FromString,
+                _registered_method=True)
+        self.FetchOffsets = channel.unary_unary(
+                '/kbroker.v1.Broker/FetchOffsets',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.FetchOffsetsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.FetchOffsetsResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/kbroker.v1.Broker/ListGroups',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/kbroker.v1.Broker/DescribeGroups',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/kbroker.v1.Broker/DeleteGroups',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
         self.ControlledShutdown = channel.unary_unary(
                 '/kbroker.v1.Broker/ControlledShutdown',
                 request_serializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.SerializeToString,
@@ -168,6 +219,68 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Consumer groups. FindCoordinator, ListGroups and FetchOffsets are answered by any
+        broker; the others by the group's coordinator only (NOT_COORDINATOR elsewhere).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ControlledShutdown(self, request, context):
         """Served by the controller only (NOT_CONTROLLER elsewhere).
         """
@@ -232,6 +345,56 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.JoinGroupRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.SyncGroupRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.HeartbeatRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'CommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffsets,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.CommitOffsetsResponse.SerializeToString,
+            ),
+            'FetchOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchOffsets,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.FetchOffsetsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.FetchOffsetsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.ListGroupsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsResponse.SerializeToString,
             ),
             'ControlledShutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.ControlledShutdown,
@@ -536,6 +699,276 @@ class Broker:
             '/kbroker.v1.Broker/InitProducerId',
             kbroker_dot_v1_dot_cluster__pb2.InitProducerIdRequest.SerializeToString,
             kbroker_dot_v1_dot_cluster__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/FindCoordinator',
+            kbroker_dot_v1_dot_group__pb2.FindCoordinatorRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/JoinGroup',
+            kbroker_dot_v1_dot_group__pb2.JoinGroupRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/SyncGroup',
+            kbroker_dot_v1_dot_group__pb2.SyncGroupRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/Heartbeat',
+            kbroker_dot_v1_dot_group__pb2.HeartbeatRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/LeaveGroup',
+            kbroker_dot_v1_dot_group__pb2.LeaveGroupRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/CommitOffsets',
+            kbroker_dot_v1_dot_group__pb2.CommitOffsetsRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.CommitOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/FetchOffsets',
+            kbroker_dot_v1_dot_group__pb2.FetchOffsetsRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.FetchOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/ListGroups',
+            kbroker_dot_v1_dot_group__pb2.ListGroupsRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DescribeGroups',
+            kbroker_dot_v1_dot_group__pb2.DescribeGroupsRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DeleteGroups',
+            kbroker_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
