@@ -92,6 +92,9 @@ class BrokerConfig:
     auto_leader_rebalance: bool = True
     leader_imbalance_check_interval_ms: int = 300000
     grpc_workers: int = 64
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
     log_defaults: dict[str, str] = field(default_factory=dict)
     """Topic-level default configs (topic key names), from the ``log.*`` keys."""
 
@@ -129,6 +132,9 @@ for _key, _attr, _min in (
     ("log.retention.check.interval.ms", "retention_check_interval_ms", 1),
     ("leader.imbalance.check.interval.seconds", "leader_imbalance_check_interval_ms", 1),
     ("grpc.workers", "grpc_workers", 4),
+    ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", 0),
+    ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
+    ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),
 ):
     _SETTERS[_key] = _simple_int(_attr, _min)
 

@@ -23,12 +23,14 @@ from kazoo.protocol.states import KazooState
 
 from kbroker.api.broker_service import BrokerService
 from kbroker.cluster.controller import Controller
+from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import BrokerIdInUseError, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.config import BrokerConfig, build_config, load_properties
+from kbroker.group.coordinator import GroupCoordinator
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
@@ -96,6 +98,15 @@ class KafkaServer:
             leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_ms,
         )
 
+        self.groups = GroupCoordinator(
+            cfg.broker_id,
+            GroupStore(self.zk),
+            self.metadata,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+        )
+
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers), options=GRPC_OPTIONS)
         broker_pb2_grpc.add_BrokerServicer_to_server(
             BrokerService(
@@ -107,6 +118,7 @@ class KafkaServer:
                 self.admin,
                 ProducerIdManager(self.zk, cfg.broker_id),
                 self.controller,
+                self.groups,
             ),
             server,
         )
@@ -120,6 +132,7 @@ class KafkaServer:
         self.zk.add_state_listener(self._session_state)
         self.replicas.start()
         self.metadata.start()
+        self.groups.start()
         self.controller.start()
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
 
@@ -211,6 +224,7 @@ class KafkaServer:
         log.info("broker %d shutting down", self.config.broker_id)
         if self.config.controlled_shutdown:
             self._controlled_shutdown()
+        self.groups.shutdown()
         if self._grpc is not None:
             self._grpc.stop(grace=2).wait(5)
         try:

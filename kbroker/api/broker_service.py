@@ -20,12 +20,18 @@ from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zkdata import CommittedOffset
+from kbroker.group.coordinator import GroupCoordinator
 from kbroker.replication.replica_manager import FetchSpec, ReplicaManager, as_response_error
 from kclient.errors import (
     BrokerResponseError,
+    CoordinatorNotAvailableError,
+    InvalidCommitOffsetSizeError,
+    InvalidGroupIdError,
     InvalidRequestError,
     KafkaError,
     NotControllerError,
+    OffsetMetadataTooLargeError,
     PreferredLeaderNotAvailableError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -34,6 +40,7 @@ from kclient.proto.kbroker.v1 import (
     admin_pb2,
     broker_pb2_grpc,
     cluster_pb2,
+    group_pb2,
     log_pb2,
     metadata_pb2,
 )
@@ -86,7 +93,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         admin: TopicAdmin,
         producer_ids: ProducerIdManager,
         controller: Controller,
+        groups: GroupCoordinator,
     ) -> None:
+        self._groups = groups
         self._producer_ids = producer_ids
         self._controller = controller
         self._broker_id = broker_id
@@ -389,3 +398,191 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     error_message=err.message,  # type: ignore[arg-type]
                 )
         return resp
+
+    # --- consumer groups -----------------------------------------------------------
+
+    def FindCoordinator(
+        self, request: group_pb2.FindCoordinatorRequest, context: grpc.ServicerContext
+    ) -> group_pb2.FindCoordinatorResponse:
+        resp = group_pb2.FindCoordinatorResponse(node_id=-1)
+        node = self._groups.coordinator_of(request.group_id)
+        info = self._metadata.snapshot().brokers.get(node)
+        if not request.group_id:
+            _set_error(resp, InvalidGroupIdError("the group id is empty"))
+        elif info is None:
+            _set_error(resp, CoordinatorNotAvailableError("no live broker can coordinate groups"))
+        else:
+            resp.node_id, resp.host, resp.port = info.broker_id, info.host, info.port
+        return resp
+
+    def JoinGroup(
+        self, request: group_pb2.JoinGroupRequest, context: grpc.ServicerContext
+    ) -> group_pb2.JoinGroupResponse:
+        resp = group_pb2.JoinGroupResponse(generation_id=-1)
+        try:
+            r = self._groups.join(
+                request.group_id,
+                request.member_id,
+                client_id=request.client_id,
+                client_host=request.client_host or context.peer(),
+                session_timeout_ms=request.session_timeout_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms,
+                protocol_type=request.protocol_type,
+                protocols=[(p.name, p.metadata) for p in request.protocols],
+            )
+        except Exception as exc:
+            _set_error(resp, as_response_error(exc))
+            return resp
+        resp.generation_id, resp.protocol_name, resp.leader_id, resp.member_id = (
+            r.generation,
+            r.protocol,
+            r.leader_id,
+            r.member_id,
+        )
+        for mid, metadata in r.members:
+            resp.members.add(member_id=mid, metadata=metadata)
+        return resp
+
+    def SyncGroup(
+        self, request: group_pb2.SyncGroupRequest, context: grpc.ServicerContext
+    ) -> group_pb2.SyncGroupResponse:
+        resp = group_pb2.SyncGroupResponse()
+        try:
+            resp.assignment = self._groups.sync(
+                request.group_id,
+                request.member_id,
+                request.generation_id,
+                {a.member_id: a.assignment for a in request.assignments},
+            )
+        except Exception as exc:
+            _set_error(resp, as_response_error(exc))
+        return resp
+
+    def Heartbeat(
+        self, request: group_pb2.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> group_pb2.HeartbeatResponse:
+        resp = group_pb2.HeartbeatResponse()
+        try:
+            self._groups.heartbeat(request.group_id, request.member_id, request.generation_id)
+        except Exception as exc:
+            _set_error(resp, as_response_error(exc))
+        return resp
+
+    def LeaveGroup(
+        self, request: group_pb2.LeaveGroupRequest, context: grpc.ServicerContext
+    ) -> group_pb2.LeaveGroupResponse:
+        resp = group_pb2.LeaveGroupResponse()
+        try:
+            self._groups.leave(request.group_id, request.member_id)
+        except Exception as exc:
+            _set_error(resp, as_response_error(exc))
+        return resp
+
+    def CommitOffsets(
+        self, request: group_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
+    ) -> group_pb2.CommitOffsetsResponse:
+        snap = self._metadata.snapshot()
+        resp = group_pb2.CommitOffsetsResponse()
+        valid: dict[tuple[str, int], CommittedOffset] = {}
+        results: dict[tuple[str, int], BrokerResponseError | None] = {}
+        for t in request.topics:
+            info = snap.topics.get(t.name)
+            for p in t.partitions:
+                err: BrokerResponseError | None = None
+                if info is None or p.index not in info.assignment:
+                    err = UnknownTopicOrPartitionError(f"{t.name}-{p.index} does not exist")
+                elif p.offset < 0:
+                    err = InvalidCommitOffsetSizeError(f"{t.name}-{p.index}: offset {p.offset} is negative")
+                elif len(p.metadata) > MAX_OFFSET_METADATA:
+                    err = OffsetMetadataTooLargeError(f"metadata over {MAX_OFFSET_METADATA} characters")
+                else:
+                    valid[(t.name, p.index)] = CommittedOffset(p.offset, p.metadata)
+                results[(t.name, p.index)] = err
+        if valid:
+            try:
+                self._groups.commit(request.group_id, request.member_id, request.generation_id, valid)
+            except Exception as exc:
+                failure = as_response_error(exc)
+                for tp in valid:
+                    results[tp] = failure
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                pe = tr.partitions.add(index=p.index)
+                e = results.get((t.name, p.index))
+                if e is not None:
+                    pe.error_code, pe.error_message = e.errno, e.message  # type: ignore[assignment]
+        return resp
+
+    def FetchOffsets(
+        self, request: group_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
+    ) -> group_pb2.FetchOffsetsResponse:
+        resp = group_pb2.FetchOffsetsResponse()
+        if not request.group_id:
+            _set_error(resp, InvalidGroupIdError("the group id is empty"))
+            return resp
+        wanted = [(t.name, p) for t in request.topics for p in t.partitions] if request.topics else None
+        try:
+            found = self._groups.store.fetch(request.group_id, wanted)
+        except Exception as exc:
+            _set_error(resp, as_response_error(exc))
+            return resp
+        by_topic: dict[str, Any] = {}
+        for topic, p in wanted if wanted is not None else sorted(found):
+            tr = by_topic.get(topic)
+            if tr is None:
+                tr = by_topic[topic] = resp.topics.add(name=topic)
+            c = found.get((topic, p))
+            tr.partitions.add(index=p, offset=c.offset if c else -1, metadata=c.metadata if c else "")
+        return resp
+
+    def ListGroups(
+        self, request: group_pb2.ListGroupsRequest, context: grpc.ServicerContext
+    ) -> group_pb2.ListGroupsResponse:
+        resp = group_pb2.ListGroupsResponse()
+        for gid in self._groups.store.groups():
+            resp.groups.add(group_id=gid, protocol_type="consumer", state=self._groups.local_state(gid))
+        return resp
+
+    def DescribeGroups(
+        self, request: group_pb2.DescribeGroupsRequest, context: grpc.ServicerContext
+    ) -> group_pb2.DescribeGroupsResponse:
+        resp = group_pb2.DescribeGroupsResponse()
+        for gid in request.group_ids:
+            d = resp.groups.add(group_id=gid)
+            try:
+                g, state, members = self._groups.describe(gid)
+            except Exception as exc:
+                _set_error(d, as_response_error(exc))
+                continue
+            d.state, d.protocol_type, d.protocol_name = state.value, g.protocol_type, g.protocol
+            d.generation_id, d.leader_id = g.generation, g.leader_id
+            for m in members:
+                d.members.add(
+                    member_id=m.member_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    metadata=m.metadata_for(g.protocol),
+                    assignment=m.assignment,
+                )
+        return resp
+
+    def DeleteGroups(
+        self, request: group_pb2.DeleteGroupsRequest, context: grpc.ServicerContext
+    ) -> group_pb2.DeleteGroupsResponse:
+        resp = group_pb2.DeleteGroupsResponse()
+        for gid in request.group_ids:
+            r = resp.results.add(group_id=gid)
+            try:
+                self._groups.delete(gid)
+            except Exception as exc:
+                _set_error(r, as_response_error(exc))
+        return resp
+
+
+MAX_OFFSET_METADATA = 4096
+
+
+def _set_error(msg: Any, err: BrokerResponseError) -> None:
+    msg.error_code = err.errno
+    msg.error_message = err.message

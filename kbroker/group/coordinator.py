@@ -1,0 +1,244 @@
+"""The group coordinator: this broker's share of the consumer groups.
+
+Each group has one coordinator among the live brokers, chosen by rendezvous hashing
+(the broker with the highest ``murmur2(group, broker id)``): every broker computes the
+same answer from its metadata, and when a broker dies only its own groups move. The
+coordinator keeps group membership in memory (:class:`Group`) and mirrors it into
+ZooKeeper (:class:`GroupStore`): member and owner znodes are ephemeral under the
+coordinator's session, the generation and committed offsets are persistent, so a new
+coordinator continues the generation sequence and every committed offset.
+
+Thread safety: gRPC threads call in concurrently; each group serialises itself; a
+daemon thread (``group-reaper``) expires silent members and drops groups that moved.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+
+from kbroker.cluster.group_store import GroupStore
+from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.zkdata import CommittedOffset
+from kbroker.group.group import Group, GroupState, JoinResult, Member
+from kclient.errors import (
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+)
+from kclient.partitioner import murmur2
+from kclient.proto.kbroker.v1 import group_pb2
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def coordinator_for(group_id: str, brokers: list[int]) -> int:
+    """Rendezvous hashing: the live broker with the highest score for this group."""
+    if not brokers:
+        return -1
+    return max(brokers, key=lambda b: ((murmur2(f"{group_id}\x00{b}".encode()) & 0x7FFFFFFF), b))
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        broker_id: int,
+        store: GroupStore,
+        metadata: MetadataCache,
+        *,
+        initial_rebalance_delay_ms: int = 3000,
+        min_session_timeout_ms: int = 6000,
+        max_session_timeout_ms: int = 1800000,
+    ) -> None:
+        self.broker_id = broker_id
+        self._store = store
+        self._metadata = metadata
+        self._initial_delay_s = initial_rebalance_delay_ms / 1000.0
+        self._min_session = min_session_timeout_ms
+        self._max_session = max_session_timeout_ms
+        self._lock = threading.Lock()
+        self._groups: dict[str, Group] = {}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._reap, name="group-reaper", daemon=True)
+
+    @property
+    def store(self) -> GroupStore:
+        return self._store
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            groups = list(self._groups.values())
+            self._groups.clear()
+        for g in groups:
+            g.kill()
+
+    # --- which groups are ours -----------------------------------------------------
+
+    def coordinator_of(self, group_id: str) -> int:
+        return coordinator_for(group_id, sorted(self._metadata.snapshot().brokers))
+
+    def _group(self, group_id: str, *, create: bool = True) -> Group:
+        if not group_id:
+            raise InvalidGroupIdError("the group id is empty")
+        owner = self.coordinator_of(group_id)
+        if owner < 0:
+            raise CoordinatorNotAvailableError("no live broker to coordinate groups")
+        if owner != self.broker_id:
+            raise NotCoordinatorError(
+                f"broker {self.broker_id} is not the coordinator of {group_id!r} (broker {owner} is)"
+            )
+        with self._lock:
+            g = self._groups.get(group_id)
+            if g is None:
+                if not create:
+                    raise GroupIdNotFoundError(f"group {group_id!r} is not active")
+                g = Group(
+                    group_id,
+                    self._store.generation(group_id),
+                    initial_delay_s=self._initial_delay_s,
+                    on_change=self._persist,
+                )
+                self._groups[group_id] = g
+            return g
+
+    def _persist(self, g: Group) -> None:
+        """Mirror a group's generation, members and owners into ZooKeeper."""
+        try:
+            self._store.set_generation(g.group_id, g.generation, g.protocol_type or "consumer")
+            current = set(g.members)
+            for mid in self._store.members(g.group_id):
+                if mid not in current:
+                    self._store.remove_member(g.group_id, mid)
+            for m in g.members.values():
+                self._store.add_member(
+                    g.group_id,
+                    m.member_id,
+                    {"client_id": m.client_id, "host": m.client_host, "generation": g.generation},
+                )
+            if g.state == GroupState.STABLE and g.protocol_type == "consumer":
+                self._store.set_owners(g.group_id, owners_of(g.members.values()))
+            else:
+                self._store.clear_owners(g.group_id)
+        except Exception:
+            log.exception("group %s: cannot mirror state to ZooKeeper", g.group_id)
+
+    def _reap(self) -> None:
+        while not self._stopped.wait(0.5):
+            with self._lock:
+                groups = list(self._groups.items())
+            brokers = sorted(self._metadata.snapshot().brokers)
+            for gid, g in groups:
+                if coordinator_for(gid, brokers) != self.broker_id:
+                    log.info("group %s moved to broker %d", gid, coordinator_for(gid, brokers))
+                    g.kill()
+                    with self._lock:
+                        self._groups.pop(gid, None)
+                    continue
+                try:
+                    for mid in g.expire(time.monotonic()):
+                        log.info("group %s: member %s expired (no heartbeat)", gid, mid)
+                except Exception:
+                    log.exception("group %s: expiry failed", gid)
+
+    # --- protocol ------------------------------------------------------------------
+
+    def join(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        if not self._min_session <= session_timeout_ms <= self._max_session:
+            raise InvalidSessionTimeoutError(
+                f"session timeout {session_timeout_ms} ms is outside the broker's range "
+                f"[{self._min_session}, {self._max_session}]"
+            )
+        g = self._group(group_id)
+        return g.join(
+            member_id,
+            client_id=client_id,
+            client_host=client_host,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=protocols,
+        )
+
+    def sync(self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]) -> bytes:
+        g = self._group(group_id, create=False)
+        m = g.members.get(member_id)
+        timeout = (m.rebalance_timeout_ms if m else 30000) / 1000.0
+        return g.sync(member_id, generation, assignments, timeout)
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+        self._group(group_id, create=False).heartbeat(member_id, generation)
+
+    def leave(self, group_id: str, member_id: str) -> None:
+        self._group(group_id, create=False).leave(member_id)
+
+    def commit(
+        self, group_id: str, member_id: str, generation: int, offsets: Mapping[TopicPartition, CommittedOffset]
+    ) -> None:
+        g = self._group(group_id, create=generation < 0)
+        g.check_commit(member_id, generation)
+        self._store.commit(group_id, offsets)
+
+    def describe(self, group_id: str) -> tuple[Group, GroupState, list[Member]]:
+        g = self._group(group_id)
+        state, members = g.describe()
+        if state == GroupState.EMPTY and not members and not self._store.exists(group_id):
+            state = GroupState.DEAD
+        return g, state, members
+
+    def delete(self, group_id: str) -> None:
+        g = self._group(group_id)
+        _, members = g.describe()
+        if members:
+            raise NonEmptyGroupError(f"group {group_id!r} has {len(members)} active member(s)")
+        if not self._store.exists(group_id):
+            raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        self._store.delete_group(group_id)
+        g.kill()
+        with self._lock:
+            self._groups.pop(group_id, None)
+
+    def local_state(self, group_id: str) -> str:
+        with self._lock:
+            g = self._groups.get(group_id)
+        if g is None:
+            return "Empty" if self.coordinator_of(group_id) == self.broker_id else "Unknown"
+        return g.describe()[0].value
+
+
+def owners_of(members: object) -> dict[TopicPartition, str]:
+    """Partition -> member from the members' consumer-protocol assignments."""
+    out: dict[TopicPartition, str] = {}
+    for m in members:  # type: ignore[attr-defined]
+        if not m.assignment:
+            continue
+        a = group_pb2.ConsumerAssignment()
+        try:
+            a.ParseFromString(m.assignment)
+        except Exception:
+            continue
+        for tps in a.partitions:
+            for p in tps.partitions:
+                out[(tps.topic, p)] = m.member_id
+    return out
