@@ -1,14 +1,25 @@
-"""Topic administration over the gRPC admin API (kafka-python's ``KafkaAdminClient``)."""
+"""Topic and consumer-group administration over gRPC (kafka-python's ``KafkaAdminClient``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
-from kclient.errors import for_code
+from google.protobuf.message import DecodeError
+
+from kclient import structs as _structs
+from kclient.errors import (
+    CoordinatorNotAvailableError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotCoordinatorError,
+    for_code,
+)
 from kclient.metadata import ClusterMetadata
-from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2
+from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, group_pb2
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.topic_name import validate_topic_name
 from kclient.transport import Transport
@@ -28,6 +39,53 @@ class TopicDescription:
     name: str
     partitions: list[PartitionMetadata]
     configs: dict[str, str]
+
+
+class _OffsetAndMetadata(NamedTuple):
+    """A committed offset and its metadata string (until ``kclient.structs`` defines one)."""
+
+    offset: int
+    metadata: str
+
+
+OffsetAndMetadata: type[_OffsetAndMetadata] = getattr(_structs, "OffsetAndMetadata", _OffsetAndMetadata)
+"""``kclient.structs.OffsetAndMetadata`` when it exists, else the local ``(offset, metadata)`` pair."""
+
+
+@dataclass
+class MemberDescription:
+    member_id: str
+    client_id: str
+    host: str
+    assignment: list[TopicPartition]
+
+
+@dataclass
+class GroupDescription:
+    """A consumer group as its coordinator sees it (state ``Dead``: the group does not exist)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation: int
+    members: list[MemberDescription]
+
+
+_T = TypeVar("_T")
+_COORDINATOR_MOVED = (NotCoordinatorError.errno, CoordinatorNotAvailableError.errno)
+_COORDINATOR_RETRY_BACKOFF_S = 0.2
+
+
+def _decode_assignment(protocol_type: str, data: bytes) -> list[TopicPartition]:
+    """The partitions of a serialized ``ConsumerAssignment`` (none for another protocol)."""
+    if protocol_type not in ("", "consumer") or not data:
+        return []
+    try:
+        a = group_pb2.ConsumerAssignment.FromString(data)
+    except DecodeError:
+        return []
+    return sorted(TopicPartition(tp.topic, p) for tp in a.partitions for p in tp.partitions)
 
 
 def _raise_first(results: Iterable[Any]) -> None:
@@ -124,6 +182,142 @@ class AdminClient:
             tp = TopicPartition(r.topic, r.partition)
             out[tp] = for_code(r.error_code)(r.error_message) if r.error_code else None
         return out
+
+    # --- consumer groups -------------------------------------------------------------
+
+    def find_coordinator(self, group_id: str) -> str:
+        """The ``host:port`` of the broker coordinating ``group_id``."""
+        resp = self._call("FindCoordinator", group_pb2.FindCoordinatorRequest(group_id=group_id))
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or f"no coordinator for group {group_id!r}")
+        return f"{resp.host}:{resp.port}"
+
+    def _at_coordinator(self, group_id: str, method: str, request: Any, error_of: Callable[[Any], int]) -> Any:
+        """``method`` at the group's coordinator; found again and retried once if it moved."""
+        for attempt in (1, 2):
+            address = self.find_coordinator(group_id)
+            try:
+                resp = self._transport.call(address, method, request, self._timeout_ms / 1000.0 + 5)
+            except (KafkaConnectionError, KafkaTimeoutError, NotCoordinatorError, CoordinatorNotAvailableError):
+                if attempt == 2:
+                    raise
+            else:
+                if attempt == 2 or error_of(resp) not in _COORDINATOR_MOVED:
+                    return resp
+            self._metadata.refresh()
+            time.sleep(_COORDINATOR_RETRY_BACKOFF_S)
+        raise AssertionError("unreachable")
+
+    def list_consumer_groups(self) -> list[tuple[str, str]]:
+        """``(group id, state)`` of every group with state in ZooKeeper, sorted by id.
+
+        Every live broker is asked: a broker knows the live state only of the groups it
+        coordinates (``Unknown`` for the rest).
+        """
+        self._metadata.refresh()
+        states: dict[str, str] = {}
+        answered = False
+        last: KafkaError | None = None
+        for address in self._metadata.broker_addresses() or self._transport.bootstrap:
+            try:
+                resp = self._transport.call(address, "ListGroups", group_pb2.ListGroupsRequest())
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                last = exc
+                continue
+            if resp.error_code:
+                last = for_code(resp.error_code)("ListGroups failed")
+                continue
+            answered = True
+            for g in resp.groups:
+                if g.state != "Unknown" or g.group_id not in states:
+                    states[g.group_id] = g.state
+        if not answered:
+            raise last or KafkaError("no broker answered ListGroups")
+        return sorted(states.items())
+
+    def describe_consumer_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        """Each group as its coordinator sees it, in the order asked (state ``Dead``: unknown)."""
+        out = []
+        for gid in group_ids:
+            req = group_pb2.DescribeGroupsRequest(group_ids=[gid])
+            resp = self._at_coordinator(gid, "DescribeGroups", req, lambda r: r.groups[0].error_code)
+            (d,) = resp.groups
+            if d.error_code:
+                raise for_code(d.error_code)(d.error_message or f"group {gid!r}")
+            members = [
+                MemberDescription(
+                    m.member_id, m.client_id, m.client_host, _decode_assignment(d.protocol_type, m.assignment)
+                )
+                for m in d.members
+            ]
+            out.append(
+                GroupDescription(d.group_id, d.state, d.protocol_type, d.protocol_name, d.generation_id, members)
+            )
+        return out
+
+    def list_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, _OffsetAndMetadata]:
+        """Committed offsets of ``group_id``.
+
+        ``partitions=None``: every partition with a committed offset. Otherwise exactly
+        those partitions, offset ``-1`` where nothing is committed.
+        """
+        req = group_pb2.FetchOffsetsRequest(group_id=group_id)
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions or ():
+            by_topic.setdefault(tp[0], []).append(tp[1])
+        for topic, ps in by_topic.items():
+            req.topics.add(name=topic, partitions=ps)
+        resp = self._call("FetchOffsets", req)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or f"group {group_id!r}")
+        out: dict[TopicPartition, _OffsetAndMetadata] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise for_code(p.error_code)(f"{t.name}-{p.index} of group {group_id!r}")
+                out[TopicPartition(t.name, p.index)] = OffsetAndMetadata(p.offset, p.metadata)
+        return out
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]) -> dict[str, Exception | None]:
+        """Delete groups without members (and their committed offsets).
+
+        Returns, per group, ``None`` when deleted, else the error (``NonEmptyGroupError``
+        while it has members, ``GroupIdNotFoundError`` when it does not exist).
+        """
+        out: dict[str, Exception | None] = {}
+        for gid in group_ids:
+            req = group_pb2.DeleteGroupsRequest(group_ids=[gid])
+            resp = self._at_coordinator(gid, "DeleteGroups", req, lambda r: r.results[0].error_code)
+            (r,) = resp.results
+            out[gid] = for_code(r.error_code)(r.error_message or f"group {gid!r}") if r.error_code else None
+        return out
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` for a group without active members, in one request.
+
+        Raises the first partition's error (``UnknownMemberIdError`` while the group has
+        members, ``UnknownTopicOrPartitionError`` for a partition that does not exist).
+        """
+        req = group_pb2.CommitOffsetsRequest(group_id=group_id, generation_id=-1, member_id="")
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp[0], []).append((tp[1], offset))
+        for topic, ps in sorted(by_topic.items()):
+            ct = req.topics.add(name=topic)
+            for p, offset in sorted(ps):
+                ct.partitions.add(index=p, offset=offset)
+
+        def moved(resp: Any) -> int:
+            codes = {p.error_code for t in resp.topics for p in t.partitions}
+            return next((c for c in _COORDINATOR_MOVED if c in codes), 0)
+
+        resp = self._at_coordinator(group_id, "CommitOffsets", req, moved)
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise for_code(p.error_code)(p.error_message or f"{t.name}-{p.index} of group {group_id!r}")
 
     def describe_cluster(self) -> tuple[list[BrokerMetadata], int, str]:
         """(brokers, controller id, cluster id)."""

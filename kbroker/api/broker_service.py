@@ -193,7 +193,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     pr.leader_epoch, pr.end_offset = epoch, end
                 except Exception as exc:
                     err = as_response_error(exc)
-                    pr.error_code, pr.error_message = err.errno, err.message  # type: ignore[assignment]
+                    _set_error(pr, err)
         return resp
 
     # --- metadata ------------------------------------------------------------------
@@ -213,7 +213,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if name not in snap.topics:
                     raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             except BrokerResponseError as exc:
-                tm.error_code, tm.error_message = exc.errno, exc.message  # type: ignore[assignment]
+                _set_error(tm, exc)
                 continue
             tm.partitions.extend(partition_metadata(snap, name))
         return resp
@@ -223,35 +223,45 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def _wait(self, predicate: Callable[[ClusterSnapshot], bool], timeout_ms: int) -> bool:
         return self._metadata.wait_for(predicate, max(timeout_ms, 0) / 1000.0)
 
+    def _wait_for_leaders(self, topic: str, partitions: int, timeout_ms: int) -> None:
+        def ready(snap: ClusterSnapshot) -> bool:
+            info = snap.topics.get(topic)
+            return info is not None and sum(1 for s in info.states.values() if s.has_leader) >= partitions
+
+        if not self._wait(ready, timeout_ms):
+            raise RequestTimedOutError(f"topic {topic!r} was written but not every partition has a leader yet")
+
+    @staticmethod
+    def _topic_results(names: list[str], action: Callable[[str, int], None], results: Any) -> None:
+        """Run ``action(name, index)`` per topic; failures become that topic's error code."""
+        for i, name in enumerate(names):
+            result = results.add(name=name)
+            try:
+                action(name, i)
+            except KafkaError as exc:
+                _set_error(result, as_response_error(exc))
+
     def CreateTopics(
         self, request: admin_pb2.CreateTopicsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.CreateTopicsResponse:
         resp = admin_pb2.CreateTopicsResponse()
         timeout = request.timeout_ms or 30000
-        for t in request.topics:
-            result = resp.topics.add(name=t.name)
-            try:
-                assignment = {p: list(r.broker_ids) for p, r in t.assignments.items()} or None
-                chosen = self._admin.create_topic(
-                    t.name,
-                    t.num_partitions or -1,
-                    t.replication_factor or -1,
-                    assignment=assignment,
-                    configs=dict(t.configs),
-                    validate_only=request.validate_only,
-                )
-                if request.validate_only:
-                    continue
 
-                def ready(snap: ClusterSnapshot, name: str = t.name, n: int = len(chosen)) -> bool:
-                    info = snap.topics.get(name)
-                    return info is not None and sum(1 for s in info.states.values() if s.has_leader) >= n
+        def create(name: str, i: int) -> None:
+            t = request.topics[i]
+            assignment = {p: list(r.broker_ids) for p, r in t.assignments.items()} or None
+            chosen = self._admin.create_topic(
+                name,
+                t.num_partitions or -1,
+                t.replication_factor or -1,
+                assignment=assignment,
+                configs=dict(t.configs),
+                validate_only=request.validate_only,
+            )
+            if not request.validate_only:
+                self._wait_for_leaders(name, len(chosen), timeout)
 
-                if not self._wait(ready, timeout):
-                    raise RequestTimedOutError(f"topic {t.name!r} was created but not every partition has a leader yet")
-            except KafkaError as exc:
-                err = as_response_error(exc)
-                result.error_code, result.error_message = err.errno, err.message  # type: ignore[assignment]
+        self._topic_results([t.name for t in request.topics], create, resp.topics)
         return resp
 
     def DeleteTopics(
@@ -259,19 +269,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> admin_pb2.DeleteTopicsResponse:
         resp = admin_pb2.DeleteTopicsResponse()
         timeout = request.timeout_ms or 30000
-        for name in request.topics:
-            result = resp.topics.add(name=name)
-            try:
-                self._admin.delete_topic(name)
 
-                def gone(snap: ClusterSnapshot, n: str = name) -> bool:
-                    return n not in snap.topics
+        def delete(name: str, _: int) -> None:
+            self._admin.delete_topic(name)
+            if not self._wait(lambda snap: name not in snap.topics, timeout):
+                raise RequestTimedOutError(f"topic {name!r} is marked for deletion but not deleted yet")
 
-                if not self._wait(gone, timeout):
-                    raise RequestTimedOutError(f"topic {name!r} is marked for deletion but not deleted yet")
-            except KafkaError as exc:
-                err = as_response_error(exc)
-                result.error_code, result.error_message = err.errno, err.message  # type: ignore[assignment]
+        self._topic_results(list(request.topics), delete, resp.topics)
         return resp
 
     def DescribeTopics(
@@ -295,22 +299,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> admin_pb2.CreatePartitionsResponse:
         resp = admin_pb2.CreatePartitionsResponse()
         timeout = request.timeout_ms or 30000
-        for t in request.topics:
-            result = resp.topics.add(name=t.name)
-            try:
-                self._admin.create_partitions(t.name, t.count, validate_only=request.validate_only)
-                if request.validate_only:
-                    continue
 
-                def ready(snap: ClusterSnapshot, name: str = t.name, n: int = t.count) -> bool:
-                    info = snap.topics.get(name)
-                    return info is not None and sum(1 for s in info.states.values() if s.has_leader) >= n
+        def grow(name: str, i: int) -> None:
+            count = request.topics[i].count
+            self._admin.create_partitions(name, count, validate_only=request.validate_only)
+            if not request.validate_only:
+                self._wait_for_leaders(name, count, timeout)
 
-                if not self._wait(ready, timeout):
-                    raise RequestTimedOutError(f"partitions of {t.name!r} created but not all have leaders yet")
-            except KafkaError as exc:
-                err = as_response_error(exc)
-                result.error_code, result.error_message = err.errno, err.message  # type: ignore[assignment]
+        self._topic_results([t.name for t in request.topics], grow, resp.topics)
         return resp
 
     # --- producer ids --------------------------------------------------------------
@@ -338,13 +334,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         resp = cluster_pb2.ControlledShutdownResponse()
         if not self._controller.is_active:
             err: BrokerResponseError = NotControllerError(f"broker {self._broker_id} is not the controller")
-            resp.error_code, resp.error_message = err.errno, err.message  # type: ignore[assignment]
+            _set_error(resp, err)
             return resp
         try:
             remaining = self._controller.controlled_shutdown(request.broker_id)
         except Exception as exc:
             err = as_response_error(exc) if not isinstance(exc, KafkaError) else NotControllerError(str(exc))
-            resp.error_code, resp.error_message = err.errno, err.message  # type: ignore[assignment]
+            _set_error(resp, err)
             return resp
         for topic, p in remaining:
             resp.remaining.add(topic=topic, partition=p)
@@ -511,7 +507,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 pe = tr.partitions.add(index=p.index)
                 e = results.get((t.name, p.index))
                 if e is not None:
-                    pe.error_code, pe.error_message = e.errno, e.message  # type: ignore[assignment]
+                    _set_error(pe, e)
         return resp
 
     def FetchOffsets(

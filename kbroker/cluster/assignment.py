@@ -9,6 +9,17 @@ from kbroker.cluster.zkdata import Assignment
 from kclient.errors import InvalidPartitionsError, InvalidReplicationFactorError
 
 
+def _check(num_partitions: int, replication_factor: int, brokers: int) -> None:
+    if num_partitions < 1:
+        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions}")
+    if replication_factor < 1:
+        raise InvalidReplicationFactorError(f"replication factor must be at least 1, got {replication_factor}")
+    if replication_factor > brokers:
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor} is larger than the {brokers} live broker(s)"
+        )
+
+
 def assign_replicas(
     brokers: Sequence[int],
     num_partitions: int,
@@ -78,13 +89,8 @@ def assign_replicas_rack_aware(
 ) -> Assignment:
     """Kafka's rack-aware placement: each partition's replicas spread over as many racks
     as possible, leaders and followers still balanced across brokers."""
-    if num_partitions < 1:
-        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions}")
     n = len(racks)
-    if replication_factor < 1 or replication_factor > n:
-        raise InvalidReplicationFactorError(
-            f"replication factor {replication_factor} must be between 1 and the {n} live broker(s)"
-        )
+    _check(num_partitions, replication_factor, n)
     arranged = rack_alternated(racks)
     num_racks = len(set(racks.values()))
     r = rng or random.Random()
