@@ -7,12 +7,14 @@
     topics   create | list | describe | delete | alter   (either connection)
     brokers  list                                       (either connection)
     leaders  elect                                      (either connection)
+    groups   list | describe | delete | reset-offsets   (--bootstrap-server)
     produce                                             (--bootstrap-server)
     consume                                             (--bootstrap-server)
 
 Modules: :mod:`main` (the argparse tree and the one place errors become exit codes),
 :mod:`backends` (the same cluster operations over ZooKeeper or the gRPC admin API),
-one module per noun (:mod:`topics`, :mod:`brokers`, :mod:`leaders`, :mod:`console`) and :mod:`common`.
+one module per noun (:mod:`topics`, :mod:`brokers`, :mod:`leaders`, :mod:`groups`, :mod:`console`)
+and :mod:`common`.
 
 Every failure is one line on stderr prefixed ``kctl: ``; exit 2 for a usage error,
 1 for anything else.

@@ -322,6 +322,15 @@ class AdminBackend(Backend):
         self._admin.close()
 
 
+def open_group_admin(zookeeper: str | None, bootstrap: str | None) -> AdminClient:
+    """An AdminClient for the consumer-group commands, which exist over gRPC only."""
+    if bootstrap is None:
+        raise UsageError("groups needs --bootstrap-server")
+    if zookeeper is not None:
+        raise UsageError("groups talks to brokers: give --bootstrap-server, not --zookeeper")
+    return AdminClient(check_bootstrap(bootstrap))
+
+
 def open_backend(zookeeper: str | None, bootstrap: str | None) -> Backend:
     """The backend for exactly one of ``--zookeeper`` / ``--bootstrap-server``."""
     if (zookeeper is None) == (bootstrap is None):

@@ -23,7 +23,7 @@ from typing import NoReturn
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from kbroker.cli import brokers, console, leaders, topics
+from kbroker.cli import brokers, console, groups, leaders, topics
 from kbroker.cli.common import CliError, UsageError, one_line
 from kclient.errors import KafkaError
 
@@ -59,7 +59,7 @@ def _connection_flags(parser: argparse.ArgumentParser, *, zookeeper: bool, defau
 def build_parser() -> KctlArgumentParser:
     parser = KctlArgumentParser(
         prog=PROG,
-        description="Operate a kbroker cluster: topics, brokers, leaders, console produce and consume.",
+        description="Operate a kbroker cluster: topics, brokers, leaders, consumer groups, console produce, consume.",
         epilog="Exit status: 0 ok, 1 failed, 2 bad command line. Errors are one 'kctl: ...' line on stderr.",
     )
     _connection_flags(parser, zookeeper=True, default=None)
@@ -74,6 +74,7 @@ def build_parser() -> KctlArgumentParser:
     topics.add_parser(nouns, admin_flags)
     brokers.add_parser(nouns, admin_flags)
     leaders.add_parser(nouns, admin_flags)
+    groups.add_parser(nouns, admin_flags)
     console.add_parsers(nouns, client_flags)
     return parser
 
