@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from functools import partial
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -443,35 +444,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: group_pb2.SyncGroupRequest, context: grpc.ServicerContext
     ) -> group_pb2.SyncGroupResponse:
         resp = group_pb2.SyncGroupResponse()
-        try:
-            resp.assignment = self._groups.sync(
-                request.group_id,
-                request.member_id,
-                request.generation_id,
-                {a.member_id: a.assignment for a in request.assignments},
-            )
-        except Exception as exc:
-            _set_error(resp, as_response_error(exc))
+        assignments = {a.member_id: a.assignment for a in request.assignments}
+        got = _answer(
+            resp, lambda: self._groups.sync(request.group_id, request.member_id, request.generation_id, assignments)
+        )
+        if got is not None:
+            resp.assignment = got
         return resp
 
     def Heartbeat(
         self, request: group_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> group_pb2.HeartbeatResponse:
         resp = group_pb2.HeartbeatResponse()
-        try:
-            self._groups.heartbeat(request.group_id, request.member_id, request.generation_id)
-        except Exception as exc:
-            _set_error(resp, as_response_error(exc))
+        _answer(resp, lambda: self._groups.heartbeat(request.group_id, request.member_id, request.generation_id))
         return resp
 
     def LeaveGroup(
         self, request: group_pb2.LeaveGroupRequest, context: grpc.ServicerContext
     ) -> group_pb2.LeaveGroupResponse:
         resp = group_pb2.LeaveGroupResponse()
-        try:
-            self._groups.leave(request.group_id, request.member_id)
-        except Exception as exc:
-            _set_error(resp, as_response_error(exc))
+        _answer(resp, lambda: self._groups.leave(request.group_id, request.member_id))
         return resp
 
     def CommitOffsets(
@@ -568,11 +560,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> group_pb2.DeleteGroupsResponse:
         resp = group_pb2.DeleteGroupsResponse()
         for gid in request.group_ids:
-            r = resp.results.add(group_id=gid)
-            try:
-                self._groups.delete(gid)
-            except Exception as exc:
-                _set_error(r, as_response_error(exc))
+            _answer(resp.results.add(group_id=gid), partial(self._groups.delete, gid))
         return resp
 
 
@@ -582,3 +570,15 @@ MAX_OFFSET_METADATA = 4096
 def _set_error(msg: Any, err: BrokerResponseError) -> None:
     msg.error_code = err.errno
     msg.error_message = err.message
+
+
+T = TypeVar("T")
+
+
+def _answer(resp: Any, call: Callable[[], T]) -> T | None:
+    """``call()``'s result, or None with its failure written into ``resp`` as an error code."""
+    try:
+        return call()
+    except Exception as exc:
+        _set_error(resp, as_response_error(exc))
+        return None
