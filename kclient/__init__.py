@@ -1,33 +1,49 @@
 """kclient: the Python client of kbroker (kafka-python's names and meanings)."""
 
 from kclient.admin import AdminClient, NewTopic, TopicDescription
+from kclient.assignors import (
+    AbstractPartitionAssignor,
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+)
 from kclient.consumer import Consumer
-from kclient.errors import KafkaError
+from kclient.coordinator import ConsumerRebalanceListener
+from kclient.errors import CommitFailedError, KafkaError
 from kclient.producer import FutureRecordMetadata, Producer
 from kclient.structs import (
     BrokerMetadata,
     ConsumerRecord,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     PartitionMetadata,
     RecordMetadata,
     TopicPartition,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     # clients
     "AdminClient",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "FutureRecordMetadata",
+    "NewTopic",
+    "Producer",
+    "TopicDescription",
+    # assignors
+    "AbstractPartitionAssignor",
+    "RangeAssignor",
+    "RoundRobinAssignor",
+    "StickyAssignor",
+    # errors
+    "CommitFailedError",
+    "KafkaError",
     # structs
     "BrokerMetadata",
-    "Consumer",
     "ConsumerRecord",
-    "FutureRecordMetadata",
-    # errors
-    "KafkaError",
-    "NewTopic",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionMetadata",
-    "Producer",
     "RecordMetadata",
-    "TopicDescription",
     "TopicPartition",
 ]

@@ -207,9 +207,7 @@ class StickyAssignor(AbstractPartitionAssignor):
         for tp, m in owner.items():
             load[m].add(tp)
 
-        candidates = {
-            tp: [m for m in members if tp.topic in topics_of[m]] for tp in all_partitions if tp not in owner
-        }
+        candidates = {tp: [m for m in members if tp.topic in topics_of[m]] for tp in all_partitions if tp not in owner}
         for tp in sorted(candidates, key=lambda tp: (len(candidates[tp]), tp)):
             m = min(candidates[tp], key=lambda m: (len(load[m]), m))
             owner[tp] = m
@@ -250,9 +248,7 @@ def resolve_assignors(
     strategy: str | AbstractPartitionAssignor | type[AbstractPartitionAssignor] | Iterable[object],
 ) -> list[AbstractPartitionAssignor]:
     """Assignor instances from names ("range", "roundrobin", "sticky"), classes or instances."""
-    items: list[object] = (
-        [strategy] if isinstance(strategy, str | AbstractPartitionAssignor | type) else list(strategy)
-    )
+    items: list[object] = [strategy] if isinstance(strategy, str | AbstractPartitionAssignor | type) else list(strategy)
     out: list[AbstractPartitionAssignor] = []
     for item in items:
         if isinstance(item, str):

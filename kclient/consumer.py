@@ -1,23 +1,31 @@
-"""The consumer: a thin facade over subscription state and a fetcher.
+"""The consumer: a thin facade over subscription state, a fetcher and a group coordinator.
 
-``SubscriptionState`` owns what is assigned and each partition's position (the next
-offset to return) and pause flags; ``Fetcher`` sends one long-poll Fetch per leader
-for the assigned partitions, decodes the returned batches and hands out records in
-order. Positions advance only over records handed out by ``poll``, so whatever
-commits them later (groups) commits exactly what the application has seen.
+``SubscriptionState`` owns what is subscribed or assigned and each partition's position
+(the next offset to return) and pause flags; ``Fetcher`` sends one long-poll Fetch per
+leader for the assigned partitions, decodes the returned batches and hands out records
+in order; with a ``group_id``, ``ConsumerCoordinator`` (kclient/coordinator.py) joins
+the group, heartbeats, and commits. Positions advance only over records handed out by
+``poll``, so whatever commits them (``commit()``, auto-commit) commits exactly what the
+application has seen: at-least-once.
+
+Two ways to get partitions, mutually exclusive as in Kafka: ``assign()`` (the
+application picks them; a ``group_id`` is optional and only used for offsets) and
+``subscribe()`` (topics or a regex pattern; the group spreads partitions over its members).
 
 Thread safety: like Kafka's consumer, not thread-safe; use it from one thread (``close``
-may be called from another).
+may be called from another). A group consumer runs one background heartbeat thread.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
+from kclient.coordinator import CommitCallback, ConsumerCoordinator, ConsumerRebalanceListener
 from kclient.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -29,7 +37,7 @@ from kclient.errors import (
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import decode_batches
-from kclient.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from kclient.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kclient.transport import Transport
 
 EARLIEST = -2
@@ -45,13 +53,73 @@ class _PartitionState:
 
 
 class SubscriptionState:
-    """Assigned partitions with their positions."""
+    """What the consumer subscribes to, the assigned partitions, and their positions.
+
+    ``mode`` is one of ``NONE``, ``AUTO_TOPICS`` / ``AUTO_PATTERN`` (``subscribe``: the
+    group assigns) and ``USER_ASSIGNED`` (``assign``); switching between the two
+    families needs ``unsubscribe()`` first.
+    """
+
+    NONE = "none"
+    AUTO_TOPICS = "auto_topics"
+    AUTO_PATTERN = "auto_pattern"
+    USER_ASSIGNED = "user_assigned"
 
     def __init__(self, auto_offset_reset: str) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got {auto_offset_reset!r}")
         self.default_reset = auto_offset_reset
         self.partitions: dict[TopicPartition, _PartitionState] = {}
+        self.mode = self.NONE
+        self.subscription: set[str] = set()
+        self.pattern: re.Pattern[str] | None = None
+        self.listener: ConsumerRebalanceListener | None = None
+
+    def _set_mode(self, mode: str) -> None:
+        auto = (self.AUTO_TOPICS, self.AUTO_PATTERN)
+        if self.mode != self.NONE and (self.mode in auto) != (mode in auto):
+            raise IllegalStateError(
+                "subscribe() and assign() are mutually exclusive: call unsubscribe() before switching"
+            )
+        self.mode = mode
+
+    def subscribe(self, topics: Iterable[str], listener: ConsumerRebalanceListener | None) -> bool:
+        """Subscribe to a list of topics; ``True`` when the subscription changed."""
+        self._set_mode(self.AUTO_TOPICS)
+        self.pattern = None
+        self.listener = listener
+        return self.change_subscription(topics)
+
+    def subscribe_pattern(self, pattern: re.Pattern[str], listener: ConsumerRebalanceListener | None) -> None:
+        self._set_mode(self.AUTO_PATTERN)
+        self.pattern = pattern
+        self.listener = listener
+        self.subscription = set()
+
+    def change_subscription(self, topics: Iterable[str]) -> bool:
+        new = set(topics)
+        changed = new != self.subscription
+        self.subscription = new
+        return changed
+
+    def partitions_auto_assigned(self) -> bool:
+        return self.mode in (self.AUTO_TOPICS, self.AUTO_PATTERN)
+
+    def unsubscribe(self) -> None:
+        self.mode = self.NONE
+        self.subscription = set()
+        self.pattern = None
+        self.listener = None
+        self.partitions = {}
+
+    def assign_from_user(self, tps: Iterable[TopicPartition]) -> None:
+        tps = list(tps)
+        self._set_mode(self.USER_ASSIGNED if tps else self.NONE)
+        self.assign(tps)
+
+    def assign_from_subscribed(self, tps: Iterable[TopicPartition]) -> None:
+        """A new group assignment: fresh state (positions come from committed offsets)."""
+        self.partitions = {tp: _PartitionState() for tp in sorted({TopicPartition(*tp) for tp in tps})}
 
     def assign(self, tps: Iterable[TopicPartition]) -> None:
         new = {TopicPartition(*tp) for tp in tps}
@@ -68,6 +136,10 @@ class SubscriptionState:
 
     def fetchable(self) -> list[TopicPartition]:
         return [tp for tp, st in self.partitions.items() if st.position is not None and not st.paused]
+
+    def all_consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The position of every assigned partition that has one (what a commit saves)."""
+        return {tp: OffsetAndMetadata(st.position, "") for tp, st in self.partitions.items() if st.position is not None}
 
 
 class Fetcher:
@@ -217,6 +289,14 @@ class Consumer:
         "consumer_timeout_ms": float("inf"),
         "key_deserializer": None,
         "value_deserializer": None,
+        "retry_backoff_ms": 100,
+        # consumer groups
+        "enable_auto_commit": True,
+        "auto_commit_interval_ms": 5000,
+        "partition_assignment_strategy": ("range",),
+        "session_timeout_ms": 10000,
+        "heartbeat_interval_ms": 3000,
+        "max_poll_interval_ms": 300000,
     }
 
     def __init__(self, *topics: str, **configs: Any) -> None:
@@ -224,14 +304,21 @@ class Consumer:
         if unknown:
             raise InvalidConfigError(f"unknown consumer setting(s): {', '.join(sorted(unknown))}")
         self.config = cfg = {**self.DEFAULT_CONFIG, **configs}
-        if cfg["group_id"] is not None:
-            raise InvalidConfigError("consumer groups are not available yet: use assign() without group_id")
         self._transport = Transport(cfg["bootstrap_servers"], cfg["request_timeout_ms"])
         self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"])
         self._subs = SubscriptionState(cfg["auto_offset_reset"])
         self._fetcher = Fetcher(self._transport, self._metadata, self._subs, cfg)
+        self._coordinator: ConsumerCoordinator | None = None
+        if cfg["group_id"] is not None:
+            try:
+                self._coordinator = ConsumerCoordinator(self._transport, self._metadata, self._subs, self._fetcher, cfg)
+            except Exception:
+                self._transport.close()
+                raise
         self._closed = False
-        if topics:
+        if topics and self._coordinator is not None:
+            self.subscribe(list(topics))
+        elif topics:
             self.assign([TopicPartition(t, p) for t in topics for p in sorted(self.partitions_for_topic(t) or ())])
 
     # --- assignment and metadata ---------------------------------------------------
@@ -247,15 +334,118 @@ class Consumer:
             return None
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Take exactly these partitions (no group management); not with ``subscribe()``."""
         self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions]
+        if self._subs.partitions_auto_assigned():
+            raise IllegalStateError("assign() and subscribe() are mutually exclusive: call unsubscribe() first")
         self._metadata.add_topics({tp.topic for tp in tps})
         self._metadata.refresh()
-        self._subs.assign(tps)
+        self._subs.assign_from_user(tps)
         self._fetcher.clear([tp for tp in self._subs.partitions])
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned now (by ``assign()`` or by the group)."""
         return set(self._subs.partitions)
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group for these topics, or for every topic matching ``pattern`` (full match).
+
+        The group assigns the partitions on the next ``poll``; a rebalance happens when
+        members come or go, subscribed topics gain partitions or a new topic matches the
+        pattern. ``listener`` gets ``on_partitions_revoked`` / ``on_partitions_assigned``.
+        Subscribing again replaces the subscription; an empty list unsubscribes.
+        """
+        self._check_open()
+        if self._coordinator is None:
+            raise IllegalStateError(
+                "subscribe() needs a group_id (the group assigns partitions); use assign() without one"
+            )
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if topic_list and pattern is not None:
+            raise IllegalStateError("subscribe to a list of topics or to a pattern, not both")
+        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
+            if not (hasattr(listener, "on_partitions_revoked") and hasattr(listener, "on_partitions_assigned")):
+                raise TypeError("listener must be a ConsumerRebalanceListener")
+        if not topic_list and pattern is None:
+            self.unsubscribe()
+            return
+        if pattern is not None:
+            compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+            self._subs.subscribe_pattern(compiled, listener)
+            self._coordinator.request_rejoin(f"subscribed to pattern {compiled.pattern!r}")
+        elif self._subs.subscribe(topic_list, listener):
+            self._coordinator.request_rejoin(f"subscribed to {sorted(topic_list)}")
+
+    def subscription(self) -> set[str] | None:
+        """The subscribed topics (resolved from the pattern), or ``None`` when not subscribed."""
+        return set(self._subs.subscription) if self._subs.partitions_auto_assigned() else None
+
+    def unsubscribe(self) -> None:
+        """Leave the group (committing first with auto-commit) and drop every partition."""
+        self._check_open()
+        if self._coordinator is not None and self._subs.partitions_auto_assigned():
+            self._coordinator.leave(autocommit=True)
+        self._subs.unsubscribe()
+        self._fetcher.clear()
+
+    # --- offsets in the group ------------------------------------------------------
+
+    def _group(self, what: str) -> ConsumerCoordinator:
+        self._check_open()
+        if self._coordinator is None:
+            raise IllegalStateError(f"{what} needs a group_id: committed offsets belong to a consumer group")
+        return self._coordinator
+
+    @staticmethod
+    def _offsets(offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> dict[TopicPartition, OffsetAndMetadata]:
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            om = OffsetAndMetadata(om) if isinstance(om, int) else OffsetAndMetadata(*om)
+            if om.offset < 0:
+                raise ValueError(f"cannot commit a negative offset ({om.offset}) for {tp}")
+            out[TopicPartition(*tp)] = om
+        return out
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit and wait: the positions of every assigned partition (records returned by
+        ``poll``), or ``offsets`` ({TopicPartition: OffsetAndMetadata(next offset, metadata)}).
+
+        Raises ``CommitFailedError`` when the group has rebalanced past this member.
+        """
+        coordinator = self._group("commit()")
+        coordinator.commit_offsets_sync(self._subs.all_consumed() if offsets is None else self._offsets(offsets))
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> None:
+        """Commit without waiting; ``callback(offsets, exception_or_None)`` runs on a later
+        ``poll``/``commit``/``close`` (on this thread). Not retried."""
+        coordinator = self._group("commit_async()")
+        coordinator.commit_offsets_async(
+            self._subs.all_consumed() if offsets is None else self._offsets(offsets), callback
+        )
+
+    @overload
+    def committed(self, partition: TopicPartition, metadata: Literal[False] = False) -> int | None: ...
+
+    @overload
+    def committed(self, partition: TopicPartition, metadata: Literal[True]) -> OffsetAndMetadata | None: ...
+
+    def committed(self, partition: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
+        """The group's committed offset for ``partition`` (``None`` if nothing is committed)."""
+        tp = TopicPartition(*partition)
+        om = self._group("committed()").fetch_committed_offsets([tp])[tp]
+        if om is None or metadata:
+            return om
+        return om.offset
 
     # --- positions -----------------------------------------------------------------
 
@@ -283,7 +473,7 @@ class Consumer:
         tp = TopicPartition(*partition)
         st = self._subs.state(tp)
         if st.position is None:
-            self._reset_positions([tp])
+            self._update_positions([tp])
         assert st.position is not None
         return st.position
 
@@ -376,6 +566,21 @@ class Consumer:
                 time.sleep(0.05)
         return out
 
+    def _update_positions(self, tps: list[TopicPartition]) -> None:
+        """Position partitions that have none: committed offset first (with a group), then
+        ``auto_offset_reset`` (or the pending seek_to_beginning/end)."""
+        partitions = self._subs.partitions
+        if self._coordinator is not None:
+            need = [tp for tp in tps if partitions[tp].reset_to is None]
+            if need:
+                for tp, om in self._coordinator.fetch_committed_offsets(need).items():
+                    st = partitions.get(tp)
+                    if om is not None and st is not None and st.position is None:
+                        st.position = om.offset
+        rest = [tp for tp in tps if tp in partitions and partitions[tp].position is None]
+        if rest:
+            self._reset_positions(rest)
+
     def _reset_positions(self, tps: list[TopicPartition]) -> None:
         by_target: dict[int, list[TopicPartition]] = {}
         for tp in tps:
@@ -401,9 +606,12 @@ class Consumer:
         self._check_open()
         limit = max_records or self.config["max_poll_records"]
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        coordinator = self._coordinator
         while True:
+            if coordinator is not None:
+                coordinator.poll(deadline)
             if self._subs.needs_reset():
-                self._reset_positions(self._subs.needs_reset())
+                self._update_positions(self._subs.needs_reset())
             if self._fetcher.has_buffered():
                 out = self._fetcher.drain(limit)
                 if out:
@@ -443,9 +651,15 @@ class Consumer:
             elif (time.monotonic() - idle_since) * 1000 >= self.config["consumer_timeout_ms"]:
                 return
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (with auto-commit and ``autocommit``), leave the group promptly, release the channels."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._coordinator is not None:
+                self._coordinator.close(autocommit)
+        finally:
             self._transport.close()
 
     def __enter__(self) -> Consumer:

@@ -10,6 +10,7 @@ Hierarchy::
     ├── InvalidConfigError            a client or broker setting is wrong
     ├── UnsupportedCodecError         a compression codec is unknown or not installed
     ├── NoOffsetForPartitionError     no position and auto_offset_reset is "none"
+    ├── CommitFailedError             a group refused a commit: this member's generation is over
     └── BrokerResponseError           an error code carried by a broker response
         ├── OffsetOutOfRangeError ... (one class per code in ``ERRORS``)
 
@@ -67,6 +68,15 @@ class UnsupportedCodecError(KafkaError):
 
 class NoOffsetForPartitionError(KafkaError):
     """No position for a partition and ``auto_offset_reset`` is ``"none"``."""
+
+
+class CommitFailedError(KafkaError):
+    """The group refused an offset commit: the member is no longer part of the generation
+    that owns the partitions (the group rebalanced, the member was removed, or it left).
+
+    Not retriable: the partitions may belong to another member now. The member rejoins
+    on its next ``poll`` and resumes from the last committed offsets.
+    """
 
 
 class BrokerResponseError(KafkaError):

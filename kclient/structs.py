@@ -35,6 +35,13 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the offset of the next record to read, and a free-form string."""
+
+    offset: int
+    metadata: str = ""
+
+
 class BrokerMetadata(NamedTuple):
     node_id: int
     host: str

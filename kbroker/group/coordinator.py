@@ -88,7 +88,9 @@ class GroupCoordinator:
     def coordinator_of(self, group_id: str) -> int:
         return coordinator_for(group_id, sorted(self._metadata.snapshot().brokers))
 
-    def _group(self, group_id: str, *, create: bool = True) -> Group:
+    def _group(self, group_id: str) -> Group:
+        """The group if this broker coordinates it (loaded on first use: after a coordinator
+        move the members of the old one are unknown here and get UNKNOWN_MEMBER_ID)."""
         if not group_id:
             raise InvalidGroupIdError("the group id is empty")
         owner = self.coordinator_of(group_id)
@@ -101,8 +103,6 @@ class GroupCoordinator:
         with self._lock:
             g = self._groups.get(group_id)
             if g is None:
-                if not create:
-                    raise GroupIdNotFoundError(f"group {group_id!r} is not active")
                 g = Group(
                     group_id,
                     self._store.generation(group_id),
@@ -182,21 +182,21 @@ class GroupCoordinator:
         )
 
     def sync(self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]) -> bytes:
-        g = self._group(group_id, create=False)
+        g = self._group(group_id)
         m = g.members.get(member_id)
         timeout = (m.rebalance_timeout_ms if m else 30000) / 1000.0
         return g.sync(member_id, generation, assignments, timeout)
 
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
-        self._group(group_id, create=False).heartbeat(member_id, generation)
+        self._group(group_id).heartbeat(member_id, generation)
 
     def leave(self, group_id: str, member_id: str) -> None:
-        self._group(group_id, create=False).leave(member_id)
+        self._group(group_id).leave(member_id)
 
     def commit(
         self, group_id: str, member_id: str, generation: int, offsets: Mapping[TopicPartition, CommittedOffset]
     ) -> None:
-        g = self._group(group_id, create=generation < 0)
+        g = self._group(group_id)
         g.check_commit(member_id, generation)
         self._store.commit(group_id, offsets)
 

@@ -169,4 +169,4 @@ def test_errors_for_bad_group_requests(cluster_factory: Callable[..., LocalClust
     assert bad.error_code == 26  # INVALID_SESSION_TIMEOUT
     assert stub.FindCoordinator(group_pb2.FindCoordinatorRequest(group_id="")).error_code == 24  # INVALID_GROUP_ID
     hb = stub.Heartbeat(group_pb2.HeartbeatRequest(group_id="nobody", generation_id=1, member_id="x"))
-    assert hb.error_code == 69  # GROUP_ID_NOT_FOUND
+    assert hb.error_code == 25  # UNKNOWN_MEMBER_ID (a coordinator that never saw the member)
