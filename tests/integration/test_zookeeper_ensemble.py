@@ -74,6 +74,8 @@ def test_cluster_survives_zookeeper_node_and_quorum_loss(ensemble: ZooKeeperEnse
             admin.create_topics([NewTopic("zk", 1, 3, topic_configs={"min.insync.replicas": "2"})])
             wait_until(lambda: len(admin.describe_topics(["zk"])[0].partitions[0].isr) == 3, what="full ISR")
         produce(cluster.bootstrap, "zk", [b"a%d" % i for i in range(50)])
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.alter_consumer_group_offsets("keeper", {TopicPartition("zk", 0): 42})
 
         ensemble.servers[0].kill()  # one of three: the quorum holds
         produce(cluster.bootstrap, "zk", [b"b%d" % i for i in range(50)])
@@ -96,6 +98,17 @@ def test_cluster_survives_zookeeper_node_and_quorum_loss(ensemble: ZooKeeperEnse
         produce(cluster.bootstrap, "after", [b"ok"])
         assert consume(cluster.bootstrap, "after", 1) == [b"ok"]
         assert len(consume(cluster.bootstrap, "zk", 150)) == 150
+
+        # The whole ensemble restarts: committed offsets are persistent znodes.
+        ensemble.stop()
+        for server in ensemble.servers:
+            server.start()
+        ensemble.wait_ready(90)
+        with AdminClient(cluster.bootstrap) as admin:
+            wait_until(
+                lambda: admin.list_consumer_group_offsets("keeper")[TopicPartition("zk", 0)].offset == 42,
+                what="committed offset after a full ZooKeeper restart",
+            )
     except BaseException:
         print(cluster.logs())
         raise
