@@ -29,14 +29,15 @@ from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
 from kbroker.replication.purgatory import Purgatory
 from kbroker.storage import files
+from kbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import (
     BrokerResponseError,
+    InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaError,
     NotLeaderForPartitionError,
-    OffsetOutOfRangeError,
     RequestTimedOutError,
     UnknownError,
     UnknownTopicOrPartitionError,
@@ -45,8 +46,6 @@ from kclient.errors import (
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 
 
 @dataclass
@@ -366,7 +365,7 @@ class ReplicaManager:
                 end = p.high_watermark if replica_id < 0 else p.log.log_end_offset
                 return OffsetResult(None, end, -1, epoch)
             if timestamp < 0:
-                raise OffsetOutOfRangeError(f"timestamp {timestamp} is neither -1 (latest), -2 (earliest) nor >= 0")
+                raise InvalidRequestError(f"timestamp {timestamp} is neither -1 (latest), -2 (earliest) nor >= 0")
             found = p.log.offset_for_timestamp(timestamp)
             if found is None or (replica_id < 0 and found[0] >= p.high_watermark):
                 return OffsetResult(None, -1, -1, epoch)

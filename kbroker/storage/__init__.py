@@ -7,6 +7,7 @@ Knows nothing of ZooKeeper or gRPC. Modules, one concept each:
 - :mod:`~kbroker.storage.index`: :class:`OffsetIndex`, :class:`TimeIndex`
 - :mod:`~kbroker.storage.segment`: :class:`LogSegment`
 - :mod:`~kbroker.storage.leader_epoch`: :class:`LeaderEpochCache`
+- :mod:`~kbroker.storage.producer_state`: idempotent producers' last batches (dedupe, sequence checks)
 - :mod:`~kbroker.storage.validator`: batch checks and stamping on append
 - :mod:`~kbroker.storage.loader`: opening and recovering a partition directory
 - :mod:`~kbroker.storage.log`: :class:`Log`, one partition
