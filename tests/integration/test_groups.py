@@ -541,3 +541,30 @@ def test_pattern_subscription_and_new_partitions(cluster_factory: Callable[..., 
     assert not any(t == "logs" for t, _, _ in seen)
     assert [e for e, _ in listener.events][:3] == ["assigned", "revoked", "assigned"]
     assert re.fullmatch(r"metrics-.*", "metrics-mem")
+
+
+def test_reset_offsets_then_the_group_resumes_there(cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(1, **FAST_GROUPS)
+    create(cluster.bootstrap, "replay", 1)
+    produce(cluster.bootstrap, "replay", [f"r{i}" for i in range(50)])
+    with Consumer(bootstrap_servers=cluster.bootstrap, group_id="replayer", **MEMBER) as c:
+        c.subscribe(["replay"])
+        seen = 0
+        while seen < 50:
+            seen += sum(len(v) for v in c.poll(timeout_ms=1000).values())
+        c.commit()
+    # The group is inactive now: rewind it with kctl, as an operator would.
+    kctl = [sys.executable, "-m", "kbroker.cli", "--bootstrap-server", cluster.bootstrap, "groups", "reset-offsets"]
+    proc = subprocess.run(
+        [*kctl, "--group", "replayer", "--topic", "replay", "--to-offset", "20", "--execute"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with Consumer(bootstrap_servers=cluster.bootstrap, group_id="replayer", **MEMBER) as c:
+        c.subscribe(["replay"])
+        got: list[bytes] = []
+        while len(got) < 30:
+            got += [r.value or b"" for recs in c.poll(timeout_ms=5000).values() for r in recs]
+        assert got == [f"r{i}".encode() for i in range(20, 50)]
