@@ -159,14 +159,7 @@ class GroupStore:
             known = self._existing.get(group)
         if known is not None:
             return known
-        found: set[TopicPartition] = set()
-        base = f"{zkdata.group_path(group)}/offsets"
-        try:
-            for topic in self.kazoo.get_children(base):
-                for p in self.kazoo.get_children(f"{base}/{topic}"):
-                    found.add((topic, int(p)))
-        except NoNodeError:
-            pass
+        found = self._scan(group)
         with self._lock:
             self._existing[group] = found
         return found

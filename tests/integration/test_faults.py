@@ -16,22 +16,11 @@ from kazoo.client import KazooClient
 from kbroker.cluster import zkdata
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
 FAST = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000"}
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class ZkView:

@@ -30,6 +30,7 @@ from kclient import (
     TopicPartition,
 )
 from kclient.errors import IllegalGenerationError, NoOffsetForPartitionError
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +44,6 @@ MEMBER: dict[str, Any] = {
     "request_timeout_ms": 10000,
 }
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(pred: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def create(bootstrap: str, name: str, partitions: int, replication: int = 1, **configs: str) -> None:

@@ -13,17 +13,9 @@ from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from kclient.errors import LeaderNotAvailableError, NotEnoughReplicasError
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def describe(bootstrap: str, topic: str) -> list:

@@ -5,7 +5,7 @@ when ZooKeeper returns."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,20 +13,9 @@ import pytest
 from kbroker.local.cluster import LocalCluster
 from kbroker.local.zookeeper import ZooKeeperEnsemble, ZooKeeperNotFound, classpath
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
