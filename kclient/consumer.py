@@ -152,14 +152,16 @@ class Fetcher:
         self._metadata = metadata
         self._subs = subs
         self._cfg = cfg
-        self._buffer: deque[ConsumerRecord] = deque()
+        # Fetched records, one chunk (partition, records in offset order, next index) per
+        # partition per response: per-record work is building the record, nothing more.
+        self._buffer: deque[list[Any]] = deque()
 
     def clear(self, tps: Iterable[TopicPartition] | None = None) -> None:
         if tps is None:
             self._buffer.clear()
         else:
             drop = set(tps)
-            self._buffer = deque(r for r in self._buffer if (r.topic, r.partition) not in drop)
+            self._buffer = deque(c for c in self._buffer if c[0] not in drop)
 
     def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max_records`` buffered records, advancing each partition's position."""
@@ -168,16 +170,27 @@ class Fetcher:
         buffer = self._buffer
         partitions = self._subs.partitions
         while buffer and n < max_records:
-            r = buffer.popleft()
-            tp = TopicPartition(r.topic, r.partition)
+            chunk = buffer[0]
+            tp, records, i = chunk
             st = partitions.get(tp)
             # Records of unassigned, paused or re-positioned partitions are dropped;
             # they are fetched again from the position when wanted.
-            if st is None or st.paused or st.position is None or r.offset < st.position:
+            if st is None or st.paused or st.position is None:
+                buffer.popleft()
                 continue
-            out.setdefault(tp, []).append(r)
-            st.position = r.offset + 1
-            n += 1
+            position = st.position
+            while i < len(records) and records[i].offset < position:
+                i += 1
+            take = records[i : i + (max_records - n)]
+            if take:
+                out.setdefault(tp, []).extend(take)
+                st.position = take[-1].offset + 1
+                n += len(take)
+                i += len(take)
+            if i >= len(records):
+                buffer.popleft()
+            else:
+                chunk[2] = i
         return out
 
     def has_buffered(self) -> bool:
@@ -256,17 +269,21 @@ class Fetcher:
                 st.high_watermark = p.high_watermark
                 if p.records:
                     position = st.position
+                    name, index = t.name, p.index
+                    chunk: list[ConsumerRecord] = []
                     for header, records in decode_batches(p.records):
-                        if header.is_control:
+                        if header.is_control or header.next_offset <= position:
                             continue
                         ts_type = header.timestamp_type
-                        for r in records:
-                            if r.offset >= position:
-                                self._buffer.append(
-                                    ConsumerRecord(
-                                        t.name, p.index, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers
-                                    )
-                                )
+                        chunk.extend(
+                            [
+                                ConsumerRecord(name, index, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers)
+                                for r in records
+                                if r.offset >= position
+                            ]
+                        )
+                    if chunk:
+                        self._buffer.append([tp, chunk, 0])
         if refresh:
             self._metadata.refresh()
 
