@@ -191,8 +191,14 @@ def _rebalance(out: dict[str, Any], key: str, value: str) -> None:
 
 @_setter("log.retention.hours", "log.retention.minutes")
 def _retention_units(out: dict[str, Any], key: str, value: str) -> None:
-    scale = HOURS_MS if key.endswith("hours") else 60_000
-    out.setdefault("log_defaults", {})["retention.ms"] = str(_int(key, value, -1) * scale)
+    """As in Kafka, ``log.retention.ms`` wins over minutes, which win over hours."""
+    minutes = key.endswith("minutes")
+    amount = _int(key, value, -1)
+    ms = amount if amount < 0 else amount * (60_000 if minutes else HOURS_MS)
+    rank = 1 if minutes else 0
+    if out.get("_retention_rank", -1) <= rank:
+        out["_retention_rank"] = rank
+        out.setdefault("log_defaults", {})["_units_retention_ms"] = str(ms)
 
 
 def load_properties(path: Path) -> dict[str, str]:
@@ -223,6 +229,10 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
             _SETTERS[key](out, key, value)
         else:
             raise InvalidConfigError(f"unknown broker setting {key!r}")
+    units = out["log_defaults"].pop("_units_retention_ms", None)
+    out.pop("_retention_rank", None)
+    if units is not None and "retention.ms" not in out["log_defaults"]:
+        out["log_defaults"]["retention.ms"] = units
     if "leader_imbalance_check_interval_ms" in out and "leader.imbalance.check.interval.seconds" in props:
         out["leader_imbalance_check_interval_ms"] *= 1000
     for required, name in (

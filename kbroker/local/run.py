@@ -36,16 +36,20 @@ def stop(root: Path) -> int:
         print("no local cluster is running")
         return 0
     state = json.loads(state_file.read_text())
-    for pid in [b["pid"] for b in state["brokers"]] + [state["zookeeper"]["pid"]]:
-        if _alive(pid):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    pids = [b["pid"] for b in state["brokers"]] + [state["zookeeper"]["pid"]]
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for p in pids:
-        if _alive(p):
-            os.kill(p, signal.SIGKILL)
+    brokers = [b["pid"] for b in state["brokers"]]
+    zookeeper = state["zookeeper"]["pid"]
+    # Brokers first, while ZooKeeper is up: their clean shutdown moves leadership away,
+    # deregisters and writes the clean-shutdown marker. ZooKeeper last.
+    for group, grace in ((brokers, 60), ([zookeeper], 15)):
+        for pid in group:
+            if _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(_alive(p) for p in group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in group:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
     state_file.unlink()
     print("local cluster stopped")
     return 0

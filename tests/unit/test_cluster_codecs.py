@@ -101,3 +101,13 @@ def test_rack_aware_assignment_spreads_each_partition_over_racks() -> None:
     two = assign_replicas_rack_aware({0: "a", 1: "a", 2: "b"}, 6, 3)
     for replicas in two.values():
         assert sorted(replicas) == [0, 1, 2] and {racks.get(b, "b") for b in replicas[:2]} == {"a", "b"}
+
+
+def test_retention_ms_wins_over_minutes_over_hours() -> None:
+    base = {"broker.id": "1", "zookeeper.connect": "h:1", "log.dirs": "/tmp/x"}
+    assert build_config({**base, "log.retention.hours": "2"}).log_defaults == {"retention.ms": "7200000"}
+    both = {**base, "log.retention.hours": "2", "log.retention.ms": "5", "log.retention.minutes": "3"}
+    assert build_config(both).log_defaults == {"retention.ms": "5"}
+    assert build_config({**base, "log.retention.minutes": "3", "log.retention.hours": "2"}).log_defaults == {
+        "retention.ms": "180000"
+    }
