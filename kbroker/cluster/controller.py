@@ -171,7 +171,11 @@ class Controller:
                 self._active = False
                 self._generation += 1
             except Exception:
-                log.exception("controller event %s failed", event[0])
+                log.exception("controller event %s failed; retrying in 1 s", event[0])
+                if event[0] != "controlled_shutdown" and not self._stopped:
+                    retry = threading.Timer(1.0, self._events.put, args=(event,))
+                    retry.daemon = True
+                    retry.start()
 
     def _handle(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
@@ -224,7 +228,10 @@ class Controller:
             return
         won = self._zk.try_become_controller(self.broker_id)
         if won is None:
-            return
+            # Our own earlier attempt may have succeeded although its reply was lost.
+            won = self._zk.controller_held_by_this_session()
+            if won is None:
+                return
         self.epoch, self._epoch_zk_version = won
         self._generation += 1
         self._active = True

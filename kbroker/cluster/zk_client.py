@@ -199,6 +199,14 @@ class ZkClient:
                 continue
             raise failure
 
+    def controller_held_by_this_session(self) -> tuple[int, int] | None:
+        """(epoch, epoch znode version) if ``/controller`` is this session's ephemeral."""
+        stat = self.kazoo.exists(zkdata.CONTROLLER)
+        if stat is None or stat.ephemeralOwner != self.session_id:
+            return None
+        epoch, version = self.controller_epoch()
+        return (epoch, version) if version >= 0 else None
+
     def _fenced(self, epoch_zk_version: int, build: Callable[[object], None]) -> None:
         tx = self.kazoo.transaction()
         tx.check(zkdata.CONTROLLER_EPOCH, epoch_zk_version)

@@ -47,7 +47,7 @@ class _FetchState:
     partition: Partition
     leader_epoch: int
     truncating: bool = True
-    delayed_until: float = 0.0
+    rounds: int = 0
 
 
 class ReplicaFetcher(threading.Thread):
@@ -133,34 +133,52 @@ class ReplicaFetcher(threading.Thread):
 
     def _truncate(self, states: list[_FetchState]) -> None:
         req = log_pb2.OffsetForLeaderEpochRequest(replica_id=self.broker_id)
-        for s in states:
-            p = s.partition
+        for st in states:
+            p = st.partition
             latest = p.log.leader_epoch_cache.latest_epoch
             t = req.topics.add(name=p.topic)
-            t.partitions.add(index=p.index, current_leader_epoch=s.leader_epoch, leader_epoch=latest)
+            t.partitions.add(index=p.index, current_leader_epoch=st.leader_epoch, leader_epoch=latest)
         resp = self._call("OffsetForLeaderEpoch", req, 10.0)
         assert isinstance(resp, log_pb2.OffsetForLeaderEpochResponse)
         by_tp = {(t.name, r.index): r for t in resp.topics for r in t.partitions}
-        for s in states:
-            p = s.partition
+        for st in states:
+            p = st.partition
             r = by_tp.get((p.topic, p.index))
-            if r is None:
+            if r is None or not self._current(st):
                 continue
             if r.error_code:
-                self._partition_error(s, for_code(r.error_code)(r.error_message))
+                self._partition_error(st, for_code(r.error_code)(r.error_message))
                 continue
-            own_leo = p.log.log_end_offset
-            if r.leader_epoch < 0 or r.end_offset < 0:
-                # The leader knows no epoch at or below ours: keep only what is committed.
-                target = min(p.high_watermark, own_leo)
-            else:
-                own_epoch, own_end = p.log.leader_epoch_cache.end_offset_for(r.leader_epoch, own_leo)
-                target = min(r.end_offset, own_end if own_epoch >= 0 else own_leo, own_leo)
-            if target < own_leo:
-                p.truncate_to(target)
-                if p.log.leader_epoch_cache.latest_epoch > r.leader_epoch:
-                    continue  # another round with our (now older) latest epoch
-            s.truncating = False
+            st.rounds += 1
+            try:
+                self._truncation_round(st, r.leader_epoch, r.end_offset)
+            except FencedLeaderEpochError:
+                continue  # we are no longer this leader's follower; the watch moves us
+
+    def _truncation_round(self, st: _FetchState, leader_epoch: int, leader_end: int) -> None:
+        """One KIP-279 round: the leader's largest epoch <= ours ends at ``leader_end``."""
+        p = st.partition
+        own_leo = p.log.log_end_offset
+        if leader_epoch < 0 or leader_end < 0:
+            # The leader knows no epoch at or below ours: keep only what is committed.
+            p.truncate_to(min(p.high_watermark, own_leo), st.leader_epoch)
+            st.truncating = False
+            return
+        own_epoch, own_end = p.log.leader_epoch_cache.end_offset_for(leader_epoch, own_leo)
+        if own_epoch == leader_epoch or own_epoch < 0 or st.rounds >= MAX_TRUNCATION_ROUNDS:
+            # Same epoch on both sides (or nothing older here): cut where either ends.
+            end = own_end if own_epoch == leader_epoch else own_leo
+            p.truncate_to(min(leader_end, end, own_leo), st.leader_epoch)
+            st.truncating = False
+            return
+        # We do not have the leader's epoch: drop our later epochs and ask again with
+        # our (now older) latest epoch.
+        p.truncate_to(min(own_end, own_leo), st.leader_epoch)
+
+    def _current(self, st: _FetchState) -> bool:
+        p = st.partition
+        with self._lock:
+            return self._partitions.get((p.topic, p.index)) is st
 
     def _fetch(self, states: list[_FetchState]) -> float:
         req = log_pb2.FetchRequest(
@@ -182,6 +200,7 @@ class ReplicaFetcher(threading.Thread):
         resp = self._call("Fetch", req, self._max_wait_ms / 1000.0 + 15)
         assert isinstance(resp, log_pb2.FetchResponse)
         progressed = False
+        errors = 0
         for t in resp.topics:
             for r in t.partitions:
                 with self._lock:
@@ -189,11 +208,14 @@ class ReplicaFetcher(threading.Thread):
                 if st is None or st.truncating:
                     continue
                 if r.error_code:
+                    errors += 1
                     self._partition_error(st, for_code(r.error_code)(r.error_message), r)
                     continue
                 try:
-                    st.partition.append_as_follower(r.records, r.high_watermark)
+                    st.partition.append_as_follower(r.records, r.high_watermark, st.leader_epoch)
                     progressed = progressed or bool(r.records)
+                except FencedLeaderEpochError:
+                    continue  # this broker's role changed while the fetch was out
                 except OffsetOutOfRangeError:
                     st.truncating = True  # our log moved under us (truncation); resync
                 except KafkaError as exc:
@@ -201,24 +223,35 @@ class ReplicaFetcher(threading.Thread):
                     st.truncating = True
         if progressed:
             self._purgatory.progress()
-        return 0.0
+        # Nothing but errors (e.g. the leader moved): don't spin; the metadata watch fixes it.
+        return 0.5 if errors and not progressed else 0.0
 
     def _partition_error(
         self, s: _FetchState, err: KafkaError, r: log_pb2.FetchPartitionResponse | None = None
     ) -> None:
         p = s.partition
         if isinstance(err, OffsetOutOfRangeError) and r is not None:
-            if p.log.log_end_offset > r.log_end_offset >= 0:
-                # Unclean leader election: the new leader has less than we do.
-                log.warning(
-                    "%s-%d: leader %d has only up to %d; truncating", p.topic, p.index, self.leader_id, r.log_end_offset
-                )
-                p.truncate_to(r.log_end_offset)
-            elif r.log_start_offset > p.log.log_end_offset:
-                log.warning(
-                    "%s-%d: behind the leader's log start %d; restarting there", p.topic, p.index, r.log_start_offset
-                )
-                p.truncate_fully_and_start_at(r.log_start_offset)
+            try:
+                if p.log.log_end_offset > r.log_end_offset >= 0:
+                    # Epochs agree yet the leader has less: only after an unclean election.
+                    log.warning(
+                        "%s-%d: leader %d has only up to %d; truncating",
+                        p.topic,
+                        p.index,
+                        self.leader_id,
+                        r.log_end_offset,
+                    )
+                    p.truncate_to(r.log_end_offset, s.leader_epoch)
+                elif r.log_start_offset > p.log.log_end_offset:
+                    log.warning(
+                        "%s-%d: behind the leader's log start %d; restarting there",
+                        p.topic,
+                        p.index,
+                        r.log_start_offset,
+                    )
+                    p.truncate_fully_and_start_at(r.log_start_offset, s.leader_epoch)
+            except FencedLeaderEpochError:
+                pass  # this broker's role changed meanwhile
             return
         if isinstance(
             err,

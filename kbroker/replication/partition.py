@@ -31,8 +31,10 @@ from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.storage.log import Log
 from kclient.errors import (
     FencedLeaderEpochError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderForPartitionError,
+    OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
 
@@ -92,6 +94,10 @@ class Partition:
         self.controller_epoch = 0
         self.high_watermark = min(high_watermark, log.log_end_offset)
         self.followers: dict[int, FollowerState] = {}
+        # Followers an ISR expansion may have added in ZooKeeper although the write's
+        # outcome is unknown (lost connection): the HW counts them until ZooKeeper's
+        # state is seen again (Kafka's "maximal ISR").
+        self._maybe_in_isr: set[int] = set()
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index}, leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr})"
@@ -102,11 +108,18 @@ class Partition:
 
     # --- role changes --------------------------------------------------------------
 
+    def _stale(self, state: LeaderAndIsr) -> bool:
+        """An older write of the current epoch (a lagging watch event): ignore it."""
+        return state.leader_epoch == self.leader_epoch and 0 <= state.zk_version < self.zk_version
+
     def make_leader(self, state: LeaderAndIsr, replicas: list[int]) -> bool:
         """Become (or stay) leader; returns True if the epoch is new."""
         with self._lock:
             new_epoch = state.leader_epoch != self.leader_epoch or not self.is_leader
+            if not new_epoch and self._stale(state):
+                return False
             self._set_state(state, replicas)
+            self._maybe_in_isr = set()
             if new_epoch:
                 now = _now_ms()
                 self.followers = {r: FollowerState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
@@ -122,8 +135,11 @@ class Partition:
         """Become (or stay) a follower of ``state.leader``; True if leader or epoch changed."""
         with self._lock:
             changed = state.leader != self.leader or state.leader_epoch != self.leader_epoch
+            if not changed and self._stale(state):
+                return False
             self._set_state(state, replicas)
             self.followers = {}
+            self._maybe_in_isr = set()
             return changed
 
     def _set_state(self, state: LeaderAndIsr, replicas: list[int]) -> None:
@@ -171,11 +187,19 @@ class Partition:
             self._maybe_increment_hw()
             return info.first_offset, info.last_offset + 1
 
-    def acks_satisfied(self, required_offset: int) -> bool | None:
-        """For acks=all: True once the HW reached ``required_offset``; raises if deposed."""
+    def acks_satisfied(self, required_offset: int, min_insync: int) -> bool | None:
+        """For acks=all: True once the HW reached ``required_offset`` with at least
+        ``min_insync`` replicas in sync; raises if deposed or if the ISR shrank below it."""
         with self._lock:
             self._require_leader()
-            return True if self.high_watermark >= required_offset else None
+            if self.high_watermark < required_offset:
+                return None
+            if len(self.isr) < min_insync:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"{self.topic}-{self.index}: written, but the ISR shrank to {self.isr}, "
+                    f"below min.insync.replicas={min_insync}"
+                )
+            return True
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, current_leader_epoch: int) -> bool:
         """A follower fetched from ``fetch_offset``: its LEO. Returns True if the HW moved."""
@@ -191,6 +215,11 @@ class Partition:
                 f = self.followers[replica_id] = FollowerState()
             now = _now_ms()
             leo = self.log.log_end_offset
+            if fetch_offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"{self.topic}-{self.index}: replica {replica_id} fetches from {fetch_offset}, beyond the "
+                    f"leader's log end offset {leo}"
+                )
             if fetch_offset >= leo:
                 f.last_caught_up_ms = now
             elif fetch_offset >= f.last_fetch_leader_leo >= 0:
@@ -242,7 +271,13 @@ class Partition:
 
     def _write_isr(self, new_isr: list[int]) -> bool:
         state = LeaderAndIsr(self.leader, self.leader_epoch, new_isr, self.controller_epoch, self.zk_version)
-        version = self._isr_writer(self, state)
+        try:
+            version = self._isr_writer(self, state)
+        except Exception as exc:
+            # Unknown outcome: an expansion may have been applied; count it for the HW.
+            log.warning("%s-%d: ISR change to %s failed: %s", self.topic, self.index, new_isr, exc)
+            self._maybe_in_isr |= set(new_isr) - set(self.isr)
+            return False
         if version is None:
             return False
         self.isr = new_isr
@@ -268,7 +303,7 @@ class Partition:
             return False
         leo = self.log.log_end_offset
         new_hw = leo
-        for r in self.isr:
+        for r in set(self.isr) | self._maybe_in_isr:
             if r != self.broker_id:
                 f = self.followers.get(r)
                 new_hw = min(new_hw, f.log_end_offset if f else -1)
@@ -279,20 +314,32 @@ class Partition:
 
     # --- follower side -------------------------------------------------------------
 
-    def append_as_follower(self, records: bytes, leader_hw: int) -> None:
+    def _check_follower(self, leader_epoch: int) -> None:
+        """Follower-side writes are for the follower of ``leader_epoch`` only: a reply that
+        arrives after this broker became leader (or moved on) must not touch the log."""
+        if self.is_leader or self.leader_epoch != leader_epoch:
+            raise FencedLeaderEpochError(
+                f"{self.topic}-{self.index}: replica state moved on (epoch {self.leader_epoch}, "
+                f"leader {self.leader}); dropping a fetch result for epoch {leader_epoch}"
+            )
+
+    def append_as_follower(self, records: bytes, leader_hw: int, leader_epoch: int) -> None:
         with self._lock:
+            self._check_follower(leader_epoch)
             if records:
                 self.log.append_as_follower(records)
             self.high_watermark = max(min(leader_hw, self.log.log_end_offset), 0)
 
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int, leader_epoch: int) -> None:
         with self._lock:
+            self._check_follower(leader_epoch)
             if offset < self.log.log_end_offset:
                 log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
                 self.log.truncate_to(offset)
             self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, leader_epoch: int) -> None:
         with self._lock:
+            self._check_follower(leader_epoch)
             self.log.truncate_fully_and_start_at(offset)
             self.high_watermark = offset

@@ -152,14 +152,17 @@ class ReplicaManager:
             log.exception("cannot write %s", self._hw_file)
 
     def _write_isr(self, p: Partition, state: LeaderAndIsr) -> int | None:
+        """The new znode version, or None if ZooKeeper refused the change.
+
+        Any other failure (e.g. a lost connection: the write may or may not have been
+        applied) is raised, so the partition can stay conservative.
+        """
         try:
             return self._zk.update_partition_state(p.topic, p.index, state, None)
         except BadVersionError:
             log.info("%s-%d: ISR change to %s refused (state changed in ZooKeeper)", p.topic, p.index, state.isr)
         except NoNodeError:
             pass
-        except Exception as exc:
-            log.warning("%s-%d: ISR change to %s failed: %s", p.topic, p.index, state.isr, exc)
         return None
 
     # --- lookups -------------------------------------------------------------------
@@ -255,7 +258,7 @@ class ReplicaManager:
         if acks not in (0, 1, -1):
             err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
             return {tp: ProduceResult(err) for tp, _ in entries}
-        waiting: dict[TopicPartition, tuple[Partition, int]] = {}
+        waiting: dict[TopicPartition, tuple[Partition, int, int]] = {}
         for tp, records in entries:
             try:
                 p = self.partition(*tp)
@@ -263,7 +266,7 @@ class ReplicaManager:
                 base, next_offset = p.append_as_leader(records, acks, min_isr)
                 results[tp] = ProduceResult(None, base, p.log.log_start_offset)
                 if acks == -1:
-                    waiting[tp] = (p, next_offset)
+                    waiting[tp] = (p, next_offset, min_isr)
             except Exception as exc:
                 results[tp] = ProduceResult(as_response_error(exc))
         self.purgatory.progress()
@@ -273,16 +276,16 @@ class ReplicaManager:
 
     def _await_replication(
         self,
-        waiting: dict[TopicPartition, tuple[Partition, int]],
+        waiting: dict[TopicPartition, tuple[Partition, int, int]],
         results: dict[TopicPartition, ProduceResult],
         timeout_ms: int,
     ) -> None:
         pending = dict(waiting)
 
         def check() -> bool | None:
-            for tp, (p, required) in list(pending.items()):
+            for tp, (p, required, min_isr) in list(pending.items()):
                 try:
-                    if p.acks_satisfied(required):
+                    if p.acks_satisfied(required, min_isr):
                         del pending[tp]
                 except Exception as exc:
                     results[tp] = ProduceResult(as_response_error(exc))
