@@ -49,6 +49,7 @@ class ZkClient:
             raise KafkaError(f"bad ZooKeeper connect string {connect!r}")
         self.connect = connect
         self.chroot = chroot
+        self.write_timeout_s = 5.0
         self._hosts = hosts
         self.kazoo = KazooClient(
             hosts=hosts + chroot,
@@ -348,7 +349,9 @@ class ZkClient:
         path = zkdata.partition_state_path(topic, partition)
         data = zkdata.encode_leader_and_isr(state)
         if epoch_zk_version is None:
-            stat = self.kazoo.set(path, data, version=state.zk_version)
+            # Bounded wait: while ZooKeeper is unreachable the caller must not hang (it holds
+            # a partition's lock); a timeout means the outcome is unknown.
+            stat = self.kazoo.set_async(path, data, version=state.zk_version).get(timeout=self.write_timeout_s)
             return int(stat.version)
 
         def build(tx: object) -> None:

@@ -193,6 +193,12 @@ class ReplicaManager:
         with self._lock:
             p = self._partitions.get((topic, index))
         if p is None:
+            existing = self._logs.get(topic, index)
+            if existing is not None and state is not None and existing.latest_epoch > state.leader_epoch:
+                # Epochs only grow within one incarnation of a topic: this log belongs to a
+                # topic of the same name deleted while this broker was down.
+                log.warning("%s-%d: local log is from a deleted incarnation of the topic; removing it", topic, index)
+                self._logs.delete(topic, index)
             plog = self._logs.get_or_create(topic, index, log_config)
             hw = self._saved_hw.get((topic, index), 0)
             p = Partition(topic, index, self.broker_id, plog, high_watermark=hw, isr_writer=self._write_isr)
