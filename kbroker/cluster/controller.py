@@ -253,7 +253,13 @@ class Controller:
         found = self._zk.topic_assignment(topic)
         if found is None:
             return
-        assignment, _ = found
+        assignment, version = found
+        if self._zk.topic_id(topic) is None:
+            # Written without an id (a Kafka-era tool): give this incarnation one, as Kafka 2.8 does.
+            try:
+                self._zk.set_topic_znode(topic, assignment, version, zkdata.new_topic_id())
+            except BadVersionError:
+                pass  # changed meanwhile: the watch brings us back
         live = self._live()
         for p, replicas in sorted(assignment.items()):
             if self._zk.partition_state(topic, p) is not None:

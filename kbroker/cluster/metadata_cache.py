@@ -34,6 +34,7 @@ class TopicInfo:
     assignment: Assignment
     config: dict[str, str] = field(default_factory=dict)
     states: dict[int, LeaderAndIsr] = field(default_factory=dict)
+    topic_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ class ClusterSnapshot:
         return state.leader if state else zkdata.NO_LEADER
 
 
-PartitionListener = Callable[[str, int, list[int], LeaderAndIsr | None, dict[str, str]], None]
-"""(topic, partition, replicas, state or None if not yet elected, topic config)."""
+PartitionListener = Callable[[str, int, list[int], LeaderAndIsr | None, dict[str, str], str | None], None]
+"""(topic, partition, replicas, state or None if not yet elected, topic config, topic id)."""
 TopicDeletedListener = Callable[[str], None]
 
 
@@ -233,12 +234,13 @@ class MetadataCache:
                 self._drop_topic(topic)
             return
         assignment = zkdata.decode_assignment(data)
+        topic_id = zkdata.decode_topic_id(data)
         old = snap.topics.get(topic)
         if old is None:
             config = self._zk.topic_config(topic)
-            info = TopicInfo(topic, assignment, config, {})
+            info = TopicInfo(topic, assignment, config, {}, topic_id)
         else:
-            info = replace(old, assignment=assignment)
+            info = replace(old, assignment=assignment, topic_id=topic_id)
         topics = dict(snap.topics)
         topics[topic] = info
         self._publish(replace(snap, topics=topics))
@@ -246,6 +248,8 @@ class MetadataCache:
             if (topic, p) not in self._watched_partitions:
                 self._watched_partitions.add((topic, p))
                 self._watch_partition(topic, p)
+            elif old is not None and old.topic_id != topic_id:
+                self._notify(topic, p)  # the id arrived: replicas record it
 
     def _drop_topic(self, topic: str) -> None:
         self._watched_topics.discard(topic)
@@ -263,4 +267,6 @@ class MetadataCache:
         if info is None or partition not in info.assignment:
             return
         for listener in self._partition_listeners:
-            listener(topic, partition, info.assignment[partition], info.states.get(partition), info.config)
+            listener(
+                topic, partition, info.assignment[partition], info.states.get(partition), info.config, info.topic_id
+            )

@@ -246,13 +246,13 @@ class ZkClient:
         return zkdata.decode_topic_config(data)
 
     def create_topic(self, topic: str, assignment: Assignment, config: dict[str, str]) -> None:
-        """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` atomically."""
+        """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` (with a new topic id) atomically."""
         tx = self.kazoo.transaction()
         if self.kazoo.exists(zkdata.topic_config_path(topic)) is None:
             tx.create(zkdata.topic_config_path(topic), zkdata.encode_topic_config(config))
         else:
             tx.set_data(zkdata.topic_config_path(topic), zkdata.encode_topic_config(config))
-        tx.create(zkdata.topic_path(topic), zkdata.encode_assignment(assignment))
+        tx.create(zkdata.topic_path(topic), zkdata.encode_assignment(assignment, zkdata.new_topic_id()))
         results = tx.commit()
         if any(isinstance(r, NodeExistsError) for r in results):
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
@@ -261,11 +261,27 @@ class ZkClient:
             raise failure
 
     def set_topic_assignment(self, topic: str, assignment: Assignment, version: int) -> None:
-        """Compare-and-set the assignment (adding partitions)."""
+        """Compare-and-set the assignment (adding partitions), keeping the topic id."""
+        self.set_topic_znode(topic, assignment, version, None)
+
+    def set_topic_znode(self, topic: str, assignment: Assignment, version: int, topic_id: str | None) -> None:
+        """Compare-and-set the topic znode; ``topic_id`` None keeps the current id."""
+        path = zkdata.topic_path(topic)
         try:
-            self.kazoo.set(zkdata.topic_path(topic), zkdata.encode_assignment(assignment), version=version)
+            data, stat = self.kazoo.get(path)
         except NoNodeError:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+        if stat.version != version:
+            raise BadVersionError()
+        tid = topic_id or zkdata.decode_topic_id(data)
+        self.kazoo.set(path, zkdata.encode_assignment(assignment, tid), version=version)
+
+    def topic_id(self, topic: str) -> str | None:
+        try:
+            data, _ = self.kazoo.get(zkdata.topic_path(topic))
+        except NoNodeError:
+            return None
+        return zkdata.decode_topic_id(data)
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
         path = zkdata.topic_config_path(topic)

@@ -12,7 +12,8 @@ path                                            mode content
                                                      "endpoints","timestamp"}
 /controller                                     E    {"version":1,"brokerid","timestamp"}
 /controller_epoch                               P    the epoch as a decimal string
-/brokers/topics/<t>                             P    {"version":1,"partitions":{"0":[1,2]}}
+/brokers/topics/<t>                             P    {"version":2,"partitions":{"0":[1,2]},
+                                                     "topic_id":"<22 chars>"}
 /brokers/topics/<t>/partitions/<p>/state        P    {"version":1,"leader","leader_epoch",
                                                      "isr","controller_epoch"}
 /config/topics/<t>                              P    {"version":1,"config":{k: "v"}}
@@ -29,8 +30,10 @@ Thread safety: everything here is a pure function of its arguments.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,14 +159,29 @@ Assignment = dict[int, list[int]]
 """Partition index -> replica broker ids; the first replica is the preferred leader."""
 
 
-def encode_assignment(assignment: Assignment) -> bytes:
+def new_topic_id() -> str:
+    """A topic id as Kafka 2.8 writes it: a random UUID, url-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def encode_assignment(assignment: Assignment, topic_id: str | None = None) -> bytes:
     parts = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
-    return _dumps({"version": 1, "partitions": parts})
+    body: dict[str, Any] = {"version": 1, "partitions": parts}
+    if topic_id:
+        body["version"] = 2
+        body["topic_id"] = topic_id
+    return _dumps(body)
 
 
 def decode_assignment(data: bytes) -> Assignment:
     body = _loads(data)
     return {int(p): [int(b) for b in rs] for p, rs in body["partitions"].items()}
+
+
+def decode_topic_id(data: bytes) -> str | None:
+    """The topic's id (one per incarnation of a name), or None for Kafka-era znodes without one."""
+    tid = _loads(data).get("topic_id")
+    return str(tid) if tid else None
 
 
 # --- /brokers/topics/<t>/partitions/<p>/state ----------------------------------------

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
@@ -29,7 +30,7 @@ from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
 from kbroker.replication.purgatory import Purgatory
 from kbroker.storage import files
-from kbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from kbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import (
@@ -86,6 +87,25 @@ def as_response_error(exc: Exception) -> BrokerResponseError:
 
 
 HW_CHECKPOINT = "replication-offset-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+"""Per partition directory, as Kafka 2.8: ``version: 0`` and ``topic_id: <id>`` lines."""
+
+
+def _read_topic_id(log_dir: Path) -> str | None:
+    try:
+        text = (log_dir / PARTITION_METADATA).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id" and value.strip():
+            return value.strip()
+    return None
+
+
+def _record_topic_id(log_dir: Path, topic_id: str) -> None:
+    if _read_topic_id(log_dir) != topic_id:
+        files.atomic_write(log_dir / PARTITION_METADATA, f"version: 0\ntopic_id: {topic_id}\n".encode())
 
 
 class ReplicaManager:
@@ -184,7 +204,13 @@ class ReplicaManager:
     # --- role changes (metadata thread) --------------------------------------------
 
     def on_partition_change(
-        self, topic: str, index: int, replicas: list[int], state: LeaderAndIsr | None, config: dict[str, str]
+        self,
+        topic: str,
+        index: int,
+        replicas: list[int],
+        state: LeaderAndIsr | None,
+        config: dict[str, str],
+        topic_id: str | None = None,
     ) -> None:
         if self.broker_id not in replicas:
             self._drop(topic, index)
@@ -194,9 +220,7 @@ class ReplicaManager:
             p = self._partitions.get((topic, index))
         if p is None:
             existing = self._logs.get(topic, index)
-            if existing is not None and state is not None and existing.latest_epoch > state.leader_epoch:
-                # Epochs only grow within one incarnation of a topic: this log belongs to a
-                # topic of the same name deleted while this broker was down.
+            if existing is not None and self._other_incarnation(existing, state, topic_id):
                 log.warning("%s-%d: local log is from a deleted incarnation of the topic; removing it", topic, index)
                 self._logs.delete(topic, index)
             plog = self._logs.get_or_create(topic, index, log_config)
@@ -206,6 +230,8 @@ class ReplicaManager:
                 self._partitions[(topic, index)] = p
         elif p.log.config != log_config:
             p.log.update_config(log_config)
+        if topic_id is not None:
+            _record_topic_id(p.log.dir, topic_id)
         if state is None:
             return
         if state.leader == self.broker_id:
@@ -222,6 +248,18 @@ class ReplicaManager:
                 log.warning("%s-%d: offline (no leader)", topic, index)
                 self.fetchers.unfollow((topic, index))
         self.purgatory.progress()
+
+    @staticmethod
+    def _other_incarnation(existing: Log, state: LeaderAndIsr | None, topic_id: str | None) -> bool:
+        """Is this local log from an earlier topic of the same name (deleted while we were away)?
+
+        The topic id says so for sure; without one, a log epoch above the partition's
+        current epoch does (epochs only grow within one incarnation).
+        """
+        recorded = _read_topic_id(existing.dir)
+        if topic_id is not None and recorded is not None:
+            return recorded != topic_id
+        return state is not None and existing.latest_epoch > state.leader_epoch
 
     def on_brokers_change(self) -> None:
         """Leaders may have come back on new addresses: re-point fetchers."""
