@@ -189,7 +189,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 pr = tr.partitions.add(index=p.index, leader_epoch=-1, end_offset=-1)
                 try:
                     part = self._replicas.partition(t.name, p.index)
-                    part.check_epoch(p.current_leader_epoch)
+                    part.check_leader_epoch(p.current_leader_epoch)
                     epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)
                     pr.leader_epoch, pr.end_offset = epoch, end
                 except Exception as exc:

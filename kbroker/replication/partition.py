@@ -168,6 +168,17 @@ class Partition:
                 f"{self.topic}-{self.index}: request epoch {current_leader_epoch} > current {self.leader_epoch}"
             )
 
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Raise unless this replica leads in ``current_leader_epoch`` (or any, if -1)."""
+        with self._lock:
+            self._require_leader()
+            self.check_epoch(current_leader_epoch)
+
+    def resign(self) -> None:
+        """This replica is going away: stop leading so waiting requests fail over."""
+        with self._lock:
+            self.leader = -1
+
     def _require_leader(self) -> None:
         if not self.is_leader:
             raise NotLeaderForPartitionError(

@@ -289,6 +289,9 @@ class ReplicaManager:
         with self._lock:
             p = self._partitions.pop((topic, index), None)
         self.fetchers.unfollow((topic, index))
+        if p is not None:
+            p.resign()
+            self.purgatory.progress()  # acks=all waiters on it now get NOT_LEADER at once
         if p is not None and delete:
             self._logs.delete(topic, index)
             log.info("%s-%d: replica removed", topic, index)
