@@ -87,10 +87,6 @@ class ClusterMetadata:
             self._topic_errors = errors
             self._updated = time.monotonic()
 
-    def maybe_refresh(self) -> None:
-        if time.monotonic() - self._updated > self._max_age_s:
-            self.refresh()
-
     # --- lookups -------------------------------------------------------------------
 
     def broker_addresses(self) -> list[str]:

@@ -187,15 +187,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             tr = resp.topics.add(name=t.name)
             for p in t.partitions:
                 pr = tr.partitions.add(index=p.index, leader_epoch=-1, end_offset=-1)
-                try:
-                    part = self._replicas.partition(t.name, p.index)
-                    part.check_leader_epoch(p.current_leader_epoch)
-                    epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)
-                    pr.leader_epoch, pr.end_offset = epoch, end
-                except Exception as exc:
-                    err = as_response_error(exc)
-                    _set_error(pr, err)
+                found = _answer(pr, partial(self._epoch_end, t.name, p))
+                if found is not None:
+                    pr.leader_epoch, pr.end_offset = found
         return resp
+
+    def _epoch_end(self, topic: str, p: log_pb2.OffsetForLeaderEpochPartition) -> tuple[int, int]:
+        part = self._replicas.partition(topic, p.index)
+        part.check_leader_epoch(p.current_leader_epoch)
+        return part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)
 
     # --- metadata ------------------------------------------------------------------
 

@@ -204,7 +204,7 @@ class Controller:
         if not self._active or event[1] != self._generation:
             return
         if kind == "brokers":
-            self._on_brokers(event[2])
+            self._on_brokers()
         elif kind == "topics":
             new = event[2] - self._topics
             self._topics = set(event[2])
@@ -280,7 +280,8 @@ class Controller:
         self._topics.discard(topic)
         log.info("topic %s deleted", topic)
 
-    def _on_brokers(self, live: set[int]) -> None:
+    def _on_brokers(self) -> None:
+        """Membership changed: re-elect where a leader or ISR member is gone (or back)."""
         live = self._live()
         for topic in self._zk.topics():
             found = self._zk.topic_assignment(topic)

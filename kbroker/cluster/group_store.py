@@ -20,7 +20,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
@@ -125,25 +125,6 @@ class GroupStore:
             except NoNodeError:
                 pass
 
-    def owners(self, group: str) -> dict[TopicPartition, str]:
-        base = f"{zkdata.group_path(group)}/owners"
-        out: dict[TopicPartition, str] = {}
-        try:
-            topics = self.kazoo.get_children(base)
-        except NoNodeError:
-            return out
-        for topic in topics:
-            try:
-                for p in self.kazoo.get_children(f"{base}/{topic}"):
-                    try:
-                        data, _ = self.kazoo.get(f"{base}/{topic}/{p}")
-                        out[(topic, int(p))] = data.decode()
-                    except NoNodeError:
-                        pass
-            except NoNodeError:
-                pass
-        return out
-
     # --- offsets -------------------------------------------------------------------
 
     def _ensure_parent(self, path: str) -> None:
@@ -218,11 +199,3 @@ class GroupStore:
         except NoNodeError:
             pass
         return found
-
-    def delete_offsets(self, group: str, topic: str) -> None:
-        try:
-            self.kazoo.delete(f"{zkdata.group_path(group)}/offsets/{topic}", recursive=True)
-        except (NoNodeError, NotEmptyError):
-            pass
-        with self._lock:
-            self._existing.pop(group, None)

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from kclient.errors import (
-    BrokerResponseError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     NotCoordinatorError,
@@ -344,7 +343,3 @@ class Group:
     def describe(self) -> tuple[GroupState, list[Member]]:
         with self.cond:
             return self.state, list(self.members.values())
-
-
-def as_error(exc: Exception) -> BrokerResponseError | None:
-    return exc if isinstance(exc, BrokerResponseError) else None

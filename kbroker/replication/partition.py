@@ -40,8 +40,6 @@ from kclient.errors import (
 
 log = logging.getLogger(__name__)
 
-CONSUMER_REPLICA_ID = -1
-
 IsrWriter = Callable[["Partition", LeaderAndIsr], int | None]
 """Write a leader-driven ISR change; returns the new znode version or None if refused."""
 

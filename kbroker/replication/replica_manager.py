@@ -143,7 +143,6 @@ class ReplicaManager:
         self._saved_hw = files.read_offsets_checkpoint(self._hw_file) if self._hw_file.exists() else {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replica-manager", daemon=True)
-        self.on_became_leader: list[Callable[[Partition], None]] = []
 
     def start(self) -> None:
         self._thread.start()
@@ -238,8 +237,6 @@ class ReplicaManager:
             self.fetchers.unfollow((topic, index))
             if p.make_leader(state, replicas):
                 log.info("%s-%d: leader, epoch %d, isr %s", topic, index, state.leader_epoch, state.isr)
-                for cb in self.on_became_leader:
-                    cb(p)
         elif p.make_follower(state, replicas):
             if state.has_leader:
                 log.info("%s-%d: follower of %d, epoch %d", topic, index, state.leader, state.leader_epoch)
