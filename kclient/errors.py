@@ -319,6 +319,11 @@ class UnknownProducerIdError(BrokerResponseError):
     description = "The broker could not locate the producer metadata associated with the producer id."
 
 
+class PolicyViolationError(BrokerResponseError):
+    errno = 44
+    description = "Request parameters do not satisfy the configured policy."
+
+
 class NonEmptyGroupError(BrokerResponseError):
     errno = 68
     description = "The group is not empty."
@@ -343,6 +348,11 @@ class UnknownLeaderEpochError(BrokerResponseError):
     description = "The leader epoch in the request is newer than the epoch on the broker."
 
 
+class StaleBrokerEpochError(BrokerResponseError):
+    errno = 77
+    description = "Broker epoch has changed."
+
+
 class OffsetNotAvailableError(BrokerResponseError):
     errno = 78
     retriable = True
@@ -364,6 +374,11 @@ class PreferredLeaderNotAvailableError(BrokerResponseError):
 class ElectionNotNeededError(BrokerResponseError):
     errno = 84
     description = "Leader election not needed for topic partition."
+
+
+class InvalidRecordError(BrokerResponseError):
+    errno = 87
+    description = "This record has failed the validation on broker and hence will be rejected."
 
 
 class UnstableOffsetCommitError(BrokerResponseError):

@@ -26,7 +26,7 @@ from kclient.proto.kbroker.v1 import common_pb2 as kbroker_dot_v1_dot_common__pb
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16kbroker/v1/admin.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\x1a\x19kbroker/v1/metadata.proto\"l\n\x13\x43reateTopicsRequest\x12*\n\x06topics\x18\x01 \x03(\x0b\x32\x1a.kbroker.v1.CreatableTopic\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12\x15\n\rvalidate_only\x18\x03 \x01(\x08\"\xcb\x02\n\x0e\x43reatableTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0enum_partitions\x18\x02 \x01(\x05\x12\x1a\n\x12replication_factor\x18\x03 \x01(\x05\x12@\n\x0b\x61ssignments\x18\x04 \x03(\x0b\x32+.kbroker.v1.CreatableTopic.AssignmentsEntry\x12\x38\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32\'.kbroker.v1.CreatableTopic.ConfigsEntry\x1aK\n\x10\x41ssignmentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.kbroker.v1.ReplicaList:\x02\x38\x01\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"!\n\x0bReplicaList\x12\x12\n\nbroker_ids\x18\x01 \x03(\x05\"?\n\x14\x43reateTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.kbroker.v1.TopicResult\"]\n\x0bTopicResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\"9\n\x13\x44\x65leteTopicsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\"?\n\x14\x44\x65leteTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.kbroker.v1.TopicResult\"\'\n\x15\x44\x65scribeTopicsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"F\n\x16\x44\x65scribeTopicsResponse\x12,\n\x06topics\x18\x01 \x03(\x0b\x32\x1c.kbroker.v1.TopicDescription\"\x81\x02\n\x10TopicDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x31\n\npartitions\x18\x04 \x03(\x0b\x32\x1d.kbroker.v1.PartitionMetadata\x12:\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32).kbroker.v1.TopicDescription.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"t\n\x17\x43reatePartitionsRequest\x12.\n\x06topics\x18\x01 \x03(\x0b\x32\x1e.kbroker.v1.PartitionsIncrease\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12\x15\n\rvalidate_only\x18\x03 \x01(\x08\"1\n\x12PartitionsIncrease\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"C\n\x18\x43reatePartitionsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.kbroker.v1.TopicResultb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16kbroker/v1/admin.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\x1a\x19kbroker/v1/metadata.proto\"\x80\x01\n\x13\x43reateTopicsRequest\x12*\n\x06topics\x18\x01 \x03(\x0b\x32\x1a.kbroker.v1.CreatableTopic\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rvalidate_only\x18\x03 \x01(\x08\x42\r\n\x0b_timeout_ms\"\xff\x02\n\x0e\x43reatableTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1b\n\x0enum_partitions\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1f\n\x12replication_factor\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12@\n\x0b\x61ssignments\x18\x04 \x03(\x0b\x32+.kbroker.v1.CreatableTopic.AssignmentsEntry\x12\x38\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32\'.kbroker.v1.CreatableTopic.ConfigsEntry\x1aK\n\x10\x41ssignmentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.kbroker.v1.ReplicaList:\x02\x38\x01\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_num_partitionsB\x15\n\x13_replication_factor\"!\n\x0bReplicaList\x12\x12\n\nbroker_ids\x18\x01 \x03(\x05\"?\n\x14\x43reateTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.kbroker.v1.TopicResult\"]\n\x0bTopicResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\"M\n\x13\x44\x65leteTopicsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\r\n\x0b_timeout_ms\"?\n\x14\x44\x65leteTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.kbroker.v1.TopicResult\"\'\n\x15\x44\x65scribeTopicsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"F\n\x16\x44\x65scribeTopicsResponse\x12,\n\x06topics\x18\x01 \x03(\x0b\x32\x1c.kbroker.v1.TopicDescription\"\x81\x02\n\x10TopicDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x31\n\npartitions\x18\x04 \x03(\x0b\x32\x1d.kbroker.v1.PartitionMetadata\x12:\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32).kbroker.v1.TopicDescription.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x88\x01\n\x17\x43reatePartitionsRequest\x12.\n\x06topics\x18\x01 \x03(\x0b\x32\x1e.kbroker.v1.PartitionsIncrease\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rvalidate_only\x18\x03 \x01(\x08\x42\r\n\x0b_timeout_ms\"1\n\x12PartitionsIncrease\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"C\n\x18\x43reatePartitionsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.kbroker.v1.TopicResultb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,36 +39,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATABLETOPIC_CONFIGSENTRY']._serialized_options = b'8\001'
   _globals['_TOPICDESCRIPTION_CONFIGSENTRY']._loaded_options = None
   _globals['_TOPICDESCRIPTION_CONFIGSENTRY']._serialized_options = b'8\001'
-  _globals['_CREATETOPICSREQUEST']._serialized_start=90
-  _globals['_CREATETOPICSREQUEST']._serialized_end=198
-  _globals['_CREATABLETOPIC']._serialized_start=201
-  _globals['_CREATABLETOPIC']._serialized_end=532
-  _globals['_CREATABLETOPIC_ASSIGNMENTSENTRY']._serialized_start=409
-  _globals['_CREATABLETOPIC_ASSIGNMENTSENTRY']._serialized_end=484
-  _globals['_CREATABLETOPIC_CONFIGSENTRY']._serialized_start=486
-  _globals['_CREATABLETOPIC_CONFIGSENTRY']._serialized_end=532
-  _globals['_REPLICALIST']._serialized_start=534
-  _globals['_REPLICALIST']._serialized_end=567
-  _globals['_CREATETOPICSRESPONSE']._serialized_start=569
-  _globals['_CREATETOPICSRESPONSE']._serialized_end=632
-  _globals['_TOPICRESULT']._serialized_start=634
-  _globals['_TOPICRESULT']._serialized_end=727
-  _globals['_DELETETOPICSREQUEST']._serialized_start=729
-  _globals['_DELETETOPICSREQUEST']._serialized_end=786
-  _globals['_DELETETOPICSRESPONSE']._serialized_start=788
-  _globals['_DELETETOPICSRESPONSE']._serialized_end=851
-  _globals['_DESCRIBETOPICSREQUEST']._serialized_start=853
-  _globals['_DESCRIBETOPICSREQUEST']._serialized_end=892
-  _globals['_DESCRIBETOPICSRESPONSE']._serialized_start=894
-  _globals['_DESCRIBETOPICSRESPONSE']._serialized_end=964
-  _globals['_TOPICDESCRIPTION']._serialized_start=967
-  _globals['_TOPICDESCRIPTION']._serialized_end=1224
-  _globals['_TOPICDESCRIPTION_CONFIGSENTRY']._serialized_start=486
-  _globals['_TOPICDESCRIPTION_CONFIGSENTRY']._serialized_end=532
-  _globals['_CREATEPARTITIONSREQUEST']._serialized_start=1226
-  _globals['_CREATEPARTITIONSREQUEST']._serialized_end=1342
-  _globals['_PARTITIONSINCREASE']._serialized_start=1344
-  _globals['_PARTITIONSINCREASE']._serialized_end=1393
-  _globals['_CREATEPARTITIONSRESPONSE']._serialized_start=1395
-  _globals['_CREATEPARTITIONSRESPONSE']._serialized_end=1462
+  _globals['_CREATETOPICSREQUEST']._serialized_start=91
+  _globals['_CREATETOPICSREQUEST']._serialized_end=219
+  _globals['_CREATABLETOPIC']._serialized_start=222
+  _globals['_CREATABLETOPIC']._serialized_end=605
+  _globals['_CREATABLETOPIC_ASSIGNMENTSENTRY']._serialized_start=440
+  _globals['_CREATABLETOPIC_ASSIGNMENTSENTRY']._serialized_end=515
+  _globals['_CREATABLETOPIC_CONFIGSENTRY']._serialized_start=517
+  _globals['_CREATABLETOPIC_CONFIGSENTRY']._serialized_end=563
+  _globals['_REPLICALIST']._serialized_start=607
+  _globals['_REPLICALIST']._serialized_end=640
+  _globals['_CREATETOPICSRESPONSE']._serialized_start=642
+  _globals['_CREATETOPICSRESPONSE']._serialized_end=705
+  _globals['_TOPICRESULT']._serialized_start=707
+  _globals['_TOPICRESULT']._serialized_end=800
+  _globals['_DELETETOPICSREQUEST']._serialized_start=802
+  _globals['_DELETETOPICSREQUEST']._serialized_end=879
+  _globals['_DELETETOPICSRESPONSE']._serialized_start=881
+  _globals['_DELETETOPICSRESPONSE']._serialized_end=944
+  _globals['_DESCRIBETOPICSREQUEST']._serialized_start=946
+  _globals['_DESCRIBETOPICSREQUEST']._serialized_end=985
+  _globals['_DESCRIBETOPICSRESPONSE']._serialized_start=987
+  _globals['_DESCRIBETOPICSRESPONSE']._serialized_end=1057
+  _globals['_TOPICDESCRIPTION']._serialized_start=1060
+  _globals['_TOPICDESCRIPTION']._serialized_end=1317
+  _globals['_TOPICDESCRIPTION_CONFIGSENTRY']._serialized_start=517
+  _globals['_TOPICDESCRIPTION_CONFIGSENTRY']._serialized_end=563
+  _globals['_CREATEPARTITIONSREQUEST']._serialized_start=1320
+  _globals['_CREATEPARTITIONSREQUEST']._serialized_end=1456
+  _globals['_PARTITIONSINCREASE']._serialized_start=1458
+  _globals['_PARTITIONSINCREASE']._serialized_end=1507
+  _globals['_CREATEPARTITIONSRESPONSE']._serialized_start=1509
+  _globals['_CREATEPARTITIONSRESPONSE']._serialized_end=1576
 # @@protoc_insertion_point(module_scope)

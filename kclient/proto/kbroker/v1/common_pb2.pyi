@@ -44,6 +44,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_CONFIG: _ClassVar[ErrorCode]
     NOT_CONTROLLER: _ClassVar[ErrorCode]
     INVALID_REQUEST: _ClassVar[ErrorCode]
+    POLICY_VIOLATION: _ClassVar[ErrorCode]
     OUT_OF_ORDER_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     DUPLICATE_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
@@ -53,10 +54,12 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_ID_NOT_FOUND: _ClassVar[ErrorCode]
     FENCED_LEADER_EPOCH: _ClassVar[ErrorCode]
     UNKNOWN_LEADER_EPOCH: _ClassVar[ErrorCode]
+    STALE_BROKER_EPOCH: _ClassVar[ErrorCode]
     OFFSET_NOT_AVAILABLE: _ClassVar[ErrorCode]
     MEMBER_ID_REQUIRED: _ClassVar[ErrorCode]
     PREFERRED_LEADER_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ELECTION_NOT_NEEDED: _ClassVar[ErrorCode]
+    INVALID_RECORD: _ClassVar[ErrorCode]
     UNSTABLE_OFFSET_COMMIT: _ClassVar[ErrorCode]
 NONE: ErrorCode
 UNKNOWN_SERVER_ERROR: ErrorCode
@@ -96,6 +99,7 @@ INVALID_REPLICA_ASSIGNMENT: ErrorCode
 INVALID_CONFIG: ErrorCode
 NOT_CONTROLLER: ErrorCode
 INVALID_REQUEST: ErrorCode
+POLICY_VIOLATION: ErrorCode
 OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
 DUPLICATE_SEQUENCE_NUMBER: ErrorCode
 INVALID_PRODUCER_EPOCH: ErrorCode
@@ -105,8 +109,10 @@ NON_EMPTY_GROUP: ErrorCode
 GROUP_ID_NOT_FOUND: ErrorCode
 FENCED_LEADER_EPOCH: ErrorCode
 UNKNOWN_LEADER_EPOCH: ErrorCode
+STALE_BROKER_EPOCH: ErrorCode
 OFFSET_NOT_AVAILABLE: ErrorCode
 MEMBER_ID_REQUIRED: ErrorCode
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode
 ELECTION_NOT_NEEDED: ErrorCode
+INVALID_RECORD: ErrorCode
 UNSTABLE_OFFSET_COMMIT: ErrorCode

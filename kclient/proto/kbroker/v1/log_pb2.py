@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from kclient.proto.kbroker.v1 import common_pb2 as kbroker_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14kbroker/v1/log.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"\\\n\x0eProduceRequest\x12\x0c\n\x04\x61\x63ks\x18\x01 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12(\n\x06topics\x18\x03 \x03(\x0b\x32\x18.kbroker.v1.ProduceTopic\"N\n\x0cProduceTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.kbroker.v1.ProducePartition\"2\n\x10ProducePartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x07records\x18\x02 \x01(\x0c\"C\n\x0fProduceResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .kbroker.v1.ProduceTopicResponse\"^\n\x14ProduceTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x38\n\npartitions\x18\x02 \x03(\x0b\x32$.kbroker.v1.ProducePartitionResponse\"\xb6\x01\n\x18ProducePartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x04 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\"\x85\x01\n\x0c\x46\x65tchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x02 \x01(\x05\x12\x11\n\tmin_bytes\x18\x03 \x01(\x05\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\x12&\n\x06topics\x18\x05 \x03(\x0b\x32\x16.kbroker.v1.FetchTopic\"J\n\nFetchTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\npartitions\x18\x02 \x03(\x0b\x32\x1a.kbroker.v1.FetchPartition\"\x8a\x01\n\x0e\x46\x65tchPartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x02 \x01(\x03\x12\x1b\n\x13partition_max_bytes\x18\x03 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x04 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\"?\n\rFetchResponse\x12.\n\x06topics\x18\x01 \x03(\x0b\x32\x1e.kbroker.v1.FetchTopicResponse\"Z\n\x12\x46\x65tchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\npartitions\x18\x02 \x03(\x0b\x32\".kbroker.v1.FetchPartitionResponse\"\xc4\x01\n\x16\x46\x65tchPartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12\x0f\n\x07records\x18\x07 \x01(\x0c\"V\n\x12ListOffsetsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12,\n\x06topics\x18\x02 \x03(\x0b\x32\x1c.kbroker.v1.ListOffsetsTopic\"V\n\x10ListOffsetsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x34\n\npartitions\x18\x02 \x03(\x0b\x32 .kbroker.v1.ListOffsetsPartition\"V\n\x14ListOffsetsPartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x03 \x01(\x05\"K\n\x13ListOffsetsResponse\x12\x34\n\x06topics\x18\x01 \x03(\x0b\x32$.kbroker.v1.ListOffsetsTopicResponse\"f\n\x18ListOffsetsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12<\n\npartitions\x18\x02 \x03(\x0b\x32(.kbroker.v1.ListOffsetsPartitionResponse\"\xa8\x01\n\x1cListOffsetsPartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\"h\n\x1bOffsetForLeaderEpochRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x35\n\x06topics\x18\x02 \x03(\x0b\x32%.kbroker.v1.OffsetForLeaderEpochTopic\"h\n\x19OffsetForLeaderEpochTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\npartitions\x18\x02 \x03(\x0b\x32).kbroker.v1.OffsetForLeaderEpochPartition\"b\n\x1dOffsetForLeaderEpochPartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\"]\n\x1cOffsetForLeaderEpochResponse\x12=\n\x06topics\x18\x01 \x03(\x0b\x32-.kbroker.v1.OffsetForLeaderEpochTopicResponse\"x\n!OffsetForLeaderEpochTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x45\n\npartitions\x18\x02 \x03(\x0b\x32\x31.kbroker.v1.OffsetForLeaderEpochPartitionResponse\"\xa2\x01\n%OffsetForLeaderEpochPartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14kbroker/v1/log.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"~\n\x0eProduceRequest\x12\x11\n\x04\x61\x63ks\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12(\n\x06topics\x18\x03 \x03(\x0b\x32\x18.kbroker.v1.ProduceTopicB\x07\n\x05_acksB\r\n\x0b_timeout_ms\"N\n\x0cProduceTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.kbroker.v1.ProducePartition\"2\n\x10ProducePartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x07records\x18\x02 \x01(\x0c\"C\n\x0fProduceResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .kbroker.v1.ProduceTopicResponse\"^\n\x14ProduceTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x38\n\npartitions\x18\x02 \x03(\x0b\x32$.kbroker.v1.ProducePartitionResponse\"\xb6\x01\n\x18ProducePartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x04 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\"\xd4\x01\n\x0c\x46\x65tchRequest\x12\x17\n\nreplica_id\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0bmax_wait_ms\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\tmin_bytes\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x16\n\tmax_bytes\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12&\n\x06topics\x18\x05 \x03(\x0b\x32\x16.kbroker.v1.FetchTopicB\r\n\x0b_replica_idB\x0e\n\x0c_max_wait_msB\x0c\n\n_min_bytesB\x0c\n\n_max_bytes\"J\n\nFetchTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\npartitions\x18\x02 \x03(\x0b\x32\x1a.kbroker.v1.FetchPartition\"\xdf\x01\n\x0e\x46\x65tchPartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x02 \x01(\x03\x12 \n\x13partition_max_bytes\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14\x63urrent_leader_epoch\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x1d\n\x10log_start_offset\x18\x05 \x01(\x03H\x02\x88\x01\x01\x42\x16\n\x14_partition_max_bytesB\x17\n\x15_current_leader_epochB\x13\n\x11_log_start_offset\"?\n\rFetchResponse\x12.\n\x06topics\x18\x01 \x03(\x0b\x32\x1e.kbroker.v1.FetchTopicResponse\"Z\n\x12\x46\x65tchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\npartitions\x18\x02 \x03(\x0b\x32\".kbroker.v1.FetchPartitionResponse\"\xc4\x01\n\x16\x46\x65tchPartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12\x0f\n\x07records\x18\x07 \x01(\x0c\"j\n\x12ListOffsetsRequest\x12\x17\n\nreplica_id\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12,\n\x06topics\x18\x02 \x03(\x0b\x32\x1c.kbroker.v1.ListOffsetsTopicB\r\n\x0b_replica_id\"V\n\x10ListOffsetsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x34\n\npartitions\x18\x02 \x03(\x0b\x32 .kbroker.v1.ListOffsetsPartition\"\x87\x01\n\x14ListOffsetsPartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x16\n\ttimestamp\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12!\n\x14\x63urrent_leader_epoch\x18\x03 \x01(\x05H\x01\x88\x01\x01\x42\x0c\n\n_timestampB\x17\n\x15_current_leader_epoch\"K\n\x13ListOffsetsResponse\x12\x34\n\x06topics\x18\x01 \x03(\x0b\x32$.kbroker.v1.ListOffsetsTopicResponse\"f\n\x18ListOffsetsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12<\n\npartitions\x18\x02 \x03(\x0b\x32(.kbroker.v1.ListOffsetsPartitionResponse\"\xa8\x01\n\x1cListOffsetsPartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\"|\n\x1bOffsetForLeaderEpochRequest\x12\x17\n\nreplica_id\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x35\n\x06topics\x18\x02 \x03(\x0b\x32%.kbroker.v1.OffsetForLeaderEpochTopicB\r\n\x0b_replica_id\"h\n\x19OffsetForLeaderEpochTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\npartitions\x18\x02 \x03(\x0b\x32).kbroker.v1.OffsetForLeaderEpochPartition\"\x80\x01\n\x1dOffsetForLeaderEpochPartition\x12\r\n\x05index\x18\x01 \x01(\x05\x12!\n\x14\x63urrent_leader_epoch\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x42\x17\n\x15_current_leader_epoch\"]\n\x1cOffsetForLeaderEpochResponse\x12=\n\x06topics\x18\x01 \x03(\x0b\x32-.kbroker.v1.OffsetForLeaderEpochTopicResponse\"x\n!OffsetForLeaderEpochTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x45\n\npartitions\x18\x02 \x03(\x0b\x32\x31.kbroker.v1.OffsetForLeaderEpochPartitionResponse\"\xa2\x01\n%OffsetForLeaderEpochPartitionResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12)\n\nerror_code\x18\x02 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,51 +33,51 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kbroker.v1.log_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PRODUCEREQUEST']._serialized_start=61
-  _globals['_PRODUCEREQUEST']._serialized_end=153
-  _globals['_PRODUCETOPIC']._serialized_start=155
-  _globals['_PRODUCETOPIC']._serialized_end=233
-  _globals['_PRODUCEPARTITION']._serialized_start=235
-  _globals['_PRODUCEPARTITION']._serialized_end=285
-  _globals['_PRODUCERESPONSE']._serialized_start=287
-  _globals['_PRODUCERESPONSE']._serialized_end=354
-  _globals['_PRODUCETOPICRESPONSE']._serialized_start=356
-  _globals['_PRODUCETOPICRESPONSE']._serialized_end=450
-  _globals['_PRODUCEPARTITIONRESPONSE']._serialized_start=453
-  _globals['_PRODUCEPARTITIONRESPONSE']._serialized_end=635
-  _globals['_FETCHREQUEST']._serialized_start=638
-  _globals['_FETCHREQUEST']._serialized_end=771
-  _globals['_FETCHTOPIC']._serialized_start=773
-  _globals['_FETCHTOPIC']._serialized_end=847
-  _globals['_FETCHPARTITION']._serialized_start=850
-  _globals['_FETCHPARTITION']._serialized_end=988
-  _globals['_FETCHRESPONSE']._serialized_start=990
-  _globals['_FETCHRESPONSE']._serialized_end=1053
-  _globals['_FETCHTOPICRESPONSE']._serialized_start=1055
-  _globals['_FETCHTOPICRESPONSE']._serialized_end=1145
-  _globals['_FETCHPARTITIONRESPONSE']._serialized_start=1148
-  _globals['_FETCHPARTITIONRESPONSE']._serialized_end=1344
-  _globals['_LISTOFFSETSREQUEST']._serialized_start=1346
-  _globals['_LISTOFFSETSREQUEST']._serialized_end=1432
-  _globals['_LISTOFFSETSTOPIC']._serialized_start=1434
-  _globals['_LISTOFFSETSTOPIC']._serialized_end=1520
-  _globals['_LISTOFFSETSPARTITION']._serialized_start=1522
-  _globals['_LISTOFFSETSPARTITION']._serialized_end=1608
-  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1610
-  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1685
-  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_start=1687
-  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_end=1789
-  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_start=1792
-  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_end=1960
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=1962
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=2066
-  _globals['_OFFSETFORLEADEREPOCHTOPIC']._serialized_start=2068
-  _globals['_OFFSETFORLEADEREPOCHTOPIC']._serialized_end=2172
-  _globals['_OFFSETFORLEADEREPOCHPARTITION']._serialized_start=2174
-  _globals['_OFFSETFORLEADEREPOCHPARTITION']._serialized_end=2272
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=2274
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=2367
-  _globals['_OFFSETFORLEADEREPOCHTOPICRESPONSE']._serialized_start=2369
-  _globals['_OFFSETFORLEADEREPOCHTOPICRESPONSE']._serialized_end=2489
-  _globals['_OFFSETFORLEADEREPOCHPARTITIONRESPONSE']._serialized_start=2492
-  _globals['_OFFSETFORLEADEREPOCHPARTITIONRESPONSE']._serialized_end=2654
+  _globals['_PRODUCEREQUEST']._serialized_end=187
+  _globals['_PRODUCETOPIC']._serialized_start=189
+  _globals['_PRODUCETOPIC']._serialized_end=267
+  _globals['_PRODUCEPARTITION']._serialized_start=269
+  _globals['_PRODUCEPARTITION']._serialized_end=319
+  _globals['_PRODUCERESPONSE']._serialized_start=321
+  _globals['_PRODUCERESPONSE']._serialized_end=388
+  _globals['_PRODUCETOPICRESPONSE']._serialized_start=390
+  _globals['_PRODUCETOPICRESPONSE']._serialized_end=484
+  _globals['_PRODUCEPARTITIONRESPONSE']._serialized_start=487
+  _globals['_PRODUCEPARTITIONRESPONSE']._serialized_end=669
+  _globals['_FETCHREQUEST']._serialized_start=672
+  _globals['_FETCHREQUEST']._serialized_end=884
+  _globals['_FETCHTOPIC']._serialized_start=886
+  _globals['_FETCHTOPIC']._serialized_end=960
+  _globals['_FETCHPARTITION']._serialized_start=963
+  _globals['_FETCHPARTITION']._serialized_end=1186
+  _globals['_FETCHRESPONSE']._serialized_start=1188
+  _globals['_FETCHRESPONSE']._serialized_end=1251
+  _globals['_FETCHTOPICRESPONSE']._serialized_start=1253
+  _globals['_FETCHTOPICRESPONSE']._serialized_end=1343
+  _globals['_FETCHPARTITIONRESPONSE']._serialized_start=1346
+  _globals['_FETCHPARTITIONRESPONSE']._serialized_end=1542
+  _globals['_LISTOFFSETSREQUEST']._serialized_start=1544
+  _globals['_LISTOFFSETSREQUEST']._serialized_end=1650
+  _globals['_LISTOFFSETSTOPIC']._serialized_start=1652
+  _globals['_LISTOFFSETSTOPIC']._serialized_end=1738
+  _globals['_LISTOFFSETSPARTITION']._serialized_start=1741
+  _globals['_LISTOFFSETSPARTITION']._serialized_end=1876
+  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1878
+  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1953
+  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_start=1955
+  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_end=2057
+  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_start=2060
+  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_end=2228
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=2230
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=2354
+  _globals['_OFFSETFORLEADEREPOCHTOPIC']._serialized_start=2356
+  _globals['_OFFSETFORLEADEREPOCHTOPIC']._serialized_end=2460
+  _globals['_OFFSETFORLEADEREPOCHPARTITION']._serialized_start=2463
+  _globals['_OFFSETFORLEADEREPOCHPARTITION']._serialized_end=2591
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=2593
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=2686
+  _globals['_OFFSETFORLEADEREPOCHTOPICRESPONSE']._serialized_start=2688
+  _globals['_OFFSETFORLEADEREPOCHTOPICRESPONSE']._serialized_end=2808
+  _globals['_OFFSETFORLEADEREPOCHPARTITIONRESPONSE']._serialized_start=2811
+  _globals['_OFFSETFORLEADEREPOCHPARTITIONRESPONSE']._serialized_end=2973
 # @@protoc_insertion_point(module_scope)
