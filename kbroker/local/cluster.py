@@ -4,6 +4,10 @@ Each broker runs as ``python -m kbroker.server`` with its own data directory and
 file under the cluster's root; it picks a free port itself (``--listen 127.0.0.1:0``)
 and is ready when it prints ``kbroker <id> listening on HOST:PORT``.
 
+With a :class:`~kbroker.local.netns.Network`, broker ``<id>`` runs in that network's
+host ``b<id>`` (its own namespace, started under ``ip netns exec``) and listens on the
+host's address, so partition tests can cut it off with iptables.
+
 Thread safety: none; one owner drives the processes.
 """
 
@@ -17,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from kbroker.local.netns import Host, Network
 from kbroker.local.zookeeper import tail
 
 READY = re.compile(rb"kbroker (\d+) listening on (\S+)")
@@ -30,8 +35,10 @@ class BrokerProcess:
         zk_connect: str,
         overrides: dict[str, str] | None = None,
         config_file: Path | None = None,
+        host: Host | None = None,
     ) -> None:
         self.config_file = config_file
+        self.host = host
         self.broker_id = broker_id
         self.root = root
         self.data_dir = root / f"broker-{broker_id}"
@@ -43,6 +50,10 @@ class BrokerProcess:
         self._log_offset = 0
 
     def command(self) -> list[str]:
+        cmd = self._command()
+        return self.host.wrap(cmd) if self.host else cmd
+
+    def _command(self) -> list[str]:
         if self.config_file is not None:
             return [sys.executable, "-m", "kbroker.server", str(self.config_file)]
         cmd = [
@@ -54,7 +65,7 @@ class BrokerProcess:
             "--zookeeper",
             self.zk_connect,
             "--listen",
-            "127.0.0.1:0",
+            f"{self.host.ip if self.host else '127.0.0.1'}:0",
             "--data-dir",
             str(self.data_dir),
         ]
@@ -131,17 +142,28 @@ class BrokerProcess:
 
 
 class LocalCluster:
-    """N brokers sharing one ZooKeeper connect string, under ``root``."""
+    """N brokers sharing one ZooKeeper connect string, under ``root``.
 
-    def __init__(self, root: Path, zk_connect: str, overrides: dict[str, str] | None = None) -> None:
+    With ``network``, each broker runs in its own namespace of it (host ``b<id>``).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        zk_connect: str,
+        overrides: dict[str, str] | None = None,
+        network: Network | None = None,
+    ) -> None:
         self.root = Path(root)
+        self.network = network
         self.zk_connect = zk_connect
         self.overrides = dict(overrides or {})
         self.brokers: dict[int, BrokerProcess] = {}
 
     def add_broker(self, broker_id: int | None = None, *, start: bool = True, **overrides: str) -> BrokerProcess:
         bid = broker_id if broker_id is not None else (max(self.brokers) + 1 if self.brokers else 0)
-        b = BrokerProcess(bid, self.root, self.zk_connect, {**self.overrides, **overrides})
+        host = self.network.add_host(f"b{bid}") if self.network else None
+        b = BrokerProcess(bid, self.root, self.zk_connect, {**self.overrides, **overrides}, host=host)
         self.brokers[bid] = b
         if start:
             b.start()

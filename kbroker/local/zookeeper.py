@@ -22,6 +22,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from kbroker.local.netns import Host
+
 JAR_DIRS = ("/usr/share/java", "/usr/share/zookeeper", "/usr/share/zookeeper/lib", "/opt/zookeeper/lib")
 
 
@@ -51,19 +53,33 @@ def classpath() -> str:
 
 
 class ZooKeeperServer:
-    """One ZooKeeper server process (standalone, or a member of an ensemble)."""
+    """One ZooKeeper server process (standalone, or a member of an ensemble).
 
-    def __init__(self, root: Path, myid: int, client_port: int, peers: list[tuple[int, int, int]] | None) -> None:
+    ``host`` places it in a network namespace (:mod:`kbroker.local.netns`) and on that
+    host's address; by default it runs here on 127.0.0.1. ``peers`` are (myid, ip,
+    quorum port, election port).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        myid: int,
+        client_port: int,
+        peers: list[tuple[int, str, int, int]] | None,
+        host: Host | None = None,
+    ) -> None:
         self.root = root
         self.myid = myid
         self.client_port = client_port
         self.peers = peers
+        self.host = host
+        self.ip = host.ip if host else "127.0.0.1"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = root / "zookeeper.log"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.ip}:{self.client_port}"
 
     def _write_config(self) -> Path:
         data = self.root / "data"
@@ -74,7 +90,7 @@ class ZooKeeperServer:
             "syncLimit=10",
             f"dataDir={data}",
             f"clientPort={self.client_port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.ip}",
             "maxClientCnxns=0",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
@@ -83,7 +99,7 @@ class ZooKeeperServer:
         ]
         if self.peers:
             (data / "myid").write_text(str(self.myid))
-            lines += [f"server.{i}=127.0.0.1:{p1}:{p2}" for i, p1, p2 in self.peers]
+            lines += [f"server.{i}={ip}:{p1}:{p2}" for i, ip, p1, p2 in self.peers]
         cfg = self.root / "zoo.cfg"
         cfg.write_text("\n".join(lines) + "\n")
         return cfg
@@ -92,16 +108,17 @@ class ZooKeeperServer:
         cfg = self._write_config()
         java = shutil.which("java") or "java"
         with open(self.log_path, "ab") as out:
+            cmd = [
+                java,
+                "-Xmx256m",
+                "-Dzookeeper.admin.enableServer=false",
+                "-cp",
+                classpath(),
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(cfg),
+            ]
             self.proc = subprocess.Popen(
-                [
-                    java,
-                    "-Xmx256m",
-                    "-Dzookeeper.admin.enableServer=false",
-                    "-cp",
-                    classpath(),
-                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                    str(cfg),
-                ],
+                self.host.wrap(cmd) if self.host else cmd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -128,13 +145,22 @@ class ZooKeeperServer:
 
 
 class ZooKeeperEnsemble:
-    """``size`` ZooKeeper servers under ``root`` (size 1 = standalone)."""
+    """``size`` ZooKeeper servers under ``root`` (size 1 = standalone).
 
-    def __init__(self, root: Path, size: int = 1) -> None:
+    With ``hosts`` (one per server), server i runs in the namespace of ``hosts[i]``.
+    """
+
+    def __init__(self, root: Path, size: int = 1, hosts: list[Host] | None = None) -> None:
         self.root = Path(root)
+        if hosts is not None and len(hosts) != size:
+            raise ValueError(f"{size} ZooKeeper servers need {size} hosts, got {len(hosts)}")
+        placed: list[Host | None] = list(hosts) if hosts else [None] * size
         ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
-        peers = [(i + 1, p[1], p[2]) for i, p in enumerate(ports)] if size > 1 else None
-        self.servers = [ZooKeeperServer(self.root / f"zk{i + 1}", i + 1, p[0], peers) for i, p in enumerate(ports)]
+        ips = [h.ip if h else "127.0.0.1" for h in placed]
+        peers = [(i + 1, ips[i], p[1], p[2]) for i, p in enumerate(ports)] if size > 1 else None
+        self.servers = [
+            ZooKeeperServer(self.root / f"zk{i + 1}", i + 1, p[0], peers, placed[i]) for i, p in enumerate(ports)
+        ]
 
     @property
     def connect_string(self) -> str:
