@@ -7,9 +7,21 @@ Layout (see :mod:`kbroker.cluster.zkdata`)::
     /consumers/<g>/owners/<t>/<p>       E  member id owning the partition this generation
     /consumers/<g>/offsets/<t>/<p>      P  committed offset (+ "\\n" + metadata)
 
+Group ids, member ids and topics are path segments through :mod:`zkdata`'s one gate
+(escaped, length-bounded: InvalidGroupIdError / InvalidRequestError), so no name can
+reach another group's znodes; listings decode them back.
+
 A commit request is one ZooKeeper transaction (``multi``) however many partitions it
-carries; which offset znodes exist is cached per group so the transaction can say
-create or set without a round trip per partition (a stale cache costs one retry).
+carries, so it is atomic; a commit whose transaction would exceed
+:data:`zkdata.MAX_REQUEST_BYTES` is refused whole with InvalidCommitOffsetSizeError
+(Kafka's answer to an offset batch too large to append) before anything is sent, since
+ZooKeeper drops the session of a client that sends a packet over ``jute.maxbuffer``.
+Which offset znodes exist is cached per group so the transaction can say create or set
+without a round trip per partition (a stale cache costs one retry).
+
+Ownership znodes are advisory (Kafka-era tools read them), so a large assignment is
+written in several multis of at most MAX_REQUEST_BYTES each, up to
+:data:`MAX_OWNER_WRITE_BYTES` in all (InvalidRequestError beyond).
 
 Thread safety: safe from any thread (kazoo is; the cache has a lock).
 """
@@ -25,8 +37,12 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import CommittedOffset
+from kclient.errors import InvalidCommitOffsetSizeError, InvalidRequestError, InvalidTopicError
 
 TopicPartition = tuple[str, int]
+
+MAX_OWNER_WRITE_BYTES = 8 * zkdata.MAX_REQUEST_BYTES
+"""All ownership znodes of one group generation together (several multis)."""
 
 
 class GroupStore:
@@ -44,7 +60,7 @@ class GroupStore:
 
     def groups(self) -> list[str]:
         try:
-            return sorted(self.kazoo.get_children(zkdata.CONSUMERS))
+            return sorted(zkdata.decode_segment(c) for c in self.kazoo.get_children(zkdata.CONSUMERS))
         except NoNodeError:
             return []
 
@@ -64,22 +80,25 @@ class GroupStore:
     def set_generation(self, group: str, generation: int, protocol_type: str) -> None:
         body = json.dumps({"version": 1, "generation": generation, "protocol_type": protocol_type}).encode()
         path = zkdata.group_path(group)
+        self._zk.check_request_size([(path, body)], f"group {group!r}")
         try:
             self.kazoo.set(path, body)
         except NoNodeError:
             self.kazoo.create(path, body, makepath=True)
 
     def delete_group(self, group: str) -> None:
-        self.kazoo.delete(zkdata.group_path(group), recursive=True)
+        path = zkdata.group_path(group)
+        self.kazoo.delete(path, recursive=True)
         with self._lock:
             self._existing.pop(group, None)
-            self._parents = {p for p in self._parents if not p.startswith(zkdata.group_path(group) + "/")}
+            self._parents = {p for p in self._parents if not p.startswith(path + "/")}
 
     # --- members and owners --------------------------------------------------------
 
     def add_member(self, group: str, member_id: str, info: Mapping[str, object]) -> None:
         path = zkdata.group_member_path(group, member_id)
         data = json.dumps(dict(info), sort_keys=True).encode()
+        self._zk.check_request_size([(path, data)], f"member {member_id!r} of group {group!r}")
         try:
             self.kazoo.create(path, data, ephemeral=True, makepath=True)
         except NodeExistsError:
@@ -93,24 +112,30 @@ class GroupStore:
 
     def members(self, group: str) -> list[str]:
         try:
-            return sorted(self.kazoo.get_children(zkdata.group_path(group) + "/ids"))
+            return sorted(zkdata.decode_segment(c) for c in self.kazoo.get_children(zkdata.group_members_path(group)))
         except NoNodeError:
             return []
 
     def set_owners(self, group: str, owners: Mapping[TopicPartition, str]) -> None:
-        """Replace the ownership znodes with ``owners`` (one transaction)."""
+        """Replace the ownership znodes with ``owners`` (multis of bounded size)."""
+        ops = [(zkdata.group_owner_path(group, t, p), m.encode()) for (t, p), m in sorted(owners.items())]
+        total = sum(zkdata.request_bytes(self._zk.chroot + path, data) for path, data in ops)
+        if total > MAX_OWNER_WRITE_BYTES:
+            raise InvalidRequestError(
+                f"group {group!r}: the ownership of {len(ops)} partitions is {total} bytes in ZooKeeper; "
+                f"the limit is {MAX_OWNER_WRITE_BYTES}"
+            )
         self.clear_owners(group)
-        if not owners:
-            return
         for topic in {t for t, _ in owners}:
-            self._ensure_parent(f"{zkdata.group_path(group)}/owners/{topic}")
-        tx = self.kazoo.transaction()
-        for (topic, p), member in sorted(owners.items()):
-            tx.create(zkdata.group_owner_path(group, topic, p), member.encode(), ephemeral=True)
-        tx.commit()
+            self._ensure_parent(zkdata.group_owners_path(group, topic))
+        for chunk in _chunks(ops, self._zk.chroot):
+            tx = self.kazoo.transaction()
+            for path, data in chunk:
+                tx.create(path, data, ephemeral=True)
+            tx.commit()
 
     def clear_owners(self, group: str) -> None:
-        base = f"{zkdata.group_path(group)}/owners"
+        base = zkdata.group_owners_path(group)
         try:
             topics = self.kazoo.get_children(base)
         except NoNodeError:
@@ -146,17 +171,23 @@ class GroupStore:
         return found
 
     def commit(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
-        """Write every offset in one ZooKeeper transaction."""
+        """Write every offset in one ZooKeeper transaction (all or nothing).
+
+        Raises InvalidCommitOffsetSizeError, writing nothing, if that transaction would
+        be larger than :data:`zkdata.MAX_REQUEST_BYTES`.
+        """
         if not offsets:
             return
+        ops = {tp: (zkdata.group_offset_path(group, *tp), zkdata.encode_offset(c)) for tp, c in offsets.items()}
+        self._zk.check_request_size(
+            list(ops.values()), f"a commit of {len(ops)} offsets to group {group!r}", InvalidCommitOffsetSizeError
+        )
         for topic in {t for t, _ in offsets}:
-            self._ensure_parent(f"{zkdata.group_path(group)}/offsets/{topic}")
+            self._ensure_parent(zkdata.group_offsets_path(group, topic))
         for attempt in (0, 1):
             known = self._known(group)
             tx = self.kazoo.transaction()
-            for (topic, p), committed in sorted(offsets.items()):
-                path = zkdata.group_offset_path(group, topic, p)
-                data = zkdata.encode_offset(committed)
+            for (topic, p), (path, data) in sorted(ops.items()):
                 if (topic, p) in known:
                     tx.set_data(path, data)
                 else:
@@ -176,13 +207,14 @@ class GroupStore:
         self, group: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets (only those that exist) for ``partitions`` (None = all)."""
+        zkdata.group_path(group)  # InvalidGroupIdError before anything else
         wanted = list(partitions) if partitions is not None else sorted(self._scan(group))
         out: dict[TopicPartition, CommittedOffset] = {}
         for topic, p in wanted:
             try:
                 data, _ = self.kazoo.get(zkdata.group_offset_path(group, topic, p))
-            except NoNodeError:
-                continue
+            except (NoNodeError, InvalidTopicError):
+                continue  # nothing committed (no topic of that name can have offsets)
             try:
                 out[(topic, p)] = zkdata.decode_offset(data)
             except ValueError:
@@ -191,11 +223,30 @@ class GroupStore:
 
     def _scan(self, group: str) -> set[TopicPartition]:
         found: set[TopicPartition] = set()
-        base = f"{zkdata.group_path(group)}/offsets"
+        base = zkdata.group_offsets_path(group)
         try:
-            for topic in self.kazoo.get_children(base):
-                for p in self.kazoo.get_children(f"{base}/{topic}"):
-                    found.add((topic, int(p)))
+            topics = self.kazoo.get_children(base)
         except NoNodeError:
-            pass
+            return found
+        for segment in topics:
+            try:
+                children = self.kazoo.get_children(f"{base}/{segment}")
+            except NoNodeError:
+                continue
+            topic = zkdata.decode_segment(segment)
+            found.update((topic, int(p)) for p in children if p.lstrip("-").isdigit())
         return found
+
+
+def _chunks(ops: list[tuple[str, bytes]], chroot: str) -> list[list[tuple[str, bytes]]]:
+    """``ops`` cut into runs of at most MAX_REQUEST_BYTES each."""
+    out: list[list[tuple[str, bytes]]] = []
+    size = 0
+    for path, data in ops:
+        n = zkdata.request_bytes(chroot + path, data)
+        if not out or size + n > zkdata.MAX_REQUEST_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append((path, data))
+        size += n
+    return out

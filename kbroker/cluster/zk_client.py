@@ -21,7 +21,13 @@ from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr
-from kclient.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kclient.errors import (
+    BrokerResponseError,
+    InvalidRequestError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +90,15 @@ class ZkClient:
         session = self.kazoo.client_id
         return session[0] if session else -1
 
+    def check_request_size(
+        self, ops: list[tuple[str, bytes]], what: str, error: type[BrokerResponseError] = InvalidRequestError
+    ) -> None:
+        """Refuse, before sending, a write whose ``(path, data)`` ops would approach
+        ``jute.maxbuffer`` (ZooKeeper would drop this broker's session)."""
+        size = sum(zkdata.request_bytes(self.chroot + path, data) for path, data in ops)
+        if size > zkdata.MAX_REQUEST_BYTES:
+            raise error(f"{what} is {size} bytes in ZooKeeper; the limit is {zkdata.MAX_REQUEST_BYTES}")
+
     def ensure_persistent_paths(self) -> None:
         for path in zkdata.PERSISTENT_PATHS:
             self.kazoo.ensure_path(path)
@@ -127,6 +142,15 @@ class ZkClient:
         _, stat = self.kazoo.get(path)
         return int(stat.czxid)
 
+    def broker_epoch(self, broker_id: int) -> int:
+        """The broker's epoch: the czxid of its current ``/brokers/ids/<id>``, -1 if absent.
+
+        Each registration (a new session, or a re-registration) creates the znode anew,
+        so the epoch grows; a request carrying an older one comes from a past life.
+        """
+        stat = self.kazoo.exists(zkdata.broker_path(broker_id))
+        return -1 if stat is None else int(stat.czxid)
+
     def broker_registration_owner(self, broker_id: int) -> int | None:
         """The ZooKeeper session that holds ``/brokers/ids/<id>``, if any."""
         stat = self.kazoo.exists(zkdata.broker_path(broker_id))
@@ -152,6 +176,8 @@ class ZkClient:
         except NoNodeError:
             return out
         for child in children:
+            if not child.isdigit():
+                continue
             info = self.broker(int(child))
             if info is not None:
                 out[info.broker_id] = info
@@ -223,7 +249,7 @@ class ZkClient:
 
     def topics(self) -> list[str]:
         try:
-            return sorted(self.kazoo.get_children(zkdata.BROKER_TOPICS))
+            return sorted(zkdata.decode_segment(c) for c in self.kazoo.get_children(zkdata.BROKER_TOPICS))
         except NoNodeError:
             return []
 
@@ -246,13 +272,19 @@ class ZkClient:
         return zkdata.decode_topic_config(data)
 
     def create_topic(self, topic: str, assignment: Assignment, config: dict[str, str]) -> None:
-        """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` (with a new topic id) atomically."""
+        """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` (with a new topic id) atomically.
+
+        Raises InvalidRequestError, writing nothing, if the two znodes are too large.
+        """
+        config_path, config_data = zkdata.topic_config_path(topic), zkdata.encode_topic_config(config)
+        path, data = zkdata.topic_path(topic), zkdata.encode_assignment(assignment, zkdata.new_topic_id())
+        self.check_request_size([(config_path, config_data), (path, data)], f"topic {topic!r}")
         tx = self.kazoo.transaction()
-        if self.kazoo.exists(zkdata.topic_config_path(topic)) is None:
-            tx.create(zkdata.topic_config_path(topic), zkdata.encode_topic_config(config))
+        if self.kazoo.exists(config_path) is None:
+            tx.create(config_path, config_data)
         else:
-            tx.set_data(zkdata.topic_config_path(topic), zkdata.encode_topic_config(config))
-        tx.create(zkdata.topic_path(topic), zkdata.encode_assignment(assignment, zkdata.new_topic_id()))
+            tx.set_data(config_path, config_data)
+        tx.create(path, data)
         results = tx.commit()
         if any(isinstance(r, NodeExistsError) for r in results):
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
@@ -274,7 +306,9 @@ class ZkClient:
         if stat.version != version:
             raise BadVersionError()
         tid = topic_id or zkdata.decode_topic_id(data)
-        self.kazoo.set(path, zkdata.encode_assignment(assignment, tid), version=version)
+        new = zkdata.encode_assignment(assignment, tid)
+        self.check_request_size([(path, new)], f"the assignment of topic {topic!r}")
+        self.kazoo.set(path, new, version=version)
 
     def topic_id(self, topic: str) -> str | None:
         try:
@@ -286,6 +320,7 @@ class ZkClient:
     def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
         path = zkdata.topic_config_path(topic)
         data = zkdata.encode_topic_config(config)
+        self.check_request_size([(path, data)], f"the configuration of topic {topic!r}")
         try:
             self.kazoo.set(path, data)
         except NoNodeError:
@@ -299,7 +334,7 @@ class ZkClient:
 
     def topics_pending_deletion(self) -> list[str]:
         try:
-            return sorted(self.kazoo.get_children(zkdata.DELETE_TOPICS))
+            return sorted(zkdata.decode_segment(c) for c in self.kazoo.get_children(zkdata.DELETE_TOPICS))
         except NoNodeError:
             return []
 

@@ -25,6 +25,22 @@ path                                            mode content
 /consumers/<g>/offsets/<t>/<p>                  P    decimal offset (+ optional metadata)
 =============================================== ==== =====================================
 
+**Names as path segments.** Every name that becomes a path segment (topic, group id,
+member id) goes through :func:`name_segment`, and every listed child back through
+:func:`decode_segment`. ZooKeeper refuses ``.``, ``..``, NUL, control characters and
+some Unicode ranges in paths, and ``/`` would nest into another node, so those are
+percent-encoded (UTF-8 bytes, ``%XX``), as is ``%`` itself; ``.`` and ``..`` become
+``%2E`` and ``%2E%2E``. Every other name, including every legal topic name, is its own
+segment, so znodes written before the encoding still read (only a pre-existing group
+id containing ``%XX`` would now decode differently). Lengths are bounded
+(:data:`MAX_GROUP_ID_LENGTH`, :data:`MAX_MEMBER_ID_LENGTH`, :data:`MAX_TOPIC_SEGMENT_LENGTH`
+characters) because ZooKeeper refuses any packet over its ``jute.maxbuffer``.
+
+**Request sizes.** ZooKeeper drops the session of a client that sends a packet over
+``jute.maxbuffer`` (1 MiB by default). :func:`request_bytes` estimates a write's size
+and writers refuse one over :data:`MAX_REQUEST_BYTES` (512 KiB: half the server's
+default, room for a multi's framing and the chroot) before sending it.
+
 Thread safety: everything here is a pure function of its arguments.
 """
 
@@ -33,9 +49,12 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from kclient.errors import BrokerResponseError, InvalidGroupIdError, InvalidRequestError, InvalidTopicError
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -64,6 +83,77 @@ def _loads(data: bytes) -> Any:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# --- names as path segments ----------------------------------------------------------
+
+MAX_GROUP_ID_LENGTH = 255
+"""Characters in a group id. Kafka sets no limit; a ZooKeeper path must fit in a packet."""
+MAX_MEMBER_ID_LENGTH = 512
+"""Characters in a member id (``<client.id>-<uuid>``): a client id up to ~475 characters."""
+MAX_TOPIC_SEGMENT_LENGTH = 255
+"""Characters in a topic name used in a path (legal topic names have at most 249)."""
+
+MAX_REQUEST_BYTES = 512 * 1024
+"""Largest ZooKeeper write (one znode, or one multi) kbroker sends; jute.maxbuffer is 1 MiB."""
+
+
+def _needs_escape(ch: str) -> bool:
+    # ZooKeeper's PathUtils.validatePath refuses these UTF-16 code units (so also every
+    # code point above U+FFFF: a surrogate pair); '/' nests, '%' escapes.
+    c = ord(ch)
+    return ch in "/%" or c < 0x20 or 0x7F <= c <= 0x9F or 0xD800 <= c <= 0xF8FF or c >= 0xFFF0
+
+
+def encode_segment(name: str) -> str:
+    """``name`` as one safe, reversible path segment (see the module docstring)."""
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    if not any(_needs_escape(ch) for ch in name):
+        return name
+    out: list[str] = []
+    for ch in name:
+        if _needs_escape(ch):
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def decode_segment(segment: str) -> str:
+    """The name a child segment stands for (inverse of :func:`encode_segment`)."""
+    if "%" not in segment:
+        return segment
+    return urllib.parse.unquote(segment, errors="surrogatepass")
+
+
+def name_segment(name: str, what: str, max_length: int, error: type[BrokerResponseError]) -> str:
+    """Check ``name``'s length and encode it; the one gate for names in paths."""
+    if not name:
+        raise error(f"the {what} is empty")
+    if len(name) > max_length:
+        raise error(f"the {what} is {len(name)} characters long; the limit is {max_length}")
+    return encode_segment(name)
+
+
+def group_segment(group: str) -> str:
+    return name_segment(group, "group id", MAX_GROUP_ID_LENGTH, InvalidGroupIdError)
+
+
+def member_segment(member_id: str) -> str:
+    return name_segment(member_id, "member id", MAX_MEMBER_ID_LENGTH, InvalidRequestError)
+
+
+def topic_segment(topic: str) -> str:
+    return name_segment(topic, "topic name", MAX_TOPIC_SEGMENT_LENGTH, InvalidTopicError)
+
+
+def request_bytes(path: str, data: bytes = b"") -> int:
+    """An upper estimate of one operation's bytes in a ZooKeeper request.
+
+    Path and data as length-prefixed UTF-8, plus header, version, flags and an ACL.
+    """
+    return len(path.encode("utf-8", "surrogatepass")) + len(data) + 96
 
 
 # --- /cluster/id ---------------------------------------------------------------------
@@ -152,7 +242,7 @@ def decode_controller_epoch(data: bytes) -> int:
 
 
 def topic_path(topic: str) -> str:
-    return f"{BROKER_TOPICS}/{topic}"
+    return f"{BROKER_TOPICS}/{topic_segment(topic)}"
 
 
 Assignment = dict[int, list[int]]
@@ -188,15 +278,15 @@ def decode_topic_id(data: bytes) -> str | None:
 
 
 def partitions_path(topic: str) -> str:
-    return f"{BROKER_TOPICS}/{topic}/partitions"
+    return f"{topic_path(topic)}/partitions"
 
 
 def partition_path(topic: str, partition: int) -> str:
-    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
+    return f"{topic_path(topic)}/partitions/{int(partition)}"
 
 
 def partition_state_path(topic: str, partition: int) -> str:
-    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+    return f"{partition_path(topic, partition)}/state"
 
 
 @dataclass(frozen=True)
@@ -245,7 +335,7 @@ def decode_leader_and_isr(data: bytes, zk_version: int = -1) -> LeaderAndIsr:
 
 
 def topic_config_path(topic: str) -> str:
-    return f"{CONFIG_TOPICS}/{topic}"
+    return f"{CONFIG_TOPICS}/{topic_segment(topic)}"
 
 
 def encode_topic_config(config: dict[str, str]) -> bytes:
@@ -262,7 +352,7 @@ def decode_topic_config(data: bytes) -> dict[str, str]:
 
 
 def delete_topic_path(topic: str) -> str:
-    return f"{DELETE_TOPICS}/{topic}"
+    return f"{DELETE_TOPICS}/{topic_segment(topic)}"
 
 
 # --- /admin/preferred_replica_election ------------------------------------------------
@@ -306,19 +396,33 @@ def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
 
 
 def group_path(group: str) -> str:
-    return f"{CONSUMERS}/{group}"
+    return f"{CONSUMERS}/{group_segment(group)}"
+
+
+def group_members_path(group: str) -> str:
+    return f"{group_path(group)}/ids"
 
 
 def group_member_path(group: str, member_id: str) -> str:
-    return f"{CONSUMERS}/{group}/ids/{member_id}"
+    return f"{group_members_path(group)}/{member_segment(member_id)}"
+
+
+def group_owners_path(group: str, topic: str | None = None) -> str:
+    base = f"{group_path(group)}/owners"
+    return base if topic is None else f"{base}/{topic_segment(topic)}"
 
 
 def group_owner_path(group: str, topic: str, partition: int) -> str:
-    return f"{CONSUMERS}/{group}/owners/{topic}/{partition}"
+    return f"{group_owners_path(group, topic)}/{int(partition)}"
+
+
+def group_offsets_path(group: str, topic: str | None = None) -> str:
+    base = f"{group_path(group)}/offsets"
+    return base if topic is None else f"{base}/{topic_segment(topic)}"
 
 
 def group_offset_path(group: str, topic: str, partition: int) -> str:
-    return f"{CONSUMERS}/{group}/offsets/{topic}/{partition}"
+    return f"{group_offsets_path(group, topic)}/{int(partition)}"
 
 
 @dataclass(frozen=True)
