@@ -17,7 +17,21 @@ The controller reacts to:
   new leader from the live ISR (first in assignment order; unclean election only when
   the topic enables it), the ISR loses the dead broker but never its last member, and
   the leader epoch goes up by one. Offline partitions come back when an ISR member
-  returns.
+  returns. A partition whose in-sync replicas this controller has not yet seen alive
+  (a cluster starting up) is logged at INFO; losing the last in-sync replica that was
+  alive is an ERROR.
+* controlled shutdown (KIP-380): the request names the broker's epoch, the czxid of its
+  current ``/brokers/ids/<id>``; a missing or stale one is refused
+  (StaleBrokerEpochError). The broker counts as shutting down only while that very
+  registration lives: it ends when the broker re-registers or its session ends.
+
+Watches: a fixed set of kazoo recipes (``/controller``, ``/brokers/ids``,
+``/brokers/topics``, ``/admin/delete_topics``, the preferred-election znode), set once
+at start, plus one plain ZooKeeper watch per topic znode, all with the same callback.
+kazoo's recipes spawn a thread per recipe on every reconnect; plain watches spawn none,
+so a reconnect costs a bounded number of threads however many topics exist. kazoo
+forgets plain watches when the connection drops, so on reconnect the controller re-arms
+them and re-reads every topic.
 
 Thread safety: watch callbacks only enqueue; one daemon thread (``controller-events``)
 does all the work.
@@ -29,16 +43,19 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ControllerMovedError, ZkClient
 from kbroker.cluster.zkdata import Assignment, LeaderAndIsr
+from kclient.errors import BrokerNotAvailableError, RequestTimedOutError, StaleBrokerEpochError
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +89,8 @@ class Controller:
         self._topics: set[str] = set()
         self._stopped = False
         self._shutting_down: dict[int, int] = {}  # broker id -> registration epoch (czxid)
+        self._seen: set[int] = set()  # brokers seen alive since this controller was elected
+        self._suspended = False
 
     @property
     def is_active(self) -> bool:
@@ -79,8 +98,12 @@ class Controller:
 
     def start(self) -> None:
         self._thread.start()
-        DataWatch(self._zk.kazoo, zkdata.CONTROLLER, self._controller_changed)
         self._zk.add_state_listener(self._session_state)
+        DataWatch(self._zk.kazoo, zkdata.CONTROLLER, self._controller_changed)
+        ChildrenWatch(self._zk.kazoo, zkdata.BROKER_IDS, self._enqueue_on_change("brokers"))
+        ChildrenWatch(self._zk.kazoo, zkdata.BROKER_TOPICS, self._enqueue_on_change("topics"))
+        ChildrenWatch(self._zk.kazoo, zkdata.DELETE_TOPICS, self._enqueue_on_change("deletions"))
+        DataWatch(self._zk.kazoo, zkdata.PREFERRED_REPLICA_ELECTION, self._preferred_changed)
 
     def stop(self) -> None:
         self._stopped = True
@@ -108,47 +131,39 @@ class Controller:
 
     def _session_state(self, state: KazooState) -> None:
         if state == KazooState.LOST:
+            self._suspended = True
             self._events.put(("session_lost",))
+        elif state == KazooState.SUSPENDED:
+            self._suspended = True
+        elif state == KazooState.CONNECTED and self._suspended:
+            # kazoo dropped the plain topic watches with the connection: re-arm and re-read.
+            self._suspended = False
+            self._events.put(("resync", self._generation))
 
-    def _watch(self, generation: int) -> None:
-        def brokers(children: list[str]) -> bool:
-            if self._stopped or generation != self._generation:
+    def _enqueue_on_change(self, kind: str) -> Callable[[list[str]], bool]:
+        def changed(_children: list[str]) -> bool:
+            if self._stopped:
                 return False
-            self._events.put(("brokers", generation, {int(c) for c in children}))
+            self._events.put((kind, self._generation))
             return True
 
-        def topics(children: list[str]) -> bool:
-            if self._stopped or generation != self._generation:
-                return False
-            self._events.put(("topics", generation, set(children)))
-            return True
+        return changed
 
-        def deletions(children: list[str]) -> bool:
-            if self._stopped or generation != self._generation:
-                return False
-            self._events.put(("deletions", generation, set(children)))
-            return True
+    def _preferred_changed(self, data: bytes | None, _stat: Any) -> bool:
+        if self._stopped:
+            return False
+        if data is not None:
+            self._events.put(("elect_preferred", self._generation, zkdata.decode_preferred_election(data), "znode"))
+        return True
 
-        def preferred(data: bytes | None, _stat: Any) -> bool:
-            if self._stopped or generation != self._generation:
-                return False
-            if data is not None:
-                self._events.put(("elect_preferred", generation, zkdata.decode_preferred_election(data), "znode"))
-            return True
+    def _topic_watch(self, event: WatchedEvent) -> None:
+        """The one callback of every topic znode's plain watch (kazoo's callback thread)."""
+        if self._stopped or event.type == EventType.NONE or not event.path:
+            return  # NONE: the connection dropped; "resync" re-arms
+        self._events.put(("topic", self._generation, zkdata.decode_segment(event.path.rsplit("/", 1)[1])))
 
-        ChildrenWatch(self._zk.kazoo, zkdata.BROKER_IDS, brokers)
-        ChildrenWatch(self._zk.kazoo, zkdata.BROKER_TOPICS, topics)
-        ChildrenWatch(self._zk.kazoo, zkdata.DELETE_TOPICS, deletions)
-        DataWatch(self._zk.kazoo, zkdata.PREFERRED_REPLICA_ELECTION, preferred)
-
-    def _watch_topic(self, generation: int, topic: str) -> None:
-        def changed(data: bytes | None, _stat: Any) -> bool:
-            if self._stopped or generation != self._generation or data is None:
-                return False
-            self._events.put(("topic", generation, topic))
-            return True
-
-        DataWatch(self._zk.kazoo, zkdata.topic_path(topic), changed)
+    def _arm_topic_watch(self, topic: str) -> None:
+        self._zk.kazoo.exists(zkdata.topic_path(topic), watch=self._topic_watch)
 
     # --- event thread --------------------------------------------------------------
 
@@ -192,12 +207,12 @@ class Controller:
             self._generation += 1
             return
         if kind == "controlled_shutdown":
-            fut: Future[list[tuple[str, int]]] = event[2]
+            fut = event[3]
             if not self._active:
                 fut.set_exception(ControllerMovedError(f"broker {self.broker_id} is not the controller"))
             else:
                 try:
-                    fut.set_result(self._controlled_shutdown(event[1]))
+                    fut.set_result(self._controlled_shutdown(event[1], event[2]))
                 except Exception as exc:
                     fut.set_exception(exc)
             return
@@ -206,15 +221,19 @@ class Controller:
         if kind == "brokers":
             self._on_brokers()
         elif kind == "topics":
-            new = event[2] - self._topics
-            self._topics = set(event[2])
-            for topic in sorted(new):
-                self._watch_topic(self._generation, topic)
+            self._on_topics()
         elif kind == "topic":
+            if event[2] in self._topics:
+                self._arm_topic_watch(event[2])
             self._on_topic(event[2])
         elif kind == "deletions":
-            for topic in sorted(event[2]):
+            for topic in self._zk.topics_pending_deletion():
                 self._delete_topic(topic)
+        elif kind == "resync":
+            self._topics = set()
+            self._on_topics()
+            self._on_brokers()
+            self._events.put(("deletions", self._generation))
         elif kind == "elect_preferred":
             self._elect_preferred(event[2])
             if event[3] == "znode":
@@ -236,14 +255,29 @@ class Controller:
         self._generation += 1
         self._active = True
         self._topics = set()
+        self._seen = set()
         log.info("broker %d: elected controller, epoch %d", self.broker_id, self.epoch)
-        self._watch(self._generation)
+        for kind in ("brokers", "topics", "deletions"):
+            self._events.put((kind, self._generation))
 
     # --- topic and partition state -------------------------------------------------
 
     def _live(self) -> set[int]:
         """Live brokers, without those in a controlled shutdown of their current registration."""
-        return {b for b, info in self._zk.live_brokers().items() if self._shutting_down.get(b) != info.epoch}
+        brokers = self._zk.live_brokers()
+        self._seen.update(brokers)
+        # A mark ends with the registration it was made for (re-registration or session end).
+        self._shutting_down = {b: e for b, e in self._shutting_down.items() if b in brokers and brokers[b].epoch == e}
+        return {b for b, info in brokers.items() if self._shutting_down.get(b) != info.epoch}
+
+    def _on_topics(self) -> None:
+        """``/brokers/topics`` changed: watch new topics (and set up their partitions)."""
+        current = set(self._zk.topics())
+        new = current - self._topics
+        self._topics = current
+        for topic in sorted(new):
+            self._arm_topic_watch(topic)
+            self._on_topic(topic)
 
     def _unclean(self, topic: str) -> bool:
         value = self._zk.topic_config(topic).get(UNCLEAN_KEY)
@@ -266,7 +300,8 @@ class Controller:
                 continue
             alive = [r for r in replicas if r in live]
             if not alive:
-                log.warning("%s-%d: no live replica among %s; waiting", topic, p, replicas)
+                level = logging.WARNING if self._seen.intersection(replicas) else logging.INFO
+                log.log(level, "%s-%d: no live replica among %s yet; waiting", topic, p, replicas)
                 continue
             state = LeaderAndIsr(alive[0], 0, alive, self.epoch)
             try:
@@ -323,7 +358,10 @@ class Controller:
                 # lead again when it returns; never shrink the ISR to nothing.
                 isr = [state.leader] if state.leader in state.isr or not state.isr else state.isr[:1]
                 self._write(topic, p, state, zkdata.NO_LEADER, isr)
-                log.error("%s-%d: offline, no in-sync replica is alive", topic, p)
+                if self._seen.intersection(state.isr):
+                    log.error("%s-%d: offline, no in-sync replica is alive", topic, p)
+                else:  # e.g. the cluster is starting and the ISR has not registered yet
+                    log.info("%s-%d: offline until an in-sync replica %s registers", topic, p, state.isr)
 
     def _write(self, topic: str, p: int, old: LeaderAndIsr, leader: int, isr: list[int]) -> None:
         new = LeaderAndIsr(leader, old.leader_epoch + 1, isr, self.epoch, old.zk_version)
@@ -360,20 +398,34 @@ class Controller:
 
     # --- controlled shutdown -------------------------------------------------------
 
-    def controlled_shutdown(self, broker_id: int, timeout_s: float = 30.0) -> list[tuple[str, int]]:
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int, timeout_s: float = 30.0) -> list[tuple[str, int]]:
         """Move leadership (and ISR membership) off ``broker_id``; returns what it still leads.
 
-        Runs on the controller's event thread; raises ControllerMovedError when this
-        broker is not the controller.
+        ``broker_epoch`` must be the czxid of the broker's current registration
+        (:meth:`ZkClient.register_broker` returns it); a missing (-1) or stale one raises
+        StaleBrokerEpochError and changes nothing. BrokerNotAvailableError if the broker
+        is not registered; ControllerMovedError (a NotControllerError) when this broker
+        is not the controller; RequestTimedOutError after ``timeout_s``. Runs on the
+        controller's event thread.
         """
         fut: Future[list[tuple[str, int]]] = Future()
-        self._events.put(("controlled_shutdown", broker_id, fut))
-        return fut.result(timeout_s)
+        self._events.put(("controlled_shutdown", broker_id, broker_epoch, fut))
+        try:
+            return fut.result(timeout_s)
+        except FutureTimeoutError:
+            raise RequestTimedOutError(f"controlled shutdown of broker {broker_id} took over {timeout_s} s") from None
 
-    def _controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]]:
-        info = self._zk.broker(broker_id)
-        if info is not None:
-            self._shutting_down[broker_id] = info.epoch
+    def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+        current = self._zk.broker_epoch(broker_id)
+        if current < 0:
+            raise BrokerNotAvailableError(f"broker {broker_id} is not registered")
+        if broker_epoch != current:
+            raise StaleBrokerEpochError(
+                f"controlled shutdown of broker {broker_id} names broker epoch {broker_epoch}; "
+                f"its current registration has epoch {current}"
+            )
+        self._shutting_down[broker_id] = current
+        log.info("broker %d (epoch %d) is shutting down", broker_id, current)
         live = self._live()
         remaining: list[tuple[str, int]] = []
         for topic in self._zk.topics():

@@ -25,6 +25,7 @@ from kclient.errors import (
     BrokerResponseError,
     InvalidRequestError,
     KafkaError,
+    NotControllerError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -32,8 +33,8 @@ from kclient.errors import (
 log = logging.getLogger(__name__)
 
 
-class ControllerMovedError(KafkaError):
-    """This broker's controller epoch is stale: another broker is controller now."""
+class ControllerMovedError(NotControllerError):
+    """This broker's controller epoch is stale, or it is not the controller (NOT_CONTROLLER)."""
 
 
 class BrokerIdInUseError(KafkaError):
