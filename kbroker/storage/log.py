@@ -270,9 +270,10 @@ class Log:
         """Validate the batches from a producer, give them offsets and the epoch, append.
 
         Every batch is checked first (complete batches only, CRC, size within
-        max.message.bytes, record count matching its offset span); any problem raises
-        CorruptRecordError / MessageSizeTooLargeError / RecordListTooLargeError and
-        nothing is written. Then, under the log lock, batches with a producer id are
+        max.message.bytes, records matching the header: count, offset deltas, lengths,
+        decompressed size; see :func:`validate_batches`); any problem raises
+        CorruptRecordError / InvalidRecordError / MessageSizeTooLargeError /
+        RecordListTooLargeError and nothing is written. Then, under the log lock, batches with a producer id are
         checked against the producer state (:meth:`ProducerStateManager.check_leader_append`):
         InvalidProducerEpochError / OutOfOrderSequenceNumberError / InvalidRequestError
         write nothing; if every batch is a duplicate of a batch already in the log,

@@ -1,7 +1,8 @@
 """Checks and stamps applied to record batches on their way into a log (Kafka's LogValidator).
 
-The broker never decodes records: everything here reads and writes batch headers
-only (plus one CRC-32C when the topic uses LogAppendTime).
+The broker never decodes records into objects: batches from a producer have their
+records walked (see :mod:`.record_checks`), everything else reads and writes batch
+headers only (plus one CRC-32C when the topic uses LogAppendTime).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from kclient.errors import CorruptRecordError, MessageSizeTooLargeError
+from kbroker.storage.record_checks import check_records
+from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -75,13 +77,18 @@ def validate_batches(
 
     ``records`` must be one or more complete batches and nothing else. Each batch
     passes ``check_batch`` (magic 2, length, CRC-32C) and has a consistent offset
-    range. From a producer (``as_leader``) a batch must hold exactly
-    ``lastOffsetDelta + 1`` records and must not be a control batch; from a leader
+    range. From a producer (``as_leader``) a batch must declare exactly
+    ``lastOffsetDelta + 1`` records, must not be a control batch, and its records
+    must be what the header says (:func:`~.record_checks.check_records`: the count,
+    offset deltas 0..n-1, record lengths, the decompressed size). From a leader
     (follower side) offsets must increase from batch to batch, and fewer records
-    than offsets are allowed (compacted batches).
+    than offsets are allowed (compacted batches); the leader checked the records.
 
-    Raises CorruptRecordError, or MessageSizeTooLargeError for a batch larger than
-    ``max_message_bytes`` (not checked when None), naming the batch's position.
+    Raises, naming the batch's position, as Kafka does: CorruptRecordError for bytes
+    that are not a valid batch (framing, CRC, undecompressable body);
+    InvalidRecordError for a valid batch whose records or offsets are inconsistent;
+    MessageSizeTooLargeError for a batch (or its decompressed records) larger than
+    ``max_message_bytes`` (not checked when None).
     """
     total = len(records)
     if total == 0:
@@ -119,15 +126,16 @@ def validate_batches(
         delta = header.last_offset_delta
         count = header.record_count
         if delta < 0:
-            raise CorruptRecordError(f"batch at position {pos} has a negative lastOffsetDelta {delta}")
+            raise InvalidRecordError(f"batch at position {pos} has a negative lastOffsetDelta {delta}")
         if as_leader:
             if count != delta + 1:
-                raise CorruptRecordError(
+                raise InvalidRecordError(
                     f"batch at position {pos} holds {count} records but its offsets span "
                     f"{delta + 1} (lastOffsetDelta {delta})"
                 )
             if header.attributes & _CONTROL_MASK:
-                raise CorruptRecordError(f"batch at position {pos} is a control batch: clients cannot write those")
+                raise InvalidRecordError(f"batch at position {pos} is a control batch: clients cannot write those")
+            check_records(records, pos, header, max_message_bytes)
         else:
             if count > delta + 1:
                 raise CorruptRecordError(

@@ -21,6 +21,7 @@ from kbroker.storage.log_config import LogConfig
 from kclient.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
+    InvalidRecordError,
     MessageSizeTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -188,11 +189,11 @@ def with_crc(buf: bytearray) -> bytes:
 def test_leader_append_rejects_inconsistent_batches(log: Log) -> None:
     bad_count = bytearray(make_batch(3))
     bad_count[57:61] = (5).to_bytes(4, "big")
-    with pytest.raises(CorruptRecordError, match="holds 5 records"):
+    with pytest.raises(InvalidRecordError, match="holds 5 records"):
         log.append_as_leader(with_crc(bad_count), 0)
     control = bytearray(make_batch(1))
     control[21:23] = (0x20).to_bytes(2, "big")
-    with pytest.raises(CorruptRecordError, match="control batch"):
+    with pytest.raises(InvalidRecordError, match="control batch"):
         log.append_as_leader(with_crc(control), 0)
     bad_magic = bytearray(make_batch(1))
     bad_magic[16] = 1

@@ -1,0 +1,289 @@
+"""Record-level checks of a producer's batch (the record part of Kafka's LogValidator).
+
+A batch whose header and CRC are valid may still hold garbage: a record count that
+the body does not hold, repeated offset deltas, record lengths that do not match
+their fields, or a small compressed body that inflates to gigabytes. Every batch a
+leader accepts is one that kclient (and Kafka's clients) can decode record by record.
+
+The records are walked, never decoded: the walk reads each varint length and skips
+keys, values and headers, without building objects or copying bytes. The cost is
+per record (~0.4 µs in CPython), ~3.7 ms per MiB of 100-byte records, nothing but
+the decompression for compressed batches.
+
+Compressed bodies are inflated by a streaming decompressor that stops one byte past
+the limit, so a bomb costs at most ``max.message.bytes`` of memory.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import lz4.frame as _lz4f
+import zstandard as _zstd
+
+from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError, UnsupportedCodecError
+from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, Compression
+
+Buffer = bytes | bytearray | memoryview
+
+MIN_RECORD_SIZE = 7
+"""Bytes of the smallest record: length, attributes, timestampDelta, offsetDelta,
+keyLength, valueLength and headerCount, one byte each."""
+_CODEC_MASK = 0x07
+_CHUNK = 256 * 1024
+
+
+class _Malformed(Exception):
+    """Internal: the walk met something that is not a record (the caller words the error)."""
+
+
+def check_records(buf: Buffer, pos: int, header: BatchHeader, max_message_bytes: int | None) -> None:
+    """Check the records of the batch at ``pos`` (header, CRC and offset range already checked).
+
+    - the body holds exactly ``recordCount`` records and nothing after them;
+    - record ``i`` has offsetDelta ``i`` (so deltas run 0..recordCount-1);
+    - each record's length varint covers exactly its fields (key, value, headers);
+      header keys are not null and are UTF-8;
+    - a compressed body inflates to at most ``max.message.bytes`` minus the batch
+      header (when ``max_message_bytes`` is given).
+
+    Raises InvalidRecordError for records that are not what the header says,
+    CorruptRecordError for a body that does not decompress, MessageSizeTooLargeError
+    for one that inflates beyond the limit. Snappy bodies are only checked if a
+    snappy library is importable (the broker cannot read them otherwise).
+    """
+    count = header.record_count
+    start = pos + HEADER_SIZE
+    end = pos + header.batch_length + LOG_OVERHEAD
+    codec = header.attributes & _CODEC_MASK
+    data: Buffer = buf
+    if codec:
+        limit = None if max_message_bytes is None else max(max_message_bytes - HEADER_SIZE, 0)
+        with memoryview(buf) as view:
+            inflated = _inflate(codec, view[start:end], limit, pos, max_message_bytes)
+        if inflated is None:
+            return
+        data, start, end = inflated, 0, len(inflated)
+    if count * MIN_RECORD_SIZE > end - start:
+        raise InvalidRecordError(
+            f"batch at position {pos} declares {count} records, but its {end - start} bytes of "
+            f"records hold at most {(end - start) // MIN_RECORD_SIZE}"
+        )
+    try:
+        walked = _walk(data, start, end, count)
+    except (_Malformed, UnicodeDecodeError) as exc:
+        raise InvalidRecordError(f"batch at position {pos} holds a malformed record: {exc}") from None
+    except IndexError:
+        raise InvalidRecordError(f"batch at position {pos} holds a record running past the end of the batch") from None
+    if walked != end:
+        raise InvalidRecordError(
+            f"batch at position {pos}: its {count} records take {walked - start} bytes but the batch holds "
+            f"{end - start} bytes of records (the record count is wrong)"
+        )
+
+
+def _inflate(codec: int, body: memoryview, limit: int | None, pos: int, max_message_bytes: int | None) -> bytes | None:
+    """The decompressed body, at most ``limit`` bytes; None if it cannot be read here (snappy)."""
+    cap = -1 if limit is None else limit + 1
+    out: bytes | None
+    try:
+        if codec == Compression.ZSTD:
+            out = _zstd_inflate(body, cap)
+        elif codec == Compression.LZ4:
+            out = _lz4_inflate(body, cap)
+        elif codec == Compression.GZIP:
+            out = _gzip_inflate(body, cap)
+        elif codec == Compression.SNAPPY:
+            out = _snappy_inflate(body)
+        else:
+            raise CorruptRecordError(f"batch at position {pos} has unknown compression codec {codec}")
+    except (zlib.error, RuntimeError, ValueError, EOFError, _zstd.ZstdError) as exc:
+        name = Compression(codec).name.lower()
+        raise CorruptRecordError(f"batch at position {pos}: cannot decompress its {name} records: {exc}") from None
+    if out is not None and limit is not None and len(out) > limit:
+        raise MessageSizeTooLargeError(
+            f"batch at position {pos} decompresses to more than {limit + HEADER_SIZE} bytes, "
+            f"larger than max.message.bytes={max_message_bytes}"
+        )
+    return out
+
+
+def _zstd_inflate(body: memoryview, cap: int) -> bytes:
+    # As kclient reads it: every frame, one after the other.
+    reader = _zstd.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+    parts: list[bytes] = []
+    total = 0
+    while cap < 0 or total < cap:
+        chunk = reader.read(_CHUNK if cap < 0 else min(_CHUNK, cap - total))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    return b"".join(parts)
+
+
+def _lz4_inflate(body: memoryview, cap: int) -> bytes:
+    # As kclient reads it: the first frame; it must be complete.
+    decompressor = _lz4f.LZ4FrameDecompressor()
+    out: bytes = decompressor.decompress(body, max_length=cap)
+    parts = [out]
+    total = len(out)
+    while not decompressor.eof and (cap < 0 or total < cap):
+        more: bytes = decompressor.decompress(b"", max_length=-1 if cap < 0 else cap - total)
+        if not more:
+            break
+        parts.append(more)
+        total += len(more)
+    if not decompressor.eof and (cap < 0 or total < cap):
+        raise EOFError("truncated lz4 frame")
+    return b"".join(parts)
+
+
+def _gzip_inflate(body: memoryview, cap: int) -> bytes:
+    # As kclient (and Java's GZIPInputStream) read it: concatenated members.
+    parts: list[bytes] = []
+    total = 0
+    rest: bytes | memoryview = body
+    while True:
+        decompressor = zlib.decompressobj(31)
+        out = decompressor.decompress(rest, 0 if cap < 0 else cap - total)
+        parts.append(out)
+        total += len(out)
+        while decompressor.unconsumed_tail and (cap < 0 or total < cap):
+            out = decompressor.decompress(decompressor.unconsumed_tail, 0 if cap < 0 else cap - total)
+            parts.append(out)
+            total += len(out)
+        if 0 <= cap <= total:
+            break
+        if not decompressor.eof:
+            raise EOFError("truncated gzip data")
+        rest = decompressor.unused_data
+        if not rest:
+            break
+    return b"".join(parts)
+
+
+def _snappy_inflate(body: memoryview) -> bytes | None:
+    # Snappy expands at most ~21 times, so a request-sized body cannot be a bomb.
+    from kclient import records
+
+    try:
+        return records._decompress(Compression.SNAPPY, body)
+    except UnsupportedCodecError:
+        return None
+
+
+def _slow_varint(data: Buffer, p: int) -> tuple[int, int]:
+    """(raw zigzag value, next position) of a varint of any length (at most 10 bytes)."""
+    z = 0
+    shift = 0
+    while True:
+        b = data[p]
+        p += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return z, p
+        shift += 7
+        if shift > 63:
+            raise _Malformed(f"a varint longer than 10 bytes at {p}")
+
+
+def _walk(data: Buffer, p: int, end: int, count: int) -> int:
+    """Walk ``count`` records from ``p``; returns the position after the last one.
+
+    Varints are zigzag: a raw value ``z`` is a length ``z >> 1`` when even, negative
+    (null) when odd. The 1- and 2-byte cases are inlined: a call per field would
+    double the cost.
+    """
+    slow = _slow_varint
+    for expected_delta in range(0, count << 1, 2):  # zigzag(i) == 2 * i
+        if p >= end:
+            raise _Malformed(f"the records end after {expected_delta >> 1} of {count}")
+        # length
+        zl = data[p]
+        if zl < 0x80:
+            p += 1
+        else:
+            b = data[p + 1]
+            if b < 0x80:
+                zl = (zl & 0x7F) | (b << 7)
+                p += 2
+            else:
+                zl, p = slow(data, p)
+        # attributes (one byte, unused), then timestampDelta (skipped)
+        if data[p + 1] < 0x80:
+            q = p + 2
+        elif data[p + 2] < 0x80:
+            q = p + 3
+        else:
+            q = slow(data, p + 1)[1]
+        # offsetDelta
+        z = data[q]
+        if z < 0x80:
+            q += 1
+        else:
+            b = data[q + 1]
+            if b < 0x80:
+                z = (z & 0x7F) | (b << 7)
+                q += 2
+            else:
+                z, q = slow(data, q)
+        if z != expected_delta:
+            delta = (z >> 1) ^ -(z & 1)
+            raise _Malformed(f"record {expected_delta >> 1} has offsetDelta {delta}")
+        # key
+        z = data[q]
+        if z < 0x80:
+            q += 1
+        else:
+            b = data[q + 1]
+            if b < 0x80:
+                z = (z & 0x7F) | (b << 7)
+                q += 2
+            else:
+                z, q = slow(data, q)
+        if not z & 1:
+            q += z >> 1
+        # value
+        z = data[q]
+        if z < 0x80:
+            q += 1
+        else:
+            b = data[q + 1]
+            if b < 0x80:
+                z = (z & 0x7F) | (b << 7)
+                q += 2
+            else:
+                z, q = slow(data, q)
+        if not z & 1:
+            q += z >> 1
+        # headers
+        if data[q]:
+            q = _walk_headers(data, q)
+        else:
+            q += 1
+        if (q - p) << 1 != zl:
+            raise _Malformed(
+                f"record {expected_delta >> 1} declares {(zl >> 1) ^ -(zl & 1)} bytes but its fields take {q - p}"
+            )
+        p = q
+    return p
+
+
+def _walk_headers(data: Buffer, q: int) -> int:
+    z, q = _slow_varint(data, q)
+    if z & 1:
+        raise _Malformed(f"a negative header count {(z >> 1) ^ -1}")
+    for _ in range(z >> 1):
+        z, q = _slow_varint(data, q)
+        if z & 1:
+            raise _Malformed("a record header with a null key")
+        key_end = q + (z >> 1)
+        if key_end > len(data):
+            raise IndexError
+        bytes(data[q:key_end]).decode("utf-8")
+        q = key_end
+        z, q = _slow_varint(data, q)
+        if not z & 1:
+            q += z >> 1
+    return q
