@@ -45,7 +45,11 @@ class ZkView:
 
 
 class NumberedProducer(threading.Thread):
-    """Sends 0, 1, 2, ... with acks=all and records what was acknowledged where."""
+    """Sends 0, 1, 2, ... with acks=all and records what was acknowledged where.
+
+    ``ack_log`` holds (time.monotonic(), partition) per acknowledgement, in arrival
+    order, for availability measurements.
+    """
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
@@ -55,6 +59,7 @@ class NumberedProducer(threading.Thread):
         self.topic = topic
         self.acked: dict[int, tuple[int, int]] = {}
         self.failed: dict[int, str] = {}
+        self.ack_log: list[tuple[float, int]] = []
         self.stop = threading.Event()
         self.sent = 0
 
@@ -73,6 +78,7 @@ class NumberedProducer(threading.Thread):
 
     def _ok(self, i: int, meta) -> None:  # type: ignore[no-untyped-def]
         self.acked[i] = (meta.partition, meta.offset)
+        self.ack_log.append((time.monotonic(), meta.partition))
 
     def _bad(self, i: int, exc: BaseException) -> None:
         self.failed[i] = repr(exc)
