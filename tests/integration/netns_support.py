@@ -13,6 +13,7 @@ when that names a file, so a CI run can keep them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -78,6 +79,18 @@ def first_ack_after(producer: NumberedProducer, partition: int, t: float) -> flo
     for at, p in producer.ack_log:
         if p == partition and at > t:
             return at
+    return None
+
+
+def longest_gap(producer: NumberedProducer, partition: int, start: float, until: float) -> float | None:
+    """The longest time without an ack on ``partition`` from ``start``, counted up to the
+    first ack later than ``until`` (None when there is none: the gap has not ended)."""
+    points = [start]
+    for at, p in producer.ack_log:
+        if p == partition and at >= start:
+            points.append(at)
+            if at > until:
+                return max(b - a for a, b in itertools.pairwise(points))
     return None
 
 
