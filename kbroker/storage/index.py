@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from array import array
@@ -84,8 +85,24 @@ class _IndexFile:
             )
 
     def _write_entry(self, entry: bytes, count_before: int) -> None:
-        os.pwrite(self._fd, entry, count_before * self.entry_size)
-        self._file_bytes = (count_before + 1) * self.entry_size
+        """Write an entry at the end, whole or not at all (a short write is retried;
+        on an error the file is cut back to ``count_before`` entries, best effort)."""
+        position = count_before * self.entry_size
+        written = 0
+        try:
+            while written < len(entry):
+                n = os.pwrite(self._fd, entry[written:], position + written)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, f"short write to {self._path}")
+                written += n
+        except BaseException:
+            if written:
+                try:
+                    os.ftruncate(self._fd, position)
+                except OSError:
+                    pass  # the file length is no multiple of entries: the index is rebuilt on load
+            raise
+        self._file_bytes = position + len(entry)
 
     def _truncate_file(self, entries: int) -> None:
         os.ftruncate(self._fd, entries * self.entry_size)
@@ -199,7 +216,10 @@ class OffsetIndex(_IndexFile):
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
         relative = offset - self.base_offset
-        keep = 0 if relative <= 0 else bisect_right(self._offsets, relative - 1)
+        self.truncate_to_entries(0 if relative <= 0 else bisect_right(self._offsets, relative - 1))
+
+    def truncate_to_entries(self, keep: int) -> None:
+        """Keep the first ``keep`` entries (undoes the entries of a failed append)."""
         if keep < len(self._offsets):
             del self._offsets[keep:]
             del self._positions[keep:]
@@ -298,7 +318,10 @@ class TimeIndex(_IndexFile):
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
         relative = offset - self.base_offset
-        keep = 0 if relative <= 0 else bisect_right(self._offsets, relative - 1)
+        self.truncate_to_entries(0 if relative <= 0 else bisect_right(self._offsets, relative - 1))
+
+    def truncate_to_entries(self, keep: int) -> None:
+        """Keep the first ``keep`` entries (undoes the entries of a failed append)."""
         if keep < len(self._offsets):
             del self._offsets[keep:]
             del self._timestamps[keep:]

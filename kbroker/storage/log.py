@@ -17,7 +17,7 @@ from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.loader import load_log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.producer_state import ProducerStateManager
-from kbroker.storage.segment import LogSegment
+from kbroker.storage.segment import AppendUndoError, LogSegment
 from kbroker.storage.validator import (
     BatchSummary,
     assign_offsets,
@@ -109,7 +109,13 @@ class Log:
     - the producer state describes exactly the producer batches in
       [log_start_offset, log_end_offset): it is updated with every append, evicts
       producers left below the log start and is rebuilt after a truncation. A leader
-      append never writes a batch with a producer id twice (see :meth:`append_as_leader`).
+      append never writes a batch with a producer id twice (see :meth:`append_as_leader`);
+    - an append is all or nothing: a failed write (a full disk, a short write) is cut
+      back and the log end offset does not move. When I/O fails in a way that cannot
+      be undone (the cut-back, an fsync, a truncation), the log goes :attr:`offline`:
+      every later append, read and flush raises KafkaStorageError, nothing more is
+      written, and the next start recovers the files (Kafka takes the log directory
+      offline on an IOException).
 
     Thread safety: the log owns one lock (``RLock``) around every change and every
     snapshot of the segment list. Reads snapshot the segments and their sizes under
@@ -150,6 +156,7 @@ class Log:
         self._roll_flush_offset = -1
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
+        self._offline_reason: str | None = None
 
     @classmethod
     def open(
@@ -258,9 +265,39 @@ class Log:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def offline(self) -> bool:
+        """True once an I/O error left the files in a state this log cannot vouch for."""
+        return self._offline_reason is not None
+
+    @property
+    def offline_reason(self) -> str | None:
+        """Why the log went offline, None while it is online."""
+        return self._offline_reason
+
     def _ensure_open(self) -> None:
         if self._closed:
             raise KafkaStorageError(f"log {self._dir} is closed")
+        if self._offline_reason is not None:
+            raise KafkaStorageError(f"log {self._dir} is offline: {self._offline_reason}")
+
+    def _go_offline(self, reason: str) -> None:
+        """Refuse every later append and read (KafkaStorageError) until a restart recovers
+        the files, as Kafka takes a log directory offline on an IOException."""
+        with self._lock:
+            if self._offline_reason is None:
+                self._offline_reason = reason
+                logger.error("%s: log taken offline: %s", self.name, reason)
+
+    @contextmanager
+    def _offline_on_error(self, what: str) -> Iterator[None]:
+        """Like ``_storage_errors``, and the log goes offline: for I/O that cannot be
+        undone (an fsync that failed, a truncation half done)."""
+        try:
+            yield
+        except OSError as exc:
+            self._go_offline(f"I/O error while {what}: {exc}")
+            raise KafkaStorageError(f"I/O error while {what}: {exc}") from exc
 
     # ------------------------------------------------------------------ appends
 
@@ -317,10 +354,8 @@ class Log:
             first_offset = self._next_offset
             stamped = assign_offsets(buf, batches, first_offset, leader_epoch)
             summary = summarize(stamped)
-            if leader_epoch > latest:
-                with _storage_errors(f"writing the leader epoch cache of {self.name}"):
-                    self._epoch_cache.assign(leader_epoch, first_offset)
-            self._append_locked(buf, summary, now)
+            new_epoch = leader_epoch if leader_epoch > latest else None
+            self._append_locked(buf, summary, now, [(new_epoch, first_offset)])
             self._producer_state.update([h for _, h in stamped])
         return LogAppendInfo(
             first_offset,
@@ -353,13 +388,10 @@ class Log:
                     f"{self.name}: follower append starts at offset {first_offset} but the log "
                     f"end offset is {self._next_offset}"
                 )
-            with _storage_errors(f"writing the leader epoch cache of {self.name}"):
-                cache = self._epoch_cache
-                for _, header in summary.batches:
-                    epoch = header.partition_leader_epoch
-                    if epoch >= 0 and epoch > cache.latest_epoch:
-                        cache.assign(epoch, header.base_offset)
-            self._append_locked(records, summary, now)
+            epochs: list[tuple[int | None, int]] = [
+                (h.partition_leader_epoch, h.base_offset) for _, h in summary.batches if h.partition_leader_epoch >= 0
+            ]
+            self._append_locked(records, summary, now, epochs)
             self._producer_state.update([h for _, h in summary.batches])
         return LogAppendInfo(
             first_offset,
@@ -370,10 +402,27 @@ class Log:
             len(records),
         )
 
-    def _append_locked(self, data: bytes | bytearray | memoryview, summary: BatchSummary, now_ms: int) -> None:
+    def _append_locked(
+        self,
+        data: bytes | bytearray | memoryview,
+        summary: BatchSummary,
+        now_ms: int,
+        epochs: list[tuple[int | None, int]],
+    ) -> None:
+        """Write batches at the log end: all of them or, on any error, nothing.
+
+        ``epochs`` are (leader epoch or None, start offset) to record in the leader-epoch
+        cache first; they are forgotten again if the append fails. A failed write is
+        undone by the segment (the log end offset does not move); if it cannot be
+        undone the log goes offline.
+        """
         config = self._config
         try:
             with _storage_errors(f"appending to {self.name}"):
+                cache = self._epoch_cache
+                for epoch, start in epochs:
+                    if epoch is not None and epoch > cache.latest_epoch:
+                        cache.assign(epoch, start)
                 segment = self._segments[-1]
                 if segment.should_roll(
                     messages_size=len(data),
@@ -386,9 +435,14 @@ class Log:
                     segment = self._roll_locked(now_ms)
                 segment.append(data, summary.batches)
                 self._next_offset = segment.next_offset
-        except KafkaError:
+        except KafkaError as exc:
+            if isinstance(exc, AppendUndoError):
+                self._go_offline(str(exc))
             # Nothing of this append is in the log: forget an epoch assigned for it.
-            self._epoch_cache.truncate_from_end(self._next_offset)
+            try:
+                self._epoch_cache.truncate_from_end(self._next_offset)
+            except OSError as undo_exc:  # the file is trimmed to the log end at the next load
+                logger.warning("%s: could not rewrite the leader epoch cache: %s", self.name, undo_exc)
             raise
         flush_messages = config.flush_messages
         if flush_messages is not None and self._next_offset - self._recovery_point >= flush_messages:
@@ -521,7 +575,7 @@ class Log:
                 if target <= self._recovery_point:
                     return
                 to_flush = self._segments_between(self._recovery_point, target)
-            with _storage_errors(f"flushing {self.name}"):
+            with self._offline_on_error(f"flushing {self.name}"):
                 for segment in to_flush:
                     segment.flush()
             with self._lock:
@@ -529,7 +583,7 @@ class Log:
 
     def _flush_locked(self, target: int, now_ms: int) -> None:
         """Flush with the log lock held (flush.messages on the append path)."""
-        with _storage_errors(f"flushing {self.name}"):
+        with self._offline_on_error(f"flushing {self.name}"):
             for segment in self._segments_between(self._recovery_point, target):
                 segment.flush()
         self._advance_recovery_point(target, now_ms)
@@ -552,7 +606,7 @@ class Log:
         Returns whether it flushed."""
         now = _now_ms() if now_ms is None else now_ms
         with self._lock:
-            if self._closed:
+            if self._closed or self._offline_reason is not None:
                 return False
             flush_ms = self._config.flush_ms
             unflushed = self._next_offset > self._recovery_point
@@ -578,7 +632,7 @@ class Log:
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {offset}")
-        with self._flush_lock, self._lock, _storage_errors(f"truncating {self.name}"):
+        with self._flush_lock, self._lock, self._offline_on_error(f"truncating {self.name}"):
             self._ensure_open()
             if offset >= self._next_offset:
                 return False
@@ -610,7 +664,7 @@ class Log:
         """Delete everything and continue with an empty log starting at ``offset``."""
         if offset < 0:
             raise ValueError(f"cannot start a log at a negative offset {offset}")
-        with self._flush_lock, self._lock, _storage_errors(f"truncating {self.name}"):
+        with self._flush_lock, self._lock, self._offline_on_error(f"truncating {self.name}"):
             self._ensure_open()
             logger.info("%s: truncating fully and starting at offset %d", self.name, offset)
             self._truncate_fully_locked(offset)
@@ -670,7 +724,7 @@ class Log:
         number of segments deleted."""
         now = _now_ms() if now_ms is None else now_ms
         with self._flush_lock, self._lock, _storage_errors(f"applying retention to {self.name}"):
-            if self._closed:
+            if self._closed or self._offline_reason is not None:
                 return 0
             config = self._config
             limit = high_watermark
@@ -751,7 +805,7 @@ class Log:
 
         Writes a producer-state snapshot at the log end offset first (so the next
         load replays nothing). Does not flush: call :meth:`flush` first for a clean
-        shutdown.
+        shutdown. An offline log writes nothing: its files are left to recovery.
         """
         self._close(snapshot=True)
 
@@ -759,12 +813,13 @@ class Log:
         with self._flush_lock, self._lock:
             if self._closed:
                 return
-            if snapshot:
+            online = self._offline_reason is None
+            if snapshot and online:
                 self._snapshot_producer_state(self._next_offset)
             self._closed = True
             with _storage_errors(f"closing {self.name}"):
                 for segment in self._segments:
-                    segment.close()
+                    segment.close(final_index_entry=online)
                 for _, segment in self._pending_deletes:
                     segment.delete()
                 self._pending_deletes = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,25 @@ class SegmentRead(NamedTuple):
     """Offset after the last batch returned (the start offset if none)."""
 
 
+class AppendUndoError(KafkaStorageError):
+    """An append failed and the segment could not be put back as it was.
+
+    Its files may then hold bytes its state does not know about: the owning log
+    must go offline (Kafka takes the log directory offline on such an IOException).
+    """
+
+
+class _AppendUndo(NamedTuple):
+    """A segment's state before an append, to put back if the append fails."""
+
+    size: int
+    index_entries: int
+    time_index_entries: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    rolling_based_timestamp: int | None
+
+
 class LogSegment:
     """A slice of one partition's log starting at ``base_offset``.
 
@@ -59,7 +79,8 @@ class LogSegment:
 
     Invariants: every offset in the segment is >= ``base_offset`` and fits an int32
     relative to it; ``size`` is the length of the ``.log`` file and ends on a batch
-    boundary (after :meth:`recover`); the indexes only point at batch starts.
+    boundary (after :meth:`recover`); the indexes only point at batch starts; an
+    append that fails leaves all three files and the state as they were.
 
     I/O: the file is written with ``os.pwrite`` and read with ``os.pread`` on a raw
     descriptor, so appended bytes are in the OS page cache when ``append`` returns
@@ -311,10 +332,15 @@ class LogSegment:
         records: bytes | bytearray | memoryview,
         batches: Sequence[tuple[int, BatchHeader]] | None = None,
     ) -> None:
-        """Append whole, validated, offset-stamped batches.
+        """Append whole, validated, offset-stamped batches, all or nothing.
 
         ``batches`` are (position in ``records``, header) of every batch, as the
         caller found them while validating; parsed again if omitted.
+
+        If writing the data or an index entry fails (ENOSPC, a short write, EIO),
+        the ``.log`` file and both indexes are cut back to their sizes before the
+        call and the OSError is raised: the segment is exactly as before. If cutting
+        back fails too, AppendUndoError is raised instead.
         """
         if batches is None:
             batches = list(iter_headers(records))
@@ -327,23 +353,35 @@ class LogSegment:
                 f"segment {self._log_path} (base {self._base_offset}, next {self._next_offset})"
             )
         physical = self._size
-        if physical == 0:
-            self._rolling_based_timestamp = batches[0][1].max_timestamp
-        self._write(records, physical)
         offset_index = self._offset_index
         time_index = self._time_index
-        interval = self.index_interval_bytes
-        since = self._bytes_since_last_index_entry
-        for pos, header in batches:
-            if header.max_timestamp > self._max_timestamp:
-                self._max_timestamp = header.max_timestamp
-                self._offset_of_max_timestamp = header.last_offset
-            if since > interval and not offset_index.is_full:
-                offset_index.append(header.last_offset, physical + pos)
-                if not time_index.is_full:
-                    time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-                since = 0
-            since += header.batch_length + LOG_OVERHEAD
+        undo = _AppendUndo(
+            physical,
+            offset_index.entries,
+            time_index.entries,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._rolling_based_timestamp,
+        )
+        try:
+            if physical == 0:
+                self._rolling_based_timestamp = batches[0][1].max_timestamp
+            self._write(records, physical)
+            interval = self.index_interval_bytes
+            since = self._bytes_since_last_index_entry
+            for pos, header in batches:
+                if header.max_timestamp > self._max_timestamp:
+                    self._max_timestamp = header.max_timestamp
+                    self._offset_of_max_timestamp = header.last_offset
+                if since > interval and not offset_index.is_full:
+                    offset_index.append(header.last_offset, physical + pos)
+                    if not time_index.is_full:
+                        time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                    since = 0
+                since += header.batch_length + LOG_OVERHEAD
+        except BaseException as exc:
+            self._undo_append(undo, exc)
+            raise
         self._bytes_since_last_index_entry = since
         self._next_offset = batches[-1][1].next_offset
 
@@ -351,16 +389,31 @@ class LogSegment:
         view = memoryview(data)
         total = len(view)
         written = 0
-        try:
-            while written < total:
-                written += os.pwrite(self._fd, view[written:], position + written)
-        except BaseException:
-            try:  # never leave half a batch behind
-                os.ftruncate(self._fd, position)
-            except OSError:
-                pass
-            raise
+        while written < total:
+            n = os.pwrite(self._fd, view[written:], position + written)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, f"short write to {self._log_path}")
+            written += n
         self._size = position + total
+
+    def _undo_append(self, undo: _AppendUndo, cause: BaseException) -> None:
+        """Put the files and the state back as they were before a failed append.
+
+        Raises AppendUndoError (from ``cause``) if the files cannot be cut back.
+        """
+        self._size = undo.size
+        self._max_timestamp = undo.max_timestamp
+        self._offset_of_max_timestamp = undo.offset_of_max_timestamp
+        self._rolling_based_timestamp = undo.rolling_based_timestamp
+        try:
+            os.ftruncate(self._fd, undo.size)
+            self._offset_index.truncate_to_entries(undo.index_entries)
+            self._time_index.truncate_to_entries(undo.time_index_entries)
+        except OSError as exc:
+            raise AppendUndoError(
+                f"segment {self._log_path}: an append failed ({cause}) and cutting the files back to "
+                f"{undo.size} bytes failed too ({exc})"
+            ) from cause
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding offsets >= ``offset``; returns bytes removed.
@@ -624,12 +677,13 @@ class LogSegment:
         self._offset_index.rename_to(files.offset_index_file(self._dir, self._base_offset, suffix))
         self._time_index.rename_to(files.time_index_file(self._dir, self._base_offset, suffix))
 
-    def close(self) -> None:
-        """Record the final time index entry and close the files (idempotent)."""
+    def close(self, *, final_index_entry: bool = True) -> None:
+        """Record the final time index entry (unless told not to) and close the files (idempotent)."""
         if self._closed:
             return
         try:
-            self.on_become_inactive()
+            if final_index_entry:
+                self.on_become_inactive()
         finally:
             self._close_files()
 
