@@ -18,6 +18,8 @@ may be called from another). A group consumer runs one background heartbeat thre
 
 from __future__ import annotations
 
+import logging
+import queue
 import re
 import time
 from collections import deque
@@ -25,11 +27,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
+import grpc
+
 from kclient.coordinator import CommitCallback, ConsumerCoordinator, ConsumerRebalanceListener
 from kclient.errors import (
+    CorruptRecordError,
     IllegalStateError,
     InvalidConfigError,
+    KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     for_code,
@@ -40,8 +47,12 @@ from kclient.records import decode_batches
 from kclient.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kclient.transport import Transport
 
+log = logging.getLogger(__name__)
+
 EARLIEST = -2
 LATEST = -1
+_IDLE_WAKE_S = 0.1
+"""How often a waiting poll looks again at backed-off partitions, resets and the group."""
 
 
 @dataclass
@@ -131,6 +142,15 @@ class SubscriptionState:
             raise IllegalStateError(f"partition {tp.topic}-{tp.partition} is not assigned to this consumer")
         return st
 
+    def reset_target(self, st: _PartitionState) -> int | None:
+        """Where a partition without a position goes: a pending seek, else
+        ``auto_offset_reset`` (``None`` for "none")."""
+        if st.reset_to is not None:
+            return st.reset_to
+        if self.default_reset == "none":
+            return None
+        return EARLIEST if self.default_reset == "earliest" else LATEST
+
     def needs_reset(self) -> list[TopicPartition]:
         return [tp for tp, st in self.partitions.items() if st.position is None]
 
@@ -142,8 +162,32 @@ class SubscriptionState:
         return {tp: OffsetAndMetadata(st.position, "") for tp, st in self.partitions.items() if st.position is not None}
 
 
+@dataclass
+class _Request:
+    """One Fetch or ListOffsets in flight: its broker, its future and, per partition, the
+    fetch offset (Fetch) or the reset target (ListOffsets) it was sent for."""
+
+    kind: str  # "fetch" or "offsets"
+    address: str
+    future: Any
+    partitions: dict[TopicPartition, int]
+
+
 class Fetcher:
-    """Fetches for assigned partitions, one request per leader, and decodes batches."""
+    """Fetches and offset lookups for the assigned partitions, each failing per partition.
+
+    At most one Fetch per leader is in flight; a request outlives the ``poll`` that sent
+    it and its response is taken by a later one (KIP-266: ``poll`` returns within its
+    timeout). A response is used only for partitions whose position is still the one it
+    was fetched from. A partition that fails (no leader, its leader unreachable, a
+    retriable error) is retried after a backoff (``retry_backoff_ms``, doubling up to
+    1 s) while the others keep flowing; every such failure asks for a metadata refresh.
+    A batch that does not decode becomes a ``CorruptRecordError`` for its partition only,
+    raised by ``drain`` when the position reaches it, and again until the application
+    seeks elsewhere.
+
+    Thread safety: application thread only; gRPC callbacks only enqueue completions.
+    """
 
     def __init__(
         self, transport: Transport, metadata: ClusterMetadata, subs: SubscriptionState, cfg: dict[str, Any]
@@ -152,26 +196,41 @@ class Fetcher:
         self._metadata = metadata
         self._subs = subs
         self._cfg = cfg
-        # Fetched records, one chunk (partition, records in offset order, next index) per
-        # partition per response: per-record work is building the record, nothing more.
+        # Fetched records, one chunk [partition, records in offset order, next index,
+        # (error, offset) or None] per partition per response: per-record work is
+        # building the record, nothing more.
         self._buffer: deque[list[Any]] = deque()
+        self._fetches: dict[str, _Request] = {}
+        self._listing: list[_Request] = []
+        self._completed: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._backoff_s = cfg["retry_backoff_ms"] / 1000.0
+        self._retry_at: dict[TopicPartition, tuple[float, int]] = {}  # partition -> (retry at, failures)
+
+    # --- buffer -------------------------------------------------------------------
 
     def clear(self, tps: Iterable[TopicPartition] | None = None) -> None:
         if tps is None:
             self._buffer.clear()
+            self._retry_at.clear()
         else:
             drop = set(tps)
             self._buffer = deque(c for c in self._buffer if c[0] not in drop)
+            for tp in drop:
+                self._retry_at.pop(tp, None)
 
     def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Up to ``max_records`` buffered records, advancing each partition's position."""
+        """Up to ``max_records`` buffered records, advancing each partition's position.
+
+        Raises the CorruptRecordError of a partition whose position reached a batch that
+        did not decode, unless records were collected first (then the next call raises).
+        """
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         n = 0
         buffer = self._buffer
         partitions = self._subs.partitions
         while buffer and n < max_records:
             chunk = buffer[0]
-            tp, records, i = chunk
+            tp, records, i, error = chunk
             st = partitions.get(tp)
             # Records of unassigned, paused or re-positioned partitions are dropped;
             # they are fetched again from the position when wanted.
@@ -187,105 +246,214 @@ class Fetcher:
                 st.position = take[-1].offset + 1
                 n += len(take)
                 i += len(take)
-            if i >= len(records):
-                buffer.popleft()
-            else:
-                chunk[2] = i
+            chunk[2] = i
+            if i < len(records):
+                continue
+            if error is not None and st.position == error[1]:
+                if out:
+                    break
+                raise error[0]
+            buffer.popleft()
         return out
 
     def has_buffered(self) -> bool:
         return bool(self._buffer)
 
-    def fetch(self, max_wait_ms: int) -> None:
-        """One round of Fetch requests (one per leader); fills the buffer."""
-        by_leader: dict[str, list[TopicPartition]] = {}
-        for tp in self._subs.fetchable():
+    # --- backoff --------------------------------------------------------------------
+
+    def _failed(self, tps: Iterable[TopicPartition]) -> None:
+        now = time.monotonic()
+        for tp in tps:
+            _, failures = self._retry_at.get(tp, (0.0, 0))
+            delay = min(self._backoff_s * (2**failures), max(self._backoff_s, 1.0))
+            self._retry_at[tp] = (now + delay, failures + 1)
+
+    def _ready(self, tp: TopicPartition, now: float) -> bool:
+        entry = self._retry_at.get(tp)
+        return entry is None or entry[0] <= now
+
+    # --- requests -------------------------------------------------------------------
+
+    def _send(self, kind: str, address: str, method: str, request: Any, partitions: dict[TopicPartition, int]) -> None:
+        timeout = self._transport.request_timeout_s
+        if kind == "fetch":
+            timeout += request.max_wait_ms / 1000.0
+        future = getattr(self._transport.stub(address), method).future(request, timeout=timeout)
+        pending = _Request(kind, address, future, partitions)
+        if kind == "fetch":
+            self._fetches[address] = pending
+        else:
+            self._listing.append(pending)
+        future.add_done_callback(lambda _f: self._completed.put(pending))
+
+    def _by_leader(self, tps: Iterable[TopicPartition], busy: set[TopicPartition]) -> dict[str, list[TopicPartition]]:
+        now = time.monotonic()
+        out: dict[str, list[TopicPartition]] = {}
+        for tp in tps:
+            if tp in busy or not self._ready(tp, now):
+                continue
             addr = self._metadata.leader_address(tp)
             if addr is None:
-                self._metadata.refresh()
-                addr = self._metadata.leader_address(tp)
-                if addr is None:
-                    continue
-            by_leader.setdefault(addr, []).append(tp)
-        if not by_leader:
-            time.sleep(min(max_wait_ms, 100) / 1000.0)
-            return
-        calls = []
-        for addr, tps in by_leader.items():
+                self._metadata.request_update()
+                self._failed([tp])
+                continue
+            out.setdefault(addr, []).append(tp)
+        return out
+
+    def send_fetches(self) -> None:
+        """A Fetch to every leader without one in flight, for its ready partitions."""
+        busy = {tp for r in self._fetches.values() for tp in r.partitions}
+        busy.update(c[0] for c in self._buffer)
+        for addr, tps in self._by_leader(self._subs.fetchable(), busy).items():
+            if addr in self._fetches:
+                continue
             req = log_pb2.FetchRequest(
                 replica_id=-1,
-                max_wait_ms=max_wait_ms,
+                max_wait_ms=self._cfg["fetch_max_wait_ms"],
                 min_bytes=self._cfg["fetch_min_bytes"],
                 max_bytes=self._cfg["fetch_max_bytes"],
             )
             topics: dict[str, Any] = {}
+            offsets: dict[TopicPartition, int] = {}
             for tp in tps:
                 t = topics.get(tp.topic)
                 if t is None:
                     t = topics[tp.topic] = req.topics.add(name=tp.topic)
+                offsets[tp] = position = self._subs.partitions[tp].position or 0
                 t.partitions.add(
                     index=tp.partition,
-                    fetch_offset=self._subs.partitions[tp].position or 0,
+                    fetch_offset=position,
                     partition_max_bytes=self._cfg["max_partition_fetch_bytes"],
                     current_leader_epoch=-1,
                 )
-            stub = self._transport.stub(addr)
-            calls.append(
-                (addr, stub.Fetch.future(req, timeout=max_wait_ms / 1000.0 + self._transport.request_timeout_s))
-            )
-        for addr, call in calls:
+            self._send("fetch", addr, "Fetch", req, offsets)
+
+    def send_list_offsets(self, targets: Mapping[TopicPartition, int]) -> None:
+        """ListOffsets for partitions waiting for a reset (``targets``: partition ->
+        EARLIEST / LATEST / a timestamp), one request per leader; answers set positions."""
+        busy = {tp for r in self._listing for tp in r.partitions}
+        for addr, tps in self._by_leader(targets, busy).items():
+            req = log_pb2.ListOffsetsRequest(replica_id=-1)
+            for tp in tps:
+                req.topics.add(name=tp.topic).partitions.add(
+                    index=tp.partition, timestamp=targets[tp], current_leader_epoch=-1
+                )
+            self._send("offsets", addr, "ListOffsets", req, {tp: targets[tp] for tp in tps})
+
+    def in_flight(self) -> bool:
+        return bool(self._fetches or self._listing)
+
+    def wait(self, until: float) -> bool:
+        """Handle completed requests, waiting until ``until`` for the first one; ``True``
+        when at least one was handled."""
+        handled = False
+        while True:
+            left = until - time.monotonic()
             try:
-                resp = call.result()
-            except Exception as exc:
-                from kclient.transport import map_rpc_error
+                if handled or left <= 0:
+                    req = self._completed.get_nowait()
+                else:
+                    req = self._completed.get(timeout=left)
+            except queue.Empty:
+                return handled
+            handled = True
+            self._complete(req)
 
-                err = map_rpc_error(exc, addr) if hasattr(exc, "code") else KafkaError(str(exc))
-                if err.invalid_metadata or err.retriable:
-                    self._metadata.refresh()
-                    continue
+    def _complete(self, req: _Request) -> None:
+        if req.kind == "fetch":
+            if self._fetches.get(req.address) is req:
+                del self._fetches[req.address]
+        elif req in self._listing:
+            self._listing.remove(req)
+        try:
+            resp = req.future.result()
+        except Exception as exc:
+            if isinstance(exc, KafkaError):
+                err = exc
+            elif isinstance(exc, grpc.RpcError):
+                err = self._transport.failed(req.address, exc)
+            else:  # cancelled at close
+                err = KafkaConnectionError(f"request to {req.address} did not complete: {exc!r}")
+            if not (err.retriable or err.invalid_metadata):
                 raise err from exc
-            self._handle(resp)
+            log.debug("%s to %s failed: %s", req.kind, req.address, err)
+            self._metadata.request_update()
+            self._failed(req.partitions)
+            return
+        if req.kind == "fetch":
+            self._handle_fetch(req, resp)
+        else:
+            self._handle_offsets(req, resp)
 
-    def _handle(self, resp: log_pb2.FetchResponse) -> None:
-        refresh = False
+    def _partition_error(self, tp: TopicPartition, err: KafkaError) -> None:
+        if err.invalid_metadata or err.retriable:
+            self._metadata.request_update()
+            self._failed([tp])
+            return
+        raise err
+
+    def _handle_offsets(self, req: _Request, resp: log_pb2.ListOffsetsResponse) -> None:
         for t in resp.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.index)
                 st = self._subs.partitions.get(tp)
-                if st is None or st.position is None:
-                    continue
+                target = req.partitions.get(tp)
+                if st is None or st.position is not None or target is None or self._subs.reset_target(st) != target:
+                    continue  # re-positioned meanwhile
                 if p.error_code:
-                    err = for_code(p.error_code)(p.error_message)
+                    self._partition_error(tp, for_code(p.error_code)(f"{tp.topic}-{tp.partition}: {p.error_message}"))
+                elif p.offset < 0 and target >= 0:
+                    st.reset_to = LATEST  # by timestamp and nothing that late: go to the end
+                else:
+                    st.position, st.reset_to = p.offset, None
+                    self._retry_at.pop(tp, None)
+
+    def _handle_fetch(self, req: _Request, resp: log_pb2.FetchResponse) -> None:
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.index)
+                st = self._subs.partitions.get(tp)
+                position = req.partitions.get(tp)
+                if st is None or st.position is None or st.position != position:
+                    continue  # unassigned or re-positioned since the request was sent
+                if p.error_code:
+                    err = for_code(p.error_code)(f"{tp.topic}-{tp.partition}: {p.error_message}")
                     if isinstance(err, OffsetOutOfRangeError):
                         if self._subs.default_reset == "none":
                             raise err
                         st.position = None
                         st.reset_to = EARLIEST if self._subs.default_reset == "earliest" else LATEST
-                    elif err.invalid_metadata or err.retriable:
-                        refresh = True
                     else:
-                        raise err
+                        self._partition_error(tp, err)
                     continue
+                self._retry_at.pop(tp, None)
                 st.high_watermark = p.high_watermark
                 if p.records:
-                    position = st.position
-                    name, index = t.name, p.index
-                    chunk: list[ConsumerRecord] = []
-                    for header, records in decode_batches(p.records):
-                        if header.is_control or header.next_offset <= position:
-                            continue
-                        ts_type = header.timestamp_type
-                        chunk.extend(
-                            [
-                                ConsumerRecord(name, index, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers)
-                                for r in records
-                                if r.offset >= position
-                            ]
-                        )
-                    if chunk:
-                        self._buffer.append([tp, chunk, 0])
-        if refresh:
-            self._metadata.refresh()
+                    self._decode(tp, p.records, position)
+
+    def _decode(self, tp: TopicPartition, data: bytes, position: int) -> None:
+        name, index = tp
+        chunk: list[ConsumerRecord] = []
+        error: tuple[CorruptRecordError, int] | None = None
+        try:
+            for header, records in decode_batches(data):
+                if header.is_control or header.next_offset <= position:
+                    continue
+                ts_type = header.timestamp_type
+                chunk.extend(
+                    [
+                        ConsumerRecord(name, index, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers)
+                        for r in records
+                        if r.offset >= position
+                    ]
+                )
+        except Exception as exc:  # this partition only: the others of the response still deliver
+            at = chunk[-1].offset + 1 if chunk else position
+            why = exc.message if isinstance(exc, KafkaError) else repr(exc)
+            error = (CorruptRecordError(f"{name}-{index} at offset {at}: {why}"), at)
+            log.warning("%s", error[0])
+        if chunk or error is not None:
+            self._buffer.append([tp, chunk, 0, error])
 
 
 class Consumer:
@@ -302,6 +470,7 @@ class Consumer:
         "max_partition_fetch_bytes": 1048576,
         "max_poll_records": 500,
         "request_timeout_ms": 30000,
+        "default_api_timeout_ms": 60000,
         "metadata_max_age_ms": 300000,
         "consumer_timeout_ms": float("inf"),
         "key_deserializer": None,
@@ -322,7 +491,7 @@ class Consumer:
             raise InvalidConfigError(f"unknown consumer setting(s): {', '.join(sorted(unknown))}")
         self.config = cfg = {**self.DEFAULT_CONFIG, **configs}
         self._transport = Transport(cfg["bootstrap_servers"], cfg["request_timeout_ms"])
-        self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"])
+        self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"], cfg["retry_backoff_ms"])
         self._subs = SubscriptionState(cfg["auto_offset_reset"])
         self._fetcher = Fetcher(self._transport, self._metadata, self._subs, cfg)
         self._coordinator: ConsumerCoordinator | None = None
@@ -340,24 +509,44 @@ class Consumer:
 
     # --- assignment and metadata ---------------------------------------------------
 
-    def topics(self) -> set[str]:
-        self._metadata.refresh(all_topics=True)
+    def _timeout_s(self, timeout_ms: int | None) -> float:
+        """A call's time limit: ``timeout_ms``, else ``default_api_timeout_ms`` (Kafka's)."""
+        return (self.config["default_api_timeout_ms"] if timeout_ms is None else max(timeout_ms, 0)) / 1000.0
+
+    def topics(self, timeout_ms: int | None = None) -> set[str]:
+        """Every topic of the cluster; KafkaTimeoutError when no broker answers in time."""
+        try:
+            self._metadata.refresh(all_topics=True, deadline=time.monotonic() + self._timeout_s(timeout_ms))
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            raise KafkaTimeoutError(f"topics not listed within the timeout: {exc}") from exc
         return self._metadata.topics()
 
-    def partitions_for_topic(self, topic: str) -> set[int] | None:
+    def partitions_for_topic(self, topic: str, timeout_ms: int | None = None) -> set[int] | None:
+        """The topic's partitions; ``None`` when it does not exist. Waits up to
+        ``timeout_ms`` (default ``request_timeout_ms``) for a new topic's metadata; raises
+        KafkaTimeoutError when no broker answered in that time."""
+        timeout_s = (self.config["request_timeout_ms"] if timeout_ms is None else max(timeout_ms, 0)) / 1000.0
         try:
-            return self._metadata.wait_for_partitions(topic, self.config["request_timeout_ms"] / 1000.0)
+            return self._metadata.wait_for_partitions(topic, timeout_s)
+        except KafkaTimeoutError:
+            raise
         except KafkaError:
             return None
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Take exactly these partitions (no group management); not with ``subscribe()``."""
+        """Take exactly these partitions (no group management); not with ``subscribe()``.
+
+        Does no I/O: the next ``poll`` finds the leaders and positions."""
         self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions]
         if self._subs.partitions_auto_assigned():
             raise IllegalStateError("assign() and subscribe() are mutually exclusive: call unsubscribe() first")
-        self._metadata.add_topics({tp.topic for tp in tps})
-        self._metadata.refresh()
+        topics = {tp.topic for tp in tps}
+        if not topics <= self._metadata.topics():
+            self._metadata.add_topics(topics)
+            self._metadata.request_update()
         self._subs.assign_from_user(tps)
         self._fetcher.clear([tp for tp in self._subs.partitions])
 
@@ -429,14 +618,19 @@ class Consumer:
             out[TopicPartition(*tp)] = om
         return out
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+    def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None, timeout_ms: int | None = None
+    ) -> None:
         """Commit and wait: the positions of every assigned partition (records returned by
         ``poll``), or ``offsets`` ({TopicPartition: OffsetAndMetadata(next offset, metadata)}).
 
-        Raises ``CommitFailedError`` when the group has rebalanced past this member.
+        Raises ``CommitFailedError`` when the group has rebalanced past this member, and
+        KafkaTimeoutError when not done within ``timeout_ms`` (``default_api_timeout_ms``).
         """
         coordinator = self._group("commit()")
-        coordinator.commit_offsets_sync(self._subs.all_consumed() if offsets is None else self._offsets(offsets))
+        coordinator.commit_offsets_sync(
+            self._subs.all_consumed() if offsets is None else self._offsets(offsets), self._timeout_s(timeout_ms)
+        )
 
     def commit_async(
         self,
@@ -451,15 +645,22 @@ class Consumer:
         )
 
     @overload
-    def committed(self, partition: TopicPartition, metadata: Literal[False] = False) -> int | None: ...
+    def committed(
+        self, partition: TopicPartition, metadata: Literal[False] = False, timeout_ms: int | None = None
+    ) -> int | None: ...
 
     @overload
-    def committed(self, partition: TopicPartition, metadata: Literal[True]) -> OffsetAndMetadata | None: ...
+    def committed(
+        self, partition: TopicPartition, metadata: Literal[True], timeout_ms: int | None = None
+    ) -> OffsetAndMetadata | None: ...
 
-    def committed(self, partition: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
-        """The group's committed offset for ``partition`` (``None`` if nothing is committed)."""
+    def committed(
+        self, partition: TopicPartition, metadata: bool = False, timeout_ms: int | None = None
+    ) -> int | OffsetAndMetadata | None:
+        """The group's committed offset for ``partition`` (``None`` if nothing is committed);
+        KafkaTimeoutError after ``timeout_ms`` (``default_api_timeout_ms``)."""
         tp = TopicPartition(*partition)
-        om = self._group("committed()").fetch_committed_offsets([tp])[tp]
+        om = self._group("committed()").fetch_committed_offsets([tp], self._timeout_s(timeout_ms))[tp]
         if om is None or metadata:
             return om
         return om.offset
@@ -486,12 +687,22 @@ class Consumer:
             st.position, st.reset_to = None, to
         self._fetcher.clear(tps)
 
-    def position(self, partition: TopicPartition) -> int:
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record ``poll`` returns for ``partition``, looked up
+        (committed offset, then ``auto_offset_reset``) when unknown; KafkaTimeoutError
+        after ``timeout_ms`` (``default_api_timeout_ms``)."""
         tp = TopicPartition(*partition)
         st = self._subs.state(tp)
-        if st.position is None:
-            self._update_positions([tp])
-        assert st.position is not None
+        deadline = time.monotonic() + self._timeout_s(timeout_ms)
+        while st.position is None:
+            self._metadata.maybe_refresh(max(deadline - time.monotonic(), 0.05))
+            self._update_positions(deadline)
+            if st.position is not None:
+                break
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"no position for {tp.topic}-{tp.partition} within the timeout")
+            self._fetcher.wait(min(deadline, time.monotonic() + _IDLE_WAKE_S))
+            self._subs.state(tp)  # still assigned
         return st.position
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -509,60 +720,69 @@ class Consumer:
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, st in self._subs.partitions.items() if st.paused}
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: o for tp, (o, _) in self._list_offsets(partitions, EARLIEST).items()}
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        return {tp: o for tp, (o, _) in self._list_offsets(partitions, EARLIEST, timeout_ms).items()}
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: o for tp, (o, _) in self._list_offsets(partitions, LATEST).items()}
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        return {tp: o for tp, (o, _) in self._list_offsets(partitions, LATEST, timeout_ms).items()}
 
     def offsets_for_times(
-        self, timestamps: dict[TopicPartition, int]
+        self, timestamps: dict[TopicPartition, int], timeout_ms: int | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
             if ts < 0:
                 raise ValueError(f"timestamps must be >= 0, got {ts} for {tp}")
-            ((offset, found_ts),) = self._list_offsets([tp], ts).values()
+        deadline = time.monotonic() + self._timeout_s(timeout_ms)
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in timestamps.items():
+            left_ms = int(max(deadline - time.monotonic(), 0) * 1000)
+            ((offset, found_ts),) = self._list_offsets([tp], ts, left_ms).values()
             out[TopicPartition(*tp)] = OffsetAndTimestamp(offset, found_ts) if offset >= 0 else None
         return out
 
     def _list_offsets(
-        self, partitions: Iterable[TopicPartition], timestamp: int
+        self, partitions: Iterable[TopicPartition], timestamp: int, timeout_ms: int | None
     ) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets at each partition's leader, retried per partition until every one
+        answered or the timeout (``default_api_timeout_ms``) passed: KafkaTimeoutError."""
         tps = [TopicPartition(*tp) for tp in partitions]
         self._metadata.add_topics({tp.topic for tp in tps})
         out: dict[TopicPartition, tuple[int, int]] = {}
-        deadline = time.monotonic() + self.config["request_timeout_ms"] / 1000.0
+        deadline = time.monotonic() + self._timeout_s(timeout_ms)
         pending = list(tps)
         last: KafkaError | None = None
-        while pending:
-            if time.monotonic() > deadline:
-                raise last or KafkaError("list offsets timed out")
+        backoff = self.config["retry_backoff_ms"] / 1000.0
+        while True:
             by_leader: dict[str, list[TopicPartition]] = {}
+            retry: list[TopicPartition] = []
             for tp in pending:
                 addr = self._metadata.leader_address(tp)
                 if addr is None:
-                    self._metadata.refresh()
-                    addr = self._metadata.leader_address(tp)
-                if addr is None:
-                    if self._metadata.partitions_for(tp.topic) is not None and tp.partition not in (
-                        self._metadata.partitions_for(tp.topic) or set()
-                    ):
+                    parts = self._metadata.partitions_for(tp.topic)
+                    if parts is not None and tp.partition not in parts:
                         raise for_code(3)(f"topic {tp.topic!r} has no partition {tp.partition}")
-                    if self._metadata.topic_error(tp.topic):
-                        raise for_code(self._metadata.topic_error(tp.topic))(f"topic {tp.topic!r}")
+                    code = self._metadata.topic_error(tp.topic)
+                    if code and not for_code(code).retriable:
+                        raise for_code(code)(f"topic {tp.topic!r}")
+                    retry.append(tp)
                     continue
                 by_leader.setdefault(addr, []).append(tp)
-            retry: list[TopicPartition] = [tp for tp in pending if not any(tp in v for v in by_leader.values())]
             for addr, group in by_leader.items():
                 req = log_pb2.ListOffsetsRequest(replica_id=-1)
                 for tp in group:
                     req.topics.add(name=tp.topic).partitions.add(
                         index=tp.partition, timestamp=timestamp, current_leader_epoch=-1
                     )
+                timeout_s = min(self._transport.request_timeout_s, max(deadline - time.monotonic(), 0.05))
                 try:
-                    resp = self._transport.call(addr, "ListOffsets", req)
+                    resp = self._transport.call(addr, "ListOffsets", req, timeout_s)
                 except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
                     last = exc
                     retry.extend(group)
                     continue
@@ -570,7 +790,7 @@ class Consumer:
                     for p in t.partitions:
                         tp = TopicPartition(t.name, p.index)
                         if p.error_code:
-                            err = for_code(p.error_code)(p.error_message)
+                            err = for_code(p.error_code)(f"{t.name}-{p.index}: {p.error_message}")
                             if not err.retriable:
                                 raise err
                             last = err
@@ -578,67 +798,88 @@ class Consumer:
                         else:
                             out[tp] = (p.offset, p.timestamp)
             pending = retry
-            if pending:
-                self._metadata.refresh()
-                time.sleep(0.05)
-        return out
+            if not pending:
+                return out
+            if time.monotonic() + backoff >= deadline:
+                names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in pending)
+                raise KafkaTimeoutError(f"offsets of {names} not found within the timeout (last error: {last})")
+            time.sleep(backoff)
+            self._metadata.request_update()
+            self._metadata.maybe_refresh(max(deadline - time.monotonic(), 0.05))
 
-    def _update_positions(self, tps: list[TopicPartition]) -> None:
-        """Position partitions that have none: committed offset first (with a group), then
-        ``auto_offset_reset`` (or the pending seek_to_beginning/end)."""
+    def _update_positions(self, deadline: float) -> None:
+        """Start positioning the partitions that have none: committed offset first (with a
+        group), then ``auto_offset_reset`` (or the pending seek_to_beginning/end) through
+        ListOffsets, answered asynchronously and per partition (see ``Fetcher``)."""
         partitions = self._subs.partitions
+        tps = self._subs.needs_reset()
         if self._coordinator is not None:
             need = [tp for tp in tps if partitions[tp].reset_to is None]
             if need:
-                for tp, om in self._coordinator.fetch_committed_offsets(need).items():
+                timeout_s = min(self._transport.request_timeout_s, max(deadline - time.monotonic(), 0.2))
+                try:
+                    committed = self._coordinator.fetch_committed_offsets(need, timeout_s)
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.debug("committed offsets not fetched yet: %s", exc)
+                    return
+                for tp, om in committed.items():
                     st = partitions.get(tp)
-                    if om is not None and st is not None and st.position is None:
+                    if st is None or st.position is not None:
+                        continue
+                    if om is not None:
                         st.position = om.offset
-        rest = [tp for tp in tps if tp in partitions and partitions[tp].position is None]
-        if rest:
-            self._reset_positions(rest)
-
-    def _reset_positions(self, tps: list[TopicPartition]) -> None:
-        by_target: dict[int, list[TopicPartition]] = {}
+                    else:
+                        st.reset_to = self._subs.reset_target(st)
+        targets: dict[TopicPartition, int] = {}
         for tp in tps:
-            st = self._subs.partitions[tp]
-            target = st.reset_to
+            st = partitions.get(tp)
+            if st is None or st.position is not None:
+                continue
+            target = self._subs.reset_target(st)
             if target is None:
-                if self._subs.default_reset == "none":
-                    raise NoOffsetForPartitionError(
-                        f"no position for {tp.topic}-{tp.partition} and auto_offset_reset is 'none'"
-                    )
-                target = EARLIEST if self._subs.default_reset == "earliest" else LATEST
-            by_target.setdefault(target, []).append(tp)
-        for target, group in by_target.items():
-            for tp, (offset, _) in self._list_offsets(group, target).items():
-                st = self._subs.partitions[tp]
-                if offset < 0:  # by timestamp and nothing that late: go to the end
-                    offset = self._list_offsets([tp], LATEST)[tp][0]
-                st.position, st.reset_to = offset, None
+                raise NoOffsetForPartitionError(
+                    f"no position for {tp.topic}-{tp.partition} and auto_offset_reset is 'none'"
+                )
+            targets[tp] = target
+        if targets:
+            self._fetcher.send_list_offsets(targets)
 
     # --- polling -------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records fetched for the assigned partitions, waiting up to ``timeout_ms``.
+
+        Returns within about ``timeout_ms`` (KIP-266): a group join, a fetch or an offset
+        lookup still in progress then continues on the next call. A partition whose
+        leader is unreachable is retried in the background while the others deliver.
+        Raises CorruptRecordError for a partition whose next batch does not decode.
+        """
         self._check_open()
         limit = max_records or self.config["max_poll_records"]
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
         coordinator = self._coordinator
+        fetcher = self._fetcher
         while True:
             if coordinator is not None:
                 coordinator.poll(deadline)
+            self._metadata.maybe_refresh(max(deadline - time.monotonic(), 0.1))
             if self._subs.needs_reset():
-                self._update_positions(self._subs.needs_reset())
-            if self._fetcher.has_buffered():
-                out = self._fetcher.drain(limit)
+                self._update_positions(deadline)
+            if fetcher.has_buffered():
+                out = fetcher.drain(limit)
                 if out:
                     return self._deserialize(out)
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0 and timeout_ms > 0:
+            fetcher.send_fetches()
+            now = time.monotonic()
+            if now >= deadline:
+                if fetcher.wait(now) and fetcher.has_buffered():
+                    out = fetcher.drain(limit)
+                    if out:
+                        return self._deserialize(out)
                 return {}
-            self._fetcher.fetch(max(0, min(self.config["fetch_max_wait_ms"], left_ms)))
-            if not self._fetcher.has_buffered() and timeout_ms <= 0:
-                return {}
+            fetcher.wait(min(deadline, now + _IDLE_WAKE_S))
 
     def _deserialize(
         self, out: dict[TopicPartition, list[ConsumerRecord]]
@@ -668,14 +909,15 @@ class Consumer:
             elif (time.monotonic() - idle_since) * 1000 >= self.config["consumer_timeout_ms"]:
                 return
 
-    def close(self, autocommit: bool = True) -> None:
-        """Commit (with auto-commit and ``autocommit``), leave the group promptly, release the channels."""
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """Commit (with auto-commit and ``autocommit``), leave the group promptly, release
+        the channels; within about ``timeout_ms`` (default 30 s, as Kafka)."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._coordinator is not None:
-                self._coordinator.close(autocommit)
+                self._coordinator.close(autocommit, (30000 if timeout_ms is None else max(timeout_ms, 0)) / 1000.0)
         finally:
             self._transport.close()
 

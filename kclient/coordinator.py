@@ -16,7 +16,10 @@ and the snapshot of topic partition counts the current assignment was made for (
 in the metadata, or a new topic matching a pattern subscription, triggers a rejoin).
 
 Threads: joins, commits, listener calls and commit callbacks all run on the application
-thread (from ``Consumer.poll``, ``commit*``, ``close``). A daemon heartbeat thread sends
+thread (from ``Consumer.poll``, ``commit*``, ``close``). JoinGroup and SyncGroup are sent
+as gRPC futures and kept across calls (KIP-266): ``ensure_active_group(deadline)`` waits
+for them only until ``deadline`` and the next ``poll`` picks them up, so one thread can
+drive several members of one group with short polls. A daemon heartbeat thread sends
 Heartbeat while the member is in a generation, flags a rejoin when the coordinator asks
 for one, and sends LeaveGroup when the application has not called ``poll`` within
 ``max_poll_interval_ms`` (KIP-62: the next ``poll`` rejoins). One lock guards the shared
@@ -32,8 +35,11 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
+
+import grpc
 
 from kclient.assignors import (
     PROTOCOL_TYPE,
@@ -109,6 +115,18 @@ class ConsumerRebalanceListener(abc.ABC):
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
 
 
+@dataclass
+class _InFlight:
+    """A JoinGroup or SyncGroup sent and not yet answered (or not yet looked at)."""
+
+    method: str
+    address: str
+    future: Any
+    started: float
+    topics: set[str]
+    join: group_pb2.JoinGroupResponse | None = None  # SyncGroup: the JoinGroup answer it follows
+
+
 class MemberState(Enum):
     UNJOINED = "unjoined"  # no generation: joining is needed
     REBALANCING = "rebalancing"  # JoinGroup / SyncGroup in progress
@@ -175,6 +193,8 @@ class ConsumerCoordinator:
         self._next_missing_check = 0.0
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
         self._heartbeat_thread: threading.Thread | None = None
+        self._pending: _InFlight | None = None  # the JoinGroup or SyncGroup in flight
+        self._next_join = 0.0  # no JoinGroup before this (retry_backoff_ms after a failed round)
         # --- asynchronous commits ---
         self._inflight_lock = threading.Lock()
         self._inflight: set[Any] = set()
@@ -208,7 +228,7 @@ class ConsumerCoordinator:
                 return addr
             err: KafkaError
             try:
-                timeout = max(min(self._request_timeout_s, deadline - time.monotonic()), 1.0)
+                timeout = max(min(self._request_timeout_s, deadline - time.monotonic()), 0.2)
                 resp = self._transport.call_any(
                     "FindCoordinator",
                     group_pb2.FindCoordinatorRequest(group_id=self.group_id),
@@ -323,14 +343,41 @@ class ConsumerCoordinator:
     def ensure_active_group(self, deadline: float) -> bool:
         """Join (or rejoin) the group; ``True`` once in a stable generation.
 
-        Gives up (``False``) when the coordinator cannot be found or a retriable
-        failure happens past ``deadline``; the next ``poll`` continues. JoinGroup itself
-        may block longer than ``deadline`` (until the rebalance completes).
+        Returns ``False`` at ``deadline`` while a JoinGroup or SyncGroup is still waiting
+        (it stays in flight and the next call continues it), or when the coordinator
+        cannot be found or a retriable failure happened; the next ``poll`` continues.
         """
         while self.need_rejoin():
             with self._lock:
                 if self._closing:
                     return False
+            pending = self._pending
+            if pending is not None:
+                try:
+                    resp = self._await(pending, deadline)
+                except KafkaError as exc:
+                    self._pending = None
+                    if not self._join_failed(exc, deadline):
+                        return False
+                    continue
+                if resp is None:
+                    return False  # still waiting: the next poll looks again
+                self._pending = None
+                try:
+                    if pending.method == "JoinGroup":
+                        self._joined(pending, resp)
+                    else:
+                        self._synced(pending, resp)
+                        return True
+                except KafkaError as exc:
+                    if not self._join_failed(exc, deadline):
+                        return False
+                continue
+            now = time.monotonic()
+            if now < self._next_join:
+                if self._next_join >= deadline:
+                    return False
+                time.sleep(self._next_join - now)
             try:
                 addr = self.ensure_coordinator(deadline)
             except KafkaError as exc:
@@ -339,21 +386,35 @@ class ConsumerCoordinator:
                 log.debug("group %s: %s", self.group_id, exc)
                 return False
             if not self._prepared:
-                self._on_join_prepare()
+                self._on_join_prepare(deadline)
                 self._prepared = True
             try:
-                self._join_and_sync(addr)
-                return True
+                self._send_join(addr)
             except KafkaError as exc:
-                with self._lock:
-                    if self.state == MemberState.REBALANCING:
-                        self.state = MemberState.UNJOINED
-                if not self._retry_join(exc):
-                    raise
-            if time.monotonic() + self._retry_backoff_s >= deadline:
-                return False
-            time.sleep(self._retry_backoff_s)
+                if not self._join_failed(exc, deadline):
+                    return False
         return True
+
+    def _await(self, pending: _InFlight, deadline: float) -> Any:
+        """The answer of ``pending``, waiting until ``deadline``; ``None`` if not there yet."""
+        try:
+            return pending.future.result(timeout=max(deadline - time.monotonic(), 0.0))
+        except grpc.FutureTimeoutError:
+            return None
+        except grpc.RpcError as exc:
+            raise map_rpc_error(exc, pending.address) from exc
+        except grpc.FutureCancelledError as exc:
+            raise KafkaConnectionError(f"{pending.method} to {pending.address} was cancelled") from exc
+
+    def _join_failed(self, exc: KafkaError, deadline: float) -> bool:
+        """A join round failed: raise if fatal, else back off; ``True`` to go on now."""
+        with self._lock:
+            if self.state == MemberState.REBALANCING:
+                self.state = MemberState.UNJOINED
+        if not self._retry_join(exc):
+            raise exc
+        self._next_join = time.monotonic() + self._retry_backoff_s
+        return self._next_join < deadline
 
     def _retry_join(self, exc: KafkaError) -> bool:
         """Adjust state after a failed join round; ``False`` when the error is fatal."""
@@ -369,14 +430,20 @@ class ConsumerCoordinator:
         log.info("group %s: join failed (%s); retrying", self.group_id, exc)
         return True
 
-    def _on_join_prepare(self) -> None:
+    def _cancel_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.future.cancel()
+
+    def _on_join_prepare(self, deadline: float) -> None:
         """Eager protocol: give up every partition before rejoining."""
         with self._lock:
             in_generation = self.generation >= 0 and bool(self.member_id)
         revoked = set(self._subs.partitions)
         if revoked and self._auto_commit and in_generation:
             try:
-                self.commit_offsets_sync(self._subs.all_consumed())
+                timeout = min(self._request_timeout_s, max(deadline - time.monotonic(), 1.0))
+                self.commit_offsets_sync(self._subs.all_consumed(), timeout)
             except KafkaError as exc:
                 log.warning("group %s: commit before rebalance failed: %s", self.group_id, exc)
         if revoked:
@@ -384,7 +451,7 @@ class ConsumerCoordinator:
         self._subs.assign_from_subscribed([])
         self._fetcher.clear()
 
-    def _join_and_sync(self, addr: str) -> None:
+    def _send_join(self, addr: str) -> None:
         topics = self._subscription_topics()
         with self._lock:
             member_id = self.member_id
@@ -400,8 +467,11 @@ class ConsumerCoordinator:
         for a in self.assignors:
             sub = a.subscription(topics, self._owned, self._owned_generation)
             join.protocols.add(name=a.name, metadata=encode_subscription(sub))
-        started = time.monotonic()
-        resp = self._transport.call(addr, "JoinGroup", join, timeout_s=self._rebalance_timeout_ms / 1000.0 + 5.0)
+        future = self._transport.stub(addr).JoinGroup.future(join, timeout=self._rebalance_timeout_ms / 1000.0 + 5.0)
+        self._pending = _InFlight("JoinGroup", addr, future, time.monotonic(), topics)
+
+    def _joined(self, pending: _InFlight, resp: group_pb2.JoinGroupResponse) -> None:
+        """JoinGroup answered: the leader assigns; everyone sends SyncGroup."""
         if resp.error_code:
             err = for_code(resp.error_code)(resp.error_message)
             if isinstance(err, MemberIdRequiredError) and resp.member_id:
@@ -411,18 +481,23 @@ class ConsumerCoordinator:
         with self._lock:
             self.member_id, self.generation = resp.member_id, resp.generation_id
             self.protocol, self.leader_id = resp.protocol_name, resp.leader_id
-        leader = resp.leader_id == resp.member_id
         sync = group_pb2.SyncGroupRequest(
             group_id=self.group_id, generation_id=resp.generation_id, member_id=resp.member_id
         )
-        if leader:
+        if resp.leader_id == resp.member_id:
             for mid, data in self._perform_assignment(resp.protocol_name, resp.members).items():
                 sync.assignments.add(member_id=mid, assignment=data)
-        sresp = self._transport.call(
-            addr, "SyncGroup", sync, timeout_s=self._session_timeout_ms / 1000.0 + self._request_timeout_s
+        future = self._transport.stub(pending.address).SyncGroup.future(
+            sync, timeout=self._session_timeout_ms / 1000.0 + self._request_timeout_s
         )
+        self._pending = _InFlight("SyncGroup", pending.address, future, pending.started, pending.topics, resp)
+
+    def _synced(self, pending: _InFlight, sresp: group_pb2.SyncGroupResponse) -> None:
         if sresp.error_code:
             raise for_code(sresp.error_code)(sresp.error_message)
+        resp = pending.join
+        assert resp is not None
+        leader = resp.leader_id == resp.member_id
         partitions = decode_assignment(sresp.assignment)
         log.info(
             "group %s: joined generation %d as %s%s in %.0f ms with %s (%s)",
@@ -430,11 +505,13 @@ class ConsumerCoordinator:
             resp.generation_id,
             resp.member_id,
             " (leader)" if leader else "",
-            (time.monotonic() - started) * 1000,
+            (time.monotonic() - pending.started) * 1000,
             [f"{tp.topic}-{tp.partition}" for tp in partitions],
             resp.protocol_name,
         )
-        self._on_join_complete(resp.generation_id, resp.protocol_name, leader, topics, partitions)
+        self._on_join_complete(resp.generation_id, resp.protocol_name, leader, pending.topics, partitions)
+        if self._subs.pattern is None and self._subs.subscription != pending.topics:
+            self.request_rejoin(f"the subscription changed to {sorted(self._subs.subscription)} during the rebalance")
 
     def _assignor(self, name: str) -> AbstractPartitionAssignor:
         for a in self.assignors:
@@ -625,15 +702,16 @@ class ConsumerCoordinator:
             log.info("group %s: member %s leaving: %s", self.group_id, member_id, reason)
             self._send_leave(addr, member_id)
 
-    def leave(self, autocommit: bool) -> None:
+    def leave(self, autocommit: bool, timeout_s: float | None = None) -> None:
         """Give up the assignment (commit, revoke) and leave the group: unsubscribe/close."""
+        self._cancel_pending()
         if self._subs.partitions_auto_assigned():
             with self._lock:
                 in_generation = self.generation >= 0 and bool(self.member_id)
             revoked = set(self._subs.partitions)
             if in_generation and autocommit and self._auto_commit and revoked:
                 try:
-                    self.commit_offsets_sync(self._subs.all_consumed())
+                    self.commit_offsets_sync(self._subs.all_consumed(), timeout_s)
                 except KafkaError as exc:
                     log.warning("group %s: commit on leave failed: %s", self.group_id, exc)
             if revoked:
@@ -644,14 +722,16 @@ class ConsumerCoordinator:
             self._prepared = False
         elif autocommit and self._auto_commit and self._subs.partitions:
             try:
-                self.commit_offsets_sync(self._subs.all_consumed())
+                self.commit_offsets_sync(self._subs.all_consumed(), timeout_s)
             except KafkaError as exc:
                 log.warning("group %s: commit on close failed: %s", self.group_id, exc)
 
     def close(self, autocommit: bool = True, timeout_s: float | None = None) -> None:
+        """Commit, leave and stop heartbeating, within about ``timeout_s`` (default: the request timeout)."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._request_timeout_s)
         try:
-            self.leave(autocommit)
-            self._wait_inflight_commits(timeout_s if timeout_s is not None else self._request_timeout_s)
+            self.leave(autocommit, max(deadline - time.monotonic(), 0.1))
+            self._wait_inflight_commits(max(deadline - time.monotonic(), 0.0))
             self.invoke_completed_commit_callbacks()
         finally:
             with self._lock:
@@ -659,7 +739,7 @@ class ConsumerCoordinator:
                 self._lock.notify_all()
             t = self._heartbeat_thread
             if t is not None and t is not threading.current_thread():
-                t.join(timeout=self._request_timeout_s)
+                t.join(timeout=max(deadline - time.monotonic(), 0.1))
 
     # --- offsets -----------------------------------------------------------------------
 
@@ -728,20 +808,22 @@ class ConsumerCoordinator:
     def commit_offsets_sync(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], timeout_s: float | None = None
     ) -> None:
-        """Commit and wait: retries while the coordinator moves; CommitFailedError when fenced."""
-        self._wait_inflight_commits(self._request_timeout_s)  # keep commits in order
+        """Commit and wait: retries while the coordinator moves; CommitFailedError when fenced,
+        KafkaTimeoutError when not done within ``timeout_s`` (default: the request timeout)."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._request_timeout_s)
+        self._wait_inflight_commits(max(deadline - time.monotonic(), 0.0))  # keep commits in order
         self.invoke_completed_commit_callbacks()
         offsets = dict(offsets)
         if not offsets:
             return
-        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._request_timeout_s)
         while True:
             generation, member_id = self._commit_identity()
             err: KafkaError | None
             try:
                 addr = self.ensure_coordinator(deadline)
                 req = self._commit_request(offsets, generation, member_id)
-                resp = self._transport.call(addr, "CommitOffsets", req, timeout_s=max(deadline - time.monotonic(), 1.0))
+                timeout = min(self._request_timeout_s, max(deadline - time.monotonic(), 0.1))
+                resp = self._transport.call(addr, "CommitOffsets", req, timeout_s=timeout)
                 err = self._commit_result(resp, offsets)
             except KafkaError as exc:
                 err = exc
@@ -841,9 +923,10 @@ class ConsumerCoordinator:
             self.commit_offsets_async(offsets)
 
     def fetch_committed_offsets(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition], timeout_s: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offsets (``None`` where nothing is committed); any broker answers."""
+        """The group's committed offsets (``None`` where nothing is committed); any broker
+        answers. KafkaTimeoutError after ``timeout_s`` (default: the request timeout)."""
         tps = sorted({TopicPartition(*tp) for tp in partitions})
         if not tps:
             return {}
@@ -853,15 +936,16 @@ class ConsumerCoordinator:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         for topic, parts in by_topic.items():
             req.topics.add(name=topic, partitions=parts)
-        deadline = time.monotonic() + self._request_timeout_s
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._request_timeout_s)
         while True:
             err: KafkaError | None = None
             try:
                 addr = self.coordinator()
+                timeout = min(self._request_timeout_s, max(deadline - time.monotonic(), 0.1))
                 if addr is not None:
-                    resp = self._transport.call(addr, "FetchOffsets", req)
+                    resp = self._transport.call(addr, "FetchOffsets", req, timeout)
                 else:
-                    resp = self._transport.call_any("FetchOffsets", req, self._metadata.broker_addresses())
+                    resp = self._transport.call_any("FetchOffsets", req, self._metadata.broker_addresses(), timeout)
                 if resp.error_code:
                     err = for_code(resp.error_code)(resp.error_message)
                 else:

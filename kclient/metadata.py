@@ -1,18 +1,23 @@
 """The client's view of the cluster: brokers, partitions and their leaders.
 
-Refreshed from any broker's Metadata RPC on demand (after an ``invalid_metadata``
-error) and when older than ``metadata_max_age_ms``.
+Refreshed from a broker's Metadata RPC on demand (``request_update`` after an
+``invalid_metadata`` error, a REQUEST_TIMED_OUT, a connection error or a timeout) and
+when older than ``metadata_max_age_ms`` (``maybe_refresh``). The broker asked is the one
+that failed least recently (``Transport.candidates``), so a broker that just failed, and
+may answer from a stale view, is asked last.
 
 Thread safety: safe from any thread; a refresh swaps whole dictionaries.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
 
 from kclient.errors import (
+    KafkaError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
@@ -22,13 +27,18 @@ from kclient.proto.kbroker.v1 import metadata_pb2
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.transport import Transport
 
+log = logging.getLogger(__name__)
+
 UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 class ClusterMetadata:
-    def __init__(self, transport: Transport, metadata_max_age_ms: int = 300000) -> None:
+    def __init__(self, transport: Transport, metadata_max_age_ms: int = 300000, retry_backoff_ms: int = 100) -> None:
         self._transport = transport
         self._max_age_s = metadata_max_age_ms / 1000.0
+        self._backoff_s = retry_backoff_ms / 1000.0
+        self._need_update = False
+        self._last_attempt = 0.0
         self._lock = threading.Lock()
         self.brokers: dict[int, BrokerMetadata] = {}
         self.controller_id = -1
@@ -44,7 +54,34 @@ class ClusterMetadata:
         with self._lock:
             self._topics_of_interest.update(topics)
 
-    def refresh(self, topics: Iterable[str] | None = None, *, all_topics: bool = False) -> None:
+    def request_update(self) -> None:
+        """Ask for a refresh at the next ``maybe_refresh`` (cheap: sets a flag)."""
+        self._need_update = True
+
+    def needs_refresh(self, now: float) -> bool:
+        """An update was requested, or the view is older than ``metadata_max_age_ms``
+        (either way, not sooner than ``retry_backoff_ms`` after the last attempt)."""
+        due = self._need_update or now - self._updated >= self._max_age_s
+        return due and now - self._last_attempt >= self._backoff_s
+
+    def maybe_refresh(self, timeout_s: float | None = None) -> bool:
+        """Refresh when ``needs_refresh``; ``False`` if a due refresh failed (logged, retried later)."""
+        if not self.needs_refresh(time.monotonic()):
+            return True
+        try:
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            self.refresh(deadline=deadline)
+        except KafkaError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+            return False
+        return True
+
+    def refresh(
+        self, topics: Iterable[str] | None = None, *, all_topics: bool = False, deadline: float | None = None
+    ) -> None:
+        """Fetch the metadata now. With ``deadline``, retries until a broker answers or
+        the deadline passes (then NoBrokersAvailable); without, each broker is tried once."""
+        self._last_attempt = time.monotonic()
         names: list[str] = []
         if not all_topics:
             with self._lock:
@@ -53,7 +90,13 @@ class ClusterMetadata:
             names = sorted(wanted)
             if not names:
                 all_topics = True
-        resp = self._transport.call_any("Metadata", metadata_pb2.MetadataRequest(topics=names), self.broker_addresses())
+        resp = self._transport.call_any(
+            "Metadata",
+            metadata_pb2.MetadataRequest(topics=names),
+            self.broker_addresses(),
+            deadline=deadline,
+            backoff_s=self._backoff_s,
+        )
         brokers = {b.node_id: BrokerMetadata(b.node_id, b.host, b.port, b.rack or None) for b in resp.brokers}
         partitions: dict[str, dict[int, PartitionMetadata]] = {}
         errors: dict[str, int] = {}
@@ -86,6 +129,7 @@ class ClusterMetadata:
                     self._partitions.pop(name, None)
             self._topic_errors = errors
             self._updated = time.monotonic()
+            self._need_update = False
 
     # --- lookups -------------------------------------------------------------------
 
@@ -120,9 +164,14 @@ class ClusterMetadata:
         return self._topic_errors.get(topic, 0)
 
     def wait_for_partitions(self, topic: str, timeout_s: float) -> set[int]:
-        """The topic's partitions, refreshing until they are known or time is up."""
+        """The topic's partitions, refreshing until they are known or time is up.
+
+        Brokers that do not answer are retried (``retry_backoff_ms`` apart) until
+        ``timeout_s``, then KafkaTimeoutError (with the last error) is raised.
+        """
         self.add_topics([topic])
         deadline = time.monotonic() + timeout_s
+        last: KafkaError | None = None
         while True:
             parts = self.partitions_for(topic)
             if parts:
@@ -133,8 +182,15 @@ class ClusterMetadata:
                     raise for_code(code)(f"topic {topic!r}")
                 if code:
                     raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-                raise KafkaTimeoutError(f"no metadata for topic {topic!r} within {timeout_s:.1f}s")
-            self.refresh([topic])
+                reason = f": {last}" if last is not None else ""
+                raise KafkaTimeoutError(f"no metadata for topic {topic!r} within {timeout_s:.1f}s{reason}")
+            try:
+                self.refresh([topic], deadline=deadline)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+                continue
             parts = self.partitions_for(topic)
             if parts:
                 return parts

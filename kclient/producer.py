@@ -49,6 +49,7 @@ from kclient.errors import (
     KafkaTimeoutError,
     LeaderNotAvailableError,
     MessageSizeTooLargeError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
     for_code,
 )
@@ -57,7 +58,7 @@ from kclient.partitioner import partition_for_key
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 from kclient.records import HEADER_SIZE, NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder, Compression, decode_batch
 from kclient.structs import RecordMetadata, TopicPartition
-from kclient.transport import Transport, map_rpc_error
+from kclient.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,8 @@ class _Batch:
             self.result.done(-1, -1, exc)
 
     def succeed(self, base_offset: int, log_append_time: int) -> None:
-        self.result.done(base_offset, log_append_time, None)
+        if not self.result.is_done:  # not after close() failed it
+            self.result.done(base_offset, log_append_time, None)
 
 
 @dataclass(slots=True)
@@ -278,7 +280,7 @@ class Producer:
         self._key_serializer: Callable[[Any], bytes] | None = cfg["key_serializer"]
         self._value_serializer: Callable[[Any], bytes] | None = cfg["value_serializer"]
         self._transport = Transport(cfg["bootstrap_servers"], cfg["request_timeout_ms"])
-        self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"])
+        self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"], cfg["retry_backoff_ms"])
         self._lock = threading.Condition()
         self._queues: dict[TopicPartition, deque[_Batch]] = {}
         self._in_flight: set[TopicPartition] = set()
@@ -286,6 +288,7 @@ class Producer:
         self._pending_batches = 0
         self._flushing = 0
         self._closed = False
+        self._aborted = False  # close() ran out of time: undelivered batches failed
         self._sticky: dict[str, int] = {}
         self._round_robin = itertools.count()
         self._needs_metadata = threading.Event()
@@ -362,20 +365,34 @@ class Producer:
                 self._flushing -= 1
 
     def close(self, timeout: float | None = None) -> None:
+        """Send what is buffered and wait up to ``timeout`` seconds (``None``: until every
+        batch has its outcome), then release the connections. Returns within about
+        ``timeout`` and does not raise for it: batches still undelivered then fail with
+        KafkaTimeoutError on their futures."""
         if self._closed:
             return
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         try:
             self.flush(timeout)
+        except KafkaTimeoutError:
+            pass
         finally:
-            with self._lock:
-                self._closed = True
-                for q in self._queues.values():
-                    for b in q:
-                        b.fail(IllegalStateError("producer closed"))
-                self._queues.clear()
-                self._lock.notify_all()
-            self._sender.join(timeout=5)
-            self._transport.close()
+            self._abort(deadline)
+
+    def _abort(self, deadline: float | None) -> None:
+        with self._lock:
+            self._closed = True
+            aborted = [b for q in self._queues.values() for b in q]
+            self._queues.clear()
+            self._aborted = bool(self._pending_batches)
+            self._lock.notify_all()
+        err = KafkaTimeoutError("the producer was closed before the batch was acknowledged")
+        for b in aborted:
+            b.fail(err)
+        left = 5.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+        self._sender.join(timeout=min(left, 5.0))
+        # Closing the channels cancels the calls in flight: their batches fail (see _retry_or_fail).
+        self._transport.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -480,7 +497,7 @@ class Producer:
             if self._awaiting_producer_id and time.monotonic() >= self._producer_id_retry_at:
                 self._renew_producer_id()
             with self._lock:
-                if self._closed and not self._pending_batches:
+                if self._closed and (self._aborted or not self._pending_batches):
                     return
                 batches, wait = self._ready(time.monotonic())
                 if not batches:
@@ -495,8 +512,7 @@ class Producer:
                         self._assign_sequence(b)
             if self._idempotent:
                 batches = [b for b in batches if not b.restamp or self._restamp(b)]
-            if self._needs_metadata.is_set():
-                self._refresh_metadata()
+            self._refresh_metadata()
             self._send(batches)
 
     # --- idempotence -----------------------------------------------------------------
@@ -627,11 +643,12 @@ class Producer:
             self._lock.notify_all()
 
     def _refresh_metadata(self) -> None:
-        self._needs_metadata.clear()
-        try:
-            self._metadata.refresh()
-        except KafkaError as exc:
-            log.warning("metadata refresh failed: %s", exc)
+        """Refresh when asked (a send failed) or every ``metadata_max_age_ms``."""
+        if self._needs_metadata.is_set():
+            self._needs_metadata.clear()
+            self._metadata.request_update()
+        if not self._metadata.maybe_refresh(self.config["request_timeout_ms"] / 1000.0):
+            log.warning("metadata refresh failed; retrying after retry_backoff_ms")
 
     def _send(self, batches: list[_Batch]) -> None:
         by_leader: dict[str, list[_Batch]] = {}
@@ -665,7 +682,7 @@ class Producer:
         try:
             resp = call.result()
         except grpc.RpcError as exc:
-            err = map_rpc_error(exc, addr)
+            err = self._transport.failed(addr, exc)
             self._needs_metadata.set()
             for b in group:
                 self._retry_or_fail(b, err)
@@ -687,7 +704,12 @@ class Producer:
                 self._retry_or_fail(b, KafkaError("partition missing from produce response"))
             elif pr.error_code and pr.error_code != _DUPLICATE_SEQUENCE:
                 err = for_code(pr.error_code)(pr.error_message)
-                if err.invalid_metadata:
+                if isinstance(err, RequestTimedOutError):
+                    # The leader could not replicate in time: it may be cut off (from
+                    # ZooKeeper or its followers) while another broker leads now.
+                    self._transport.mark_failed(addr)
+                    self._needs_metadata.set()
+                elif err.invalid_metadata:
                     self._needs_metadata.set()
                 self._retry_or_fail(b, err)
             else:
@@ -703,7 +725,9 @@ class Producer:
                 self._in_flight.discard(b.tp)
                 self._lock.notify_all()
             return
-        if expired and err.retriable:
+        if self._aborted:
+            err = KafkaTimeoutError("the producer was closed before the batch was acknowledged")
+        elif expired and err.retriable:
             # Report why it kept failing, not just that time ran out.
             err = type(err)(f"{err.message} (gave up after delivery_timeout_ms={self.config['delivery_timeout_ms']})")
         if b.sequenced:
