@@ -33,12 +33,18 @@ class LoadedLog:
 
 
 def _remove_leftovers(dir: Path) -> list[int]:
-    """Delete temporary and orphaned files; return the base offsets of the ``.log`` files."""
+    """Delete temporary and orphaned files; return the base offsets of the ``.log`` files.
+
+    Raises KafkaStorageError if a segment or index name is not a regular file (its
+    data cannot be read, and skipping it would silently drop it or the data after it).
+    """
     bases: list[int] = []
     index_files: list[tuple[int, Path]] = []
     for path in dir.iterdir():
         name = path.name
         if not path.is_file():
+            if (files.is_log_file(path) or files.is_index_file(path)) and _is_segment_name(name):
+                raise KafkaStorageError(f"segment file {path} is not a regular file")
             continue
         if files.is_temporary_file(path):
             logger.info("%s: removing leftover file %s", dir.name, name)
@@ -58,6 +64,14 @@ def _remove_leftovers(dir: Path) -> list[int]:
             logger.info("%s: removing orphaned index file %s", dir.name, path.name)
             path.unlink(missing_ok=True)
     return sorted(bases)
+
+
+def _is_segment_name(name: str) -> bool:
+    try:
+        files.offset_from_filename(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _open_segment(dir: Path, base: int, config: LogConfig, now_ms: int) -> LogSegment:

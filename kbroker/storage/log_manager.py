@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from kbroker.storage import files
 from kbroker.storage.log import Log
@@ -26,6 +27,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _UnloadedLog(NamedTuple):
+    """A partition directory that could not be loaded at start-up (kept offline)."""
+
+    dir: Path
+    reason: str
+    recovery_point: int | None
+    log_start_offset: int | None
+    """The checkpointed offsets, written back to the checkpoints until the log loads again."""
+
+
 class LogManager:
     """Owns the data directory of a broker and the :class:`Log` of every partition in it.
 
@@ -40,6 +51,16 @@ class LogManager:
     Lifecycle: construct (takes the lock), :meth:`startup` (loads the logs, starts
     the background thread), use, :meth:`shutdown` (flushes, closes, checkpoints,
     writes the marker, releases the lock).
+
+    Offline logs: a partition directory that cannot be loaded (an unopenable or
+    unreadable segment) does not stop the start-up. It is logged once at ERROR and
+    kept offline: not in :meth:`logs`, :meth:`get` answers None, :meth:`get_or_create`
+    raises KafkaStorageError (it never creates a fresh log over it), its checkpointed
+    offsets are kept, :meth:`delete` still removes it. A loaded log that later fails
+    I/O it cannot undo is offline too (:attr:`Log.offline`). :meth:`offline_logs` and
+    :meth:`offline_reason` name both kinds; while any log is offline, shutdown writes
+    no clean-shutdown marker (the next start recovers). As Kafka takes a log
+    directory offline; here each partition has its own directory.
 
     Background thread (daemon): retention every ``retention_check_interval_ms``,
     ``flush_if_due`` every ``flush_check_interval_ms``, checkpoints every
@@ -71,6 +92,7 @@ class LogManager:
         self._flush_interval_ms = flush_check_interval_ms
         self._checkpoint_interval_ms = checkpoint_interval_ms
         self._logs: dict[TopicPartition, Log] = {}
+        self._unloaded: dict[TopicPartition, _UnloadedLog] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -156,24 +178,41 @@ class LogManager:
                         logger.warning("ignoring %s: not a partition directory", path)
                         continue
                     key = (topic, partition)
-                    self._logs[key] = Log.open(
-                        path,
-                        configs.get(topic, self._default_config),
-                        recovery_point=recovery_points.get(key, 0),
-                        log_start_offset=start_offsets.get(key),
-                        clean_shutdown=clean,
-                    )
+                    try:
+                        self._logs[key] = Log.open(
+                            path,
+                            configs.get(topic, self._default_config),
+                            recovery_point=recovery_points.get(key, 0),
+                            log_start_offset=start_offsets.get(key),
+                            clean_shutdown=clean,
+                        )
+                    except Exception as exc:
+                        reason = getattr(exc, "message", None) or str(exc)
+                        logger.error(
+                            "cannot load the log of %s-%d in %s, it stays offline (KAFKA_STORAGE_ERROR) "
+                            "until a restart loads it: %s",
+                            topic,
+                            partition,
+                            path,
+                            reason,
+                        )
+                        self._unloaded[key] = _UnloadedLog(
+                            path, reason, recovery_points.get(key), start_offsets.get(key)
+                        )
             except BaseException:
                 for log in self._logs.values():
                     log.close()
                 self._logs.clear()
                 raise
+            loaded = len(self._logs) + len(self._unloaded)
             logger.info(
-                "loaded %d logs from %s in %.1f s (%s shutdown)",
+                "loaded %d logs from %s in %.1f s (%s)%s",
                 len(self._logs),
                 self._data_dir,
                 time.monotonic() - started,
-                "clean" if clean else "unclean",
+                # Only a directory that holds logs and lacks the marker had an unclean shutdown.
+                "clean shutdown" if clean else "unclean shutdown, recovered" if loaded else "new data directory",
+                f"; {len(self._unloaded)} offline" if self._unloaded else "",
             )
             if clean:
                 marker.unlink(missing_ok=True)
@@ -193,10 +232,13 @@ class LogManager:
         if thread is not None:
             thread.join()
         with self._lock:
-            clean = True
+            clean = not self._unloaded
             for key, log in self._logs.items():
                 try:
-                    log.flush()
+                    if log.offline:
+                        clean = False
+                    else:
+                        log.flush()
                     log.close()
                 except Exception:
                     clean = False
@@ -213,17 +255,48 @@ class LogManager:
     # ------------------------------------------------------------------ logs
 
     def get(self, topic: str, partition: int) -> Log | None:
+        """The partition's log, None if absent or if it could not be loaded (see :meth:`offline_reason`)."""
         with self._lock:
             return self._logs.get((topic, partition))
 
+    def offline_reason(self, topic: str, partition: int) -> str | None:
+        """Why the partition's log is offline (it could not be loaded, or an I/O error
+        took it offline since), None if it is online or absent. A replica manager answers
+        KAFKA_STORAGE_ERROR for the partition while this is not None."""
+        with self._lock:
+            key = (topic, partition)
+            unloaded = self._unloaded.get(key)
+            if unloaded is not None:
+                return unloaded.reason
+            log = self._logs.get(key)
+            return log.offline_reason if log is not None else None
+
+    def offline_logs(self) -> dict[TopicPartition, str]:
+        """Every offline log and why, by (topic, partition)."""
+        with self._lock:
+            out = {key: u.reason for key, u in self._unloaded.items()}
+            for key, log in self._logs.items():
+                reason = log.offline_reason
+                if reason is not None:
+                    out[key] = reason
+            return out
+
     def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
-        """The log of the partition, created empty (with ``config``) if absent."""
+        """The log of the partition, created empty (with ``config``) if absent.
+
+        Raises KafkaStorageError for a log that could not be loaded at start-up.
+        """
         validate_topic_name(topic)
         if partition < 0:
             raise ValueError(f"partition number must be >= 0, not {partition}")
         with self._lock:
             self._ensure_running()
             key = (topic, partition)
+            unloaded = self._unloaded.get(key)
+            if unloaded is not None:
+                raise KafkaStorageError(
+                    f"the log of {topic}-{partition} in {unloaded.dir} is offline: {unloaded.reason}"
+                )
             log = self._logs.get(key)
             if log is None:
                 path = self._data_dir / files.partition_dir_name(topic, partition)
@@ -241,17 +314,22 @@ class LogManager:
         """
         with self._lock:  # held throughout: a concurrent get_or_create must not see the dir
             log = self._logs.pop((topic, partition), None)
-            if log is None:
+            unloaded = self._unloaded.pop((topic, partition), None)
+            if log is not None:
+                log.close()
+                dir = log.dir
+            elif unloaded is not None:
+                dir = unloaded.dir
+            else:
                 return False
-            log.close()
             target = self._data_dir / files.delete_dir_name(topic, partition)
             try:
-                os.replace(log.dir, target)
+                os.replace(dir, target)
                 files.fsync_dir(self._data_dir)
             except FileNotFoundError:
                 return True
             except OSError as exc:
-                raise KafkaStorageError(f"cannot delete {log.dir}: {exc}") from exc
+                raise KafkaStorageError(f"cannot delete {dir}: {exc}") from exc
         try:
             shutil.rmtree(target)
         except OSError as exc:  # finished at the next startup
@@ -297,14 +375,12 @@ class LogManager:
 
     def _write_checkpoints(self) -> None:
         logs = dict(self._logs)
-        files.write_offsets_checkpoint(
-            self._data_dir / files.RECOVERY_POINT_CHECKPOINT,
-            {key: log.recovery_point for key, log in logs.items()},
-        )
-        files.write_offsets_checkpoint(
-            self._data_dir / files.LOG_START_OFFSET_CHECKPOINT,
-            {key: log.log_start_offset for key, log in logs.items()},
-        )
+        recovery_points = {key: u.recovery_point for key, u in self._unloaded.items() if u.recovery_point is not None}
+        start_offsets = {key: u.log_start_offset for key, u in self._unloaded.items() if u.log_start_offset is not None}
+        recovery_points.update((key, log.recovery_point) for key, log in logs.items())
+        start_offsets.update((key, log.log_start_offset) for key, log in logs.items())
+        files.write_offsets_checkpoint(self._data_dir / files.RECOVERY_POINT_CHECKPOINT, recovery_points)
+        files.write_offsets_checkpoint(self._data_dir / files.LOG_START_OFFSET_CHECKPOINT, start_offsets)
 
     def _run(self) -> None:
         tasks: list[tuple[int, Callable[[], object]]] = [
