@@ -48,7 +48,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, SessionExpiredError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -185,8 +185,11 @@ class Controller:
                 log.warning("broker %d: controller moved; resigning", self.broker_id)
                 self._active = False
                 self._generation += 1
-            except Exception:
-                log.exception("controller event %s failed; retrying in 1 s", event[0])
+            except Exception as exc:
+                if isinstance(exc, (ConnectionLoss, SessionExpiredError)):
+                    log.warning("controller event %s: ZooKeeper unreachable (%r); retrying in 1 s", event[0], exc)
+                else:
+                    log.exception("controller event %s failed; retrying in 1 s", event[0])
                 if event[0] != "controlled_shutdown" and not self._stopped:
                     retry = threading.Timer(1.0, self._events.put, args=(event,))
                     retry.daemon = True

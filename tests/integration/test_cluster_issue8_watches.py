@@ -1,0 +1,120 @@
+"""Watches with a bounded number of threads (issue 8): a ZooKeeper reconnect with 1,500
+watched partitions must not spawn a thread per znode, and the metadata cache and the
+controller must still follow every change made after the reconnect."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from kazoo.protocol.connection import _CONNECTION_DROP
+from kazoo.protocol.states import KazooState
+
+from kbroker.cluster.controller import Controller
+from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
+from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zkdata import BrokerInfo, LeaderAndIsr
+from tests.support import wait_until
+
+pytestmark = pytest.mark.integration
+
+TOPICS, PARTITIONS = 15, 100  # 1,500 partitions
+
+
+@pytest.fixture
+def zk(zk_connect: str) -> Iterator[ZkClient]:
+    client = ZkClient(zk_connect)
+    client.start()
+    client.ensure_persistent_paths()
+    client.register_broker(BrokerInfo(0, "127.0.0.1", 9000))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def all_led(snap: ClusterSnapshot, topics: int, partitions: int) -> bool:
+    return len(snap.topics) == topics and all(
+        len(info.states) == partitions and all(s.leader == 0 for s in info.states.values())
+        for info in snap.topics.values()
+    )
+
+
+def drop_connection(zk: ZkClient) -> None:
+    """Break the TCP connection as kazoo's own test harness does; the session survives."""
+    lost, back = threading.Event(), threading.Event()
+
+    def listener(state: KazooState) -> bool:
+        if state == KazooState.SUSPENDED:
+            lost.set()
+        elif state == KazooState.CONNECTED and lost.is_set():
+            back.set()
+            return True
+        return False
+
+    zk.kazoo.add_listener(listener)
+    zk.kazoo._call(_CONNECTION_DROP, None)
+    assert lost.wait(5) and back.wait(15)
+
+
+def test_a_reconnect_spawns_a_bounded_number_of_threads(zk: ZkClient) -> None:
+    ctl = Controller(zk, 0, auto_leader_rebalance=False)
+    cache = MetadataCache(zk)
+    seen: list[tuple[str, int, LeaderAndIsr | None]] = []
+    cache.on_partition_change(lambda t, p, _r, state, _c, _i: seen.append((t, p, state)))
+    ctl.start()
+    cache.start()
+    try:
+        wait_until(lambda: ctl.is_active, 15, "controller elected")
+        for i in range(TOPICS):
+            zk.create_topic(f"t{i}", {p: [0] for p in range(PARTITIONS)}, {})
+        assert cache.wait_for(lambda s: all_led(s, TOPICS, PARTITIONS), 120), "1,500 partitions led"
+        assert {(t, p) for t, p, state in seen if state is not None} == {
+            (f"t{i}", p) for i in range(TOPICS) for p in range(PARTITIONS)
+        }
+        session = zk.session_id
+        baseline = threading.active_count()
+
+        peak = baseline
+        sampling = True
+
+        def sample() -> None:
+            nonlocal peak
+            while sampling:
+                peak = max(peak, threading.active_count())
+                time.sleep(0.001)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        seen.clear()
+        drop_connection(zk)
+        time.sleep(3)  # let the reconnect's work (re-reads, re-armed watches) run
+        cache.sync()
+        sampling = False
+        sampler.join()
+        assert zk.session_id == session
+        print(f"one reconnect at {TOPICS * PARTITIONS} partitions: {baseline} -> peak {peak} threads")
+        assert peak - baseline <= 10, f"{peak - baseline} threads spawned by one reconnect"
+        assert peak < 50
+        assert seen == []  # nothing changed meanwhile: listeners are not called for it
+
+        # Changes after the reconnect still reach the cache (watches were re-armed) ...
+        state = zk.partition_state("t3", 42)
+        assert state is not None
+        zk.update_partition_state("t3", 42, LeaderAndIsr(0, state.leader_epoch + 1, [0], 1, state.zk_version), None)
+        assert cache.wait_for(lambda s: s.topics["t3"].states[42].leader_epoch == state.leader_epoch + 1, 10)
+        assert [(t, p) for t, p, _ in seen] == [("t3", 42)]
+        # ... and the controller's: a partition added to an existing topic gets a leader.
+        found = zk.topic_assignment("t7")
+        assert found is not None
+        zk.set_topic_assignment("t7", {**found[0], PARTITIONS: [0]}, found[1])
+        assert cache.wait_for(lambda s: PARTITIONS in s.topics["t7"].states, 15)
+        zk.create_topic("late", {0: [0]}, {})
+        assert cache.wait_for(lambda s: "late" in s.topics and 0 in s.topics["late"].states, 15)
+        zk.mark_topic_for_deletion("t0")
+        assert cache.wait_for(lambda s: "t0" not in s.topics, 15)
+    finally:
+        cache.stop()
+        ctl.stop()
