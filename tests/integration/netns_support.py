@@ -94,6 +94,14 @@ def longest_gap(producer: NumberedProducer, partition: int, start: float, until:
     return None
 
 
+def stalls(producer: NumberedProducer, partition: int, start: float, min_s: float = 0.5) -> list[list[float]]:
+    """Every [from, to] (relative to ``start``) in which ``partition`` got no ack for ``min_s`` or more."""
+    times = sorted(at for at, p in producer.ack_log if p == partition and at >= start)
+    return [
+        [round(a - start, 3), round(b - start, 3)] for a, b in itertools.pairwise([start, *times]) if b - a >= min_s
+    ]
+
+
 def wait_for(predicate: object, timeout_s: float, step_s: float = 0.02) -> float | None:
     """Poll ``predicate`` (a callable) until truthy; return when it became so, None on timeout."""
     assert callable(predicate)

@@ -33,6 +33,7 @@ from tests.integration.netns_support import (
     first_ack_after,
     longest_gap,
     netns_cluster,
+    stalls,
     wait_for,
 )
 from tests.integration.test_faults import NumberedProducer, ZkView, read_everything, start_topic, validate
@@ -123,13 +124,16 @@ def test_partition_availability(tmp_path: Path, scenario: str) -> None:
             isr_s = t_isr - t_heal if t_isr else None
             fig["isr_s"] = isr_s
             if resumed_s is None:
-                t_late = wait_for(resumed, 30, step_s=0.05)
-                fig["resumed_after_heal_s"] = t_late - t_heal if t_late else None
+                wait_for(resumed, 30, step_s=0.05)
+                late = [first_ack_after(producer, p, t_new_leader) for p in watched]
+                fig["resumed_after_heal_s"] = max(a for a in late if a) - t_heal if all(late) else None
             before = len(producer.acked)
             wait_for(lambda: len(producer.acked) > before + 300, 30)
             gaps = [longest_gap(producer, p, t_cut, t_heal) for p in watched]
             max_gap_s = max(g for g in gaps if g is not None) if all(g is not None for g in gaps) else None
             fig["max_gap_s"] = max_gap_s
+            fig["heal_at_s"] = t_heal - t_cut
+            fig["stalls_s"] = {p: stalls(producer, p, t_cut) for p in watched}
             others = [longest_gap(producer, p, t_cut, t_heal) for p in range(PARTITIONS) if p not in watched]
             fig["other_partitions_max_gap_s"] = [None if g is None else round(g, 3) for g in others]
         finally:
