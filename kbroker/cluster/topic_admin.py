@@ -4,6 +4,22 @@ Used by the broker's admin RPCs and by ``kctl --zookeeper``. It validates, compu
 replica assignment and writes ``/config/topics/<t>`` + ``/brokers/topics/<t>``; the
 controller reacts through its watches (partition state, deletion). Every check runs
 before anything is written, so bad input changes nothing.
+
+Counts: -1 means the broker default (``num.partitions``, ``default.replication.factor``);
+0 or below -1 is refused (InvalidPartitionsError / InvalidReplicationFactorError), as is
+a replication factor above the live brokers.
+
+Bounds (each partition replica costs a broker a directory and three open files, and a
+topic's assignment is one znode):
+
+* ``max.partitions.per.topic`` (default 10,000): more partitions in one topic, created
+  or grown to, is InvalidPartitionsError. It refuses absurd counts (10^6) before any
+  placement is computed; 10,000 partitions at RF 3 is a ~200 KB assignment znode.
+* ``max.broker.partitions`` (KIP-578's name; default 4,000, the ZooKeeper-era guidance
+  per broker, ~12,000 file descriptors): a creation that would put more partition
+  replicas than that on any broker is PolicyViolationError. It counts every topic's
+  assignment, so it also bounds a request that creates many topics. Two concurrent
+  creations may together pass it by the size of one (it is checked, not reserved).
 """
 
 from __future__ import annotations
@@ -19,19 +35,47 @@ from kclient.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from kclient.topic_name import validate_topic_name
 
+MAX_PARTITIONS_PER_TOPIC = 10_000
+MAX_BROKER_PARTITIONS = 4_000
+
 
 class TopicAdmin:
-    """Create, delete and grow topics by writing their znodes."""
+    """Create, delete and grow topics by writing their znodes (thread-safe: no state)."""
 
-    def __init__(self, zk: ZkClient, *, default_partitions: int = 1, default_replication_factor: int = 1) -> None:
+    def __init__(
+        self,
+        zk: ZkClient,
+        *,
+        default_partitions: int = 1,
+        default_replication_factor: int = 1,
+        max_partitions_per_topic: int = MAX_PARTITIONS_PER_TOPIC,
+        max_broker_partitions: int = MAX_BROKER_PARTITIONS,
+    ) -> None:
         self._zk = zk
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
+        self.max_partitions_per_topic = max_partitions_per_topic
+        self.max_broker_partitions = max_broker_partitions
+
+    def auto_create_topic(self, name: str) -> bool:
+        """``auto.create.topics.enable``: create ``name`` with the broker defaults.
+
+        True if this call created it, False if it exists already (another request,
+        or another broker, won the race: not an error). Raises as :meth:`create_topic`
+        does otherwise (InvalidTopicError, InvalidReplicationFactorError when fewer
+        brokers are alive than ``default.replication.factor``, PolicyViolationError).
+        """
+        try:
+            self.create_topic(name)
+        except TopicAlreadyExistsError:
+            return False
+        return True
 
     def create_topic(
         self,
@@ -46,6 +90,15 @@ class TopicAdmin:
         validate_topic_name(name)
         config = dict(configs or {})
         LogConfig.from_properties(config)  # raises InvalidConfigurationError
+        partitions = self._count(
+            num_partitions, self.default_partitions, "number of partitions", InvalidPartitionsError
+        )
+        rf = self._count(
+            replication_factor, self.default_replication_factor, "replication factor", InvalidReplicationFactorError
+        )
+        if assignment:
+            partitions = len(assignment)
+        self._check_partitions(name, partitions)
         if self._zk.topic_exists(name):
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         normal = name.replace(".", "_")
@@ -65,15 +118,15 @@ class TopicAdmin:
                 )
             chosen = self._check_assignment(dict(assignment), set(live), first=0)
         else:
-            partitions = self.default_partitions if num_partitions == -1 else num_partitions
-            rf = self.default_replication_factor if replication_factor == -1 else replication_factor
-            if partitions < 1:
-                raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
-            if rf < 1:
-                raise InvalidReplicationFactorError(f"replication factor must be at least 1, got {rf}")
             if not live:
                 raise InvalidReplicationFactorError("no broker is alive to host the topic")
+            if rf > len(live):
+                raise InvalidReplicationFactorError(
+                    f"replication factor {rf} is larger than the {len(live)} live broker(s)"
+                )
+            self._check_broker_load(name, partitions * rf, len(live), None)
             chosen = self._place(brokers, partitions, rf)
+        self._check_broker_load(name, 0, len(live), chosen)
         if not validate_only:
             self._zk.create_topic(name, chosen, config)
         return chosen
@@ -94,8 +147,12 @@ class TopicAdmin:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {len(current)} partitions; the new count must be larger, got {total}"
             )
+        self._check_partitions(name, total)
         rf = len(next(iter(current.values())))
-        added = self._place(self._zk.live_brokers(), total - len(current), rf, first=len(current))
+        brokers = self._zk.live_brokers()
+        self._check_broker_load(name, (total - len(current)) * rf, len(brokers), None)
+        added = self._place(brokers, total - len(current), rf, first=len(current))
+        self._check_broker_load(name, 0, len(brokers), added)
         new = {**current, **added}
         if not validate_only:
             self._zk.set_topic_assignment(name, new, version)
@@ -108,6 +165,48 @@ class TopicAdmin:
         merged = {**self._zk.topic_config(name), **configs}
         LogConfig.from_properties(merged)
         self._zk.set_topic_config(name, merged)
+
+    @staticmethod
+    def _count(
+        value: int, default: int, what: str, error: type[InvalidPartitionsError | InvalidReplicationFactorError]
+    ) -> int:
+        """-1 = the broker default; anything below 1 otherwise is refused."""
+        if value == -1:
+            return default
+        if value < 1:
+            raise error(f"{what} must be at least 1 (or -1 for the broker default {default}), got {value}")
+        return value
+
+    def _check_partitions(self, name: str, partitions: int) -> None:
+        if partitions > self.max_partitions_per_topic:
+            raise InvalidPartitionsError(
+                f"topic {name!r}: {partitions} partitions is more than max.partitions.per.topic "
+                f"({self.max_partitions_per_topic})"
+            )
+
+    def _check_broker_load(self, name: str, replicas: int, brokers: int, added: Assignment | None) -> None:
+        """PolicyViolationError if adding ``replicas`` (spread evenly over ``brokers``), or
+        exactly the replicas of ``added``, would put more than max.broker.partitions
+        partition replicas on a broker."""
+        limit = self.max_broker_partitions
+        if added is None:
+            if brokers and replicas > limit * brokers:
+                raise PolicyViolationError(
+                    f"topic {name!r}: {replicas} partition replicas do not fit on {brokers} live broker(s) "
+                    f"at max.broker.partitions={limit}"
+                )
+            return
+        load: dict[int, int] = {}
+        for assignment in [*self._zk.all_assignments().values(), added]:
+            for replica_list in assignment.values():
+                for b in replica_list:
+                    load[b] = load.get(b, 0) + 1
+        over = {b: n for b, n in sorted(load.items()) if n > limit}
+        if over:
+            raise PolicyViolationError(
+                f"topic {name!r} would put more than max.broker.partitions={limit} partition replicas on "
+                f"broker(s) {over}"
+            )
 
     @staticmethod
     def _place(brokers: Mapping[int, BrokerInfo], partitions: int, rf: int, first: int = 0) -> Assignment:

@@ -265,6 +265,18 @@ class ZkClient:
             return None
         return zkdata.decode_assignment(data), int(stat.version)
 
+    def all_assignments(self) -> dict[str, Assignment]:
+        """Every topic's assignment, read with pipelined requests."""
+        pending = [(t, self.kazoo.get_async(zkdata.topic_path(t))) for t in self.topics()]
+        out: dict[str, Assignment] = {}
+        for topic, result in pending:
+            try:
+                data, _ = result.get(timeout=self.write_timeout_s * 6)
+            except NoNodeError:
+                continue
+            out[topic] = zkdata.decode_assignment(data)
+        return out
+
     def topic_config(self, topic: str) -> dict[str, str]:
         try:
             data, _ = self.kazoo.get(zkdata.topic_config_path(topic))
