@@ -9,9 +9,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kazoo.protocol.connection import _CONNECTION_DROP
+from kazoo.protocol.connection import _CONNECTION_DROP, _SESSION_EXPIRED
 from kazoo.protocol.states import KazooState
 
+from kbroker.cluster import zkdata
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
 from kbroker.cluster.zk_client import ZkClient
@@ -118,3 +119,43 @@ def test_a_reconnect_spawns_a_bounded_number_of_threads(zk: ZkClient) -> None:
     finally:
         cache.stop()
         ctl.stop()
+
+
+def test_the_cache_follows_changes_after_its_session_expired(zk: ZkClient, zk_connect: str) -> None:
+    zk.create_topic("t", {p: [0] for p in range(10)}, {})
+    for p in range(10):
+        zk.kazoo.create(
+            f"/brokers/topics/t/partitions/{p}/state",
+            zkdata.encode_leader_and_isr(LeaderAndIsr(0, 0, [0], 1)),
+            makepath=True,
+        )
+    cache = MetadataCache(zk)
+    cache.start()
+    other = ZkClient(zk_connect)
+    other.start()
+    try:
+        assert cache.wait_for(lambda s: "t" in s.topics and len(s.topics["t"].states) == 10, 15)
+        session = zk.session_id
+        lost, back = threading.Event(), threading.Event()
+
+        def listener(state: KazooState) -> bool:
+            if state == KazooState.LOST:
+                lost.set()
+            elif state == KazooState.CONNECTED and lost.is_set():
+                back.set()
+                return True
+            return False
+
+        zk.kazoo.add_listener(listener)
+        zk.kazoo._call(_SESSION_EXPIRED, None)
+        assert lost.wait(5) and back.wait(15) and zk.session_id != session
+        # The new session re-armed every watch: later changes arrive.
+        state = other.partition_state("t", 3)
+        assert state is not None
+        other.update_partition_state("t", 3, LeaderAndIsr(0, 1, [0], 1, state.zk_version), None)
+        assert cache.wait_for(lambda s: s.topics["t"].states[3].leader_epoch == 1, 15)
+        other.create_topic("u", {0: [0]}, {})
+        assert cache.wait_for(lambda s: "u" in s.topics, 15)
+    finally:
+        other.close()
+        cache.stop()
