@@ -21,6 +21,7 @@ import zlib
 import lz4.frame as _lz4f
 import zstandard as _zstd
 
+from kclient import records as _records
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError, UnsupportedCodecError
 from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, Compression
 
@@ -164,11 +165,10 @@ def _gzip_inflate(body: memoryview, cap: int) -> bytes:
 
 
 def _snappy_inflate(body: memoryview) -> bytes | None:
-    # Snappy expands at most ~21 times, so a request-sized body cannot be a bomb.
-    from kclient import records
-
+    # Snappy expands at most ~21 times, so a request-sized body is no bomb: decoded whole,
+    # by kclient's xerial reader, if a snappy library is installed.
     try:
-        return records._decompress(Compression.SNAPPY, body)
+        return _records._decompress(Compression.SNAPPY, body)
     except UnsupportedCodecError:
         return None
 

@@ -266,3 +266,15 @@ def test_follower_appends_are_not_walked(tmp_path: Path) -> None:
     info = follower.append_as_follower(gappy)
     assert (info.first_offset, follower.log_end_offset) == (0, 3)
     follower.close()
+
+
+def test_snappy_without_a_library_is_checked_by_header_only() -> None:
+    """The broker cannot read snappy without cramjam/python-snappy: such batches keep the
+    header and CRC checks (as before), they are not refused."""
+    from kclient import records
+
+    if records._snappy_decompress_raw is not None:
+        pytest.skip("a snappy library is installed: snappy batches are walked like the others")
+    validate(batch(b"not really snappy", 1, codec=Compression.SNAPPY))
+    with pytest.raises(InvalidRecordError):
+        validate(batch(b"not really snappy", 2, last_offset_delta=0, codec=Compression.SNAPPY))
