@@ -9,7 +9,7 @@ Knows nothing of ZooKeeper or gRPC. Modules, one concept each:
 - :mod:`~kbroker.storage.leader_epoch`: :class:`LeaderEpochCache`
 - :mod:`~kbroker.storage.producer_state`: idempotent producers' last batches (dedupe, sequence checks)
 - :mod:`~kbroker.storage.validator`: batch checks and stamping on append
-- :mod:`~kbroker.storage.record_checks`: record-level checks of a producer's batch (count, offset deltas, lengths, bombs)
+- :mod:`~kbroker.storage.record_checks`: the records of a producer's batch (count, offset deltas, lengths)
 - :mod:`~kbroker.storage.loader`: opening and recovering a partition directory
 - :mod:`~kbroker.storage.log`: :class:`Log`, one partition
 - :mod:`~kbroker.storage.log_manager`: :class:`LogManager`, one data directory
