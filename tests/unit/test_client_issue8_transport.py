@@ -1,0 +1,179 @@
+"""Issue 8: channels with keepalive and bounded reconnect backoff, a timed-out channel
+dropped, metadata refreshed every metadata_max_age_ms and from a broker other than the
+one that just failed; a broker-side REQUEST_TIMED_OUT makes the producer look again.
+
+The brokers here are in-process fake gRPC servers (no ZooKeeper, no log)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from kclient import Producer
+from kclient.errors import KafkaTimeoutError
+from kclient.metadata import ClusterMetadata
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2, metadata_pb2
+from kclient.transport import CHANNEL_OPTIONS, SERVER_KEEPALIVE_OPTIONS, Transport
+
+REQUEST_TIMED_OUT = 7
+
+
+class FakeBroker(broker_pb2_grpc.BrokerServicer):
+    """Answers Metadata with ``leader`` as the leader of t-0, and Produce with ``produce_error``."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.leader = node_id
+        self.produce_error = 0
+        self.slow_s = 0.0
+        self.peers: dict[int, int] = {}  # node id -> port
+        self.calls: list[str] = []
+        self.server = grpc.server(futures.ThreadPoolExecutor(4), options=SERVER_KEEPALIVE_OPTIONS)
+        broker_pb2_grpc.add_BrokerServicer_to_server(self, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{self.port}"
+        self.server.start()
+
+    def Metadata(self, request: Any, context: Any) -> metadata_pb2.MetadataResponse:
+        self.calls.append("Metadata")
+        if self.slow_s:
+            time.sleep(self.slow_s)
+        resp = metadata_pb2.MetadataResponse(cluster_id=f"seen-by-{self.node_id}", controller_id=0)
+        for node, port in sorted(self.peers.items()):
+            resp.brokers.add(node_id=node, host="127.0.0.1", port=port)
+        t = resp.topics.add(name="t")
+        t.partitions.add(index=0, leader_id=self.leader, replica_nodes=[self.leader], isr_nodes=[self.leader])
+        return resp
+
+    def Produce(self, request: Any, context: Any) -> log_pb2.ProduceResponse:
+        self.calls.append("Produce")
+        resp = log_pb2.ProduceResponse()
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                tr.partitions.add(
+                    index=p.index, error_code=self.produce_error, base_offset=-1 if self.produce_error else 42
+                )
+        return resp
+
+    def stop(self) -> None:
+        self.server.stop(0)
+
+
+@pytest.fixture
+def brokers() -> Iterator[tuple[FakeBroker, FakeBroker]]:
+    a, b = FakeBroker(0), FakeBroker(1)
+    for x in (a, b):
+        x.peers = {0: a.port, 1: b.port}
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def test_every_channel_has_keepalive_and_bounded_reconnect_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    options = dict(CHANNEL_OPTIONS)
+    assert 5000 <= options["grpc.keepalive_time_ms"] <= 10000
+    assert options["grpc.keepalive_timeout_ms"] <= 5000
+    assert options["grpc.keepalive_permit_without_calls"] == 1
+    assert options["grpc.http2.max_pings_without_data"] == 0
+    assert options["grpc.max_reconnect_backoff_ms"] <= 1000
+    seen: list[Any] = []
+    real = grpc.insecure_channel
+    monkeypatch.setattr(
+        grpc, "insecure_channel", lambda addr, options=None: seen.append(options) or real(addr, options)
+    )
+    t = Transport("127.0.0.1:1")
+    t.stub("127.0.0.1:1")
+    t.close()
+    assert seen == [CHANNEL_OPTIONS]
+
+
+def test_a_timed_out_call_drops_its_channel(brokers: tuple[FakeBroker, FakeBroker]) -> None:
+    a, _ = brokers
+    t = Transport(a.address)
+    try:
+        first = t.stub(a.address)
+        assert t.stub(a.address) is first
+        a.slow_s = 1.0
+        with pytest.raises(KafkaTimeoutError):
+            t.call(a.address, "Metadata", metadata_pb2.MetadataRequest(), timeout_s=0.2)
+        a.slow_s = 0.0
+        assert t.stub(a.address) is not first, "the channel of a timed-out call is not reused"
+        assert t.call(a.address, "Metadata", metadata_pb2.MetadataRequest()).cluster_id == "seen-by-0"
+    finally:
+        t.close()
+
+
+def test_metadata_comes_from_a_broker_that_did_not_just_fail(brokers: tuple[FakeBroker, FakeBroker]) -> None:
+    a, b = brokers
+    t = Transport([a.address, b.address])
+    try:
+        md = ClusterMetadata(t)
+        for _ in range(4):
+            t.mark_failed(a.address)
+            md.refresh()
+            assert md.cluster_id == "seen-by-1"
+        # Healthy brokers take turns.
+        t2 = Transport([a.address, b.address])
+        md2 = ClusterMetadata(t2)
+        seen = set()
+        for _ in range(4):
+            md2.refresh()
+            seen.add(md2.cluster_id)
+        t2.close()
+        assert seen == {"seen-by-0", "seen-by-1"}
+    finally:
+        t.close()
+
+
+def test_metadata_is_refreshed_every_max_age(brokers: tuple[FakeBroker, FakeBroker]) -> None:
+    a, b = brokers
+
+    def refreshes() -> int:
+        return a.calls.count("Metadata") + b.calls.count("Metadata")
+
+    t = Transport(a.address)
+    try:
+        md = ClusterMetadata(t, metadata_max_age_ms=300, retry_backoff_ms=10)
+        md.refresh()
+        n = refreshes()
+        md.maybe_refresh()
+        assert refreshes() == n
+        time.sleep(0.35)
+        md.maybe_refresh()
+        assert refreshes() == n + 1
+        md.request_update()
+        time.sleep(0.02)
+        md.maybe_refresh()
+        assert refreshes() == n + 2
+    finally:
+        t.close()
+
+
+def test_request_timed_out_makes_the_producer_find_the_new_leader(brokers: tuple[FakeBroker, FakeBroker]) -> None:
+    """Broker 0 is cut off: it still claims t-0 and times every write out (REQUEST_TIMED_OUT);
+    broker 1 leads t-0 now. The producer must refresh metadata, from broker 1, and deliver there."""
+    a, b = brokers
+    with Producer(
+        bootstrap_servers=a.address,
+        acks=1,
+        enable_idempotence=False,
+        linger_ms=0,
+        retry_backoff_ms=20,
+        delivery_timeout_ms=5000,
+    ) as p:
+        assert p.partitions_for("t") == {0}
+        a.produce_error = REQUEST_TIMED_OUT
+        b.leader = 1
+        done = threading.Event()
+        fut = p.send("t", b"x", partition=0)
+        fut.add_callback(lambda _m: done.set())
+        meta = fut.get(10)
+    assert meta.offset == 42
+    assert "Produce" in b.calls
