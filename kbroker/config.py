@@ -81,6 +81,8 @@ class BrokerConfig:
     rack: str | None = None
     num_partitions: int = 1
     default_replication_factor: int = 1
+    max_partitions_per_topic: int = 10000
+    max_broker_partitions: int = 4000
     auto_create_topics: bool = False
     zookeeper_session_timeout_ms: int = 18000
     zookeeper_connection_timeout_ms: int = 15000
@@ -89,9 +91,17 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1048576
     retention_check_interval_ms: int = 300000
     controlled_shutdown: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
     auto_leader_rebalance: bool = True
     leader_imbalance_check_interval_ms: int = 300000
     grpc_workers: int = 64
+    """Threads that run requests' blocking parts; waiting requests hold none."""
+    socket_request_max_bytes: int = 104857600
+    """The largest request message accepted (Kafka's socket.request.max.bytes)."""
+    queued_max_request_bytes: int = 268435456
+    """Request bytes in flight at once; more waits for RESOURCE_EXHAUSTED (Kafka's
+    queued.max.request.bytes, unbounded there by default)."""
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
@@ -124,6 +134,8 @@ def _simple_int(attr: str, minimum: int | None = None) -> Callable[[dict[str, An
 for _key, _attr, _min in (
     ("num.partitions", "num_partitions", 1),
     ("default.replication.factor", "default_replication_factor", 1),
+    ("max.partitions.per.topic", "max_partitions_per_topic", 1),
+    ("max.broker.partitions", "max_broker_partitions", 1),
     ("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", 1000),
     ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", 100),
     ("replica.lag.time.max.ms", "replica_lag_time_max_ms", 100),
@@ -132,6 +144,10 @@ for _key, _attr, _min in (
     ("log.retention.check.interval.ms", "retention_check_interval_ms", 1),
     ("leader.imbalance.check.interval.seconds", "leader_imbalance_check_interval_ms", 1),
     ("grpc.workers", "grpc_workers", 4),
+    ("controlled.shutdown.max.retries", "controlled_shutdown_max_retries", 1),
+    ("controlled.shutdown.retry.backoff.ms", "controlled_shutdown_retry_backoff_ms", 0),
+    ("socket.request.max.bytes", "socket_request_max_bytes", 1024),
+    ("queued.max.request.bytes", "queued_max_request_bytes", 1024),
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", 0),
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),

@@ -2,26 +2,37 @@
 
 Start-up order: ZooKeeper session -> refuse a live duplicate id -> load logs (recovery)
 -> start gRPC -> register ``/brokers/ids/<id>`` -> watch metadata -> join controller
-election. SIGTERM/SIGINT shut down cleanly: stop serving, resign, deregister, flush
-and close every log (writing the clean-shutdown marker).
+election. SIGTERM/SIGINT shut down cleanly: controlled shutdown (at most
+``controlled.shutdown.max.retries`` attempts, ``controlled.shutdown.retry.backoff.ms``
+apart), stop serving, resign, deregister, flush and close every log (writing the
+clean-shutdown marker). A second SIGTERM or SIGINT during that skips what is left of
+the controlled shutdown and the ZooKeeper clean-up; logs are still flushed and closed.
+
+A broker whose ZooKeeper connection has been down for the whole session timeout knows
+that ZooKeeper has expired its session and that another broker may lead its partitions
+now: until it has a session again it refuses produce requests (NOT_LEADER_OR_FOLLOWER)
+and its Metadata names no leaders, so clients go to the brokers that know.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
 import threading
 import time
-from concurrent import futures
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 from kazoo.protocol.states import KazooState
 
 from kbroker.api.broker_service import BrokerService
+from kbroker.api.grpc_server import GrpcServer
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
@@ -39,11 +50,37 @@ from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2
 
 log = logging.getLogger("kbroker")
 
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
-    ("grpc.max_send_message_length", 128 * 1024 * 1024),
-    ("grpc.so_reuseport", 0),
-]
+
+
+class ZkSessionWatch:
+    """Tracks whether this broker may still believe its ZooKeeper session is alive.
+
+    Disconnected (SUSPENDED) for the session timeout, or LOST: ZooKeeper has expired
+    (or will have expired) the session, the controller has moved this broker's
+    leaderships away, and this broker's view of the cluster is stale.
+
+    Thread safety: the kazoo thread writes, request threads read; single assignments.
+    """
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        self._timeout_s = session_timeout_ms / 1000.0
+        self._down_since: float | None = None
+        self._lost = False
+
+    def on_state(self, state: KazooState) -> None:
+        if state == KazooState.CONNECTED:
+            self._down_since, self._lost = None, False
+        elif state == KazooState.SUSPENDED:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+        else:
+            self._lost = True
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+
+    def stale(self) -> bool:
+        down = self._down_since
+        return self._lost or (down is not None and time.monotonic() - down >= self._timeout_s)
 
 
 class KafkaServer:
@@ -57,8 +94,12 @@ class KafkaServer:
         self.cluster_id = ""
         self._registered = threading.Event()
         self._stopped = threading.Event()
-        self._grpc: grpc.Server | None = None
+        self.hurry = threading.Event()
+        """Set by a second SIGTERM/SIGINT: skip what can be skipped of the shutdown."""
+        self._grpc: GrpcServer | None = None
         self.logs: LogManager | None = None
+        self.zk_session = ZkSessionWatch(config.zookeeper_session_timeout_ms)
+        self.broker_epoch = -1
 
     def startup(self) -> None:
         cfg = self.config
@@ -89,6 +130,8 @@ class KafkaServer:
             self.zk,
             default_partitions=cfg.num_partitions,
             default_replication_factor=cfg.default_replication_factor,
+            max_partitions_per_topic=cfg.max_partitions_per_topic,
+            max_broker_partitions=cfg.max_broker_partitions,
         )
         self.controller = Controller(
             self.zk,
@@ -107,28 +150,36 @@ class KafkaServer:
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
         )
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers), options=GRPC_OPTIONS)
-        broker_pb2_grpc.add_BrokerServicer_to_server(
-            BrokerService(
+        producer_ids = ProducerIdManager(self.zk, cfg.broker_id)
+
+        def servicer(offload: Callable[..., Awaitable[Any]]) -> BrokerService:
+            return BrokerService(
                 cfg.broker_id,
                 lambda: self.cluster_id,
                 self.replicas,
                 self.metadata,
                 self.zk,
                 self.admin,
-                ProducerIdManager(self.zk, cfg.broker_id),
+                producer_ids,
                 self.controller,
                 self.groups,
-            ),
-            server,
+                offload,
+                zk_stale=self.zk_session.stale,
+                auto_create_topics=cfg.auto_create_topics,
+            )
+
+        self._grpc = GrpcServer(
+            servicer,
+            cfg.listen_host,
+            cfg.listen_port,
+            workers=cfg.grpc_workers,
+            max_request_bytes=cfg.socket_request_max_bytes,
+            queued_max_request_bytes=cfg.queued_max_request_bytes,
         )
-        self.port = server.add_insecure_port(f"{cfg.listen_host}:{cfg.listen_port}")
-        if self.port == 0:
-            raise KafkaError(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}")
-        server.start()
-        self._grpc = server
+        self.port = self._grpc.start()
 
         self._register()
+        self.zk.add_state_listener(self.zk_session.on_state)
         self.zk.add_state_listener(self._session_state)
         self.replicas.start()
         self.metadata.start()
@@ -169,7 +220,7 @@ class KafkaServer:
     def _register(self) -> None:
         cfg = self.config
         info = BrokerInfo(cfg.broker_id, cfg.advertised, self.port, cfg.rack)
-        self.zk.register_broker(info)
+        self.broker_epoch = self.zk.register_broker(info)
         self._registered.set()
 
     def _session_state(self, state: KazooState) -> None:
@@ -186,58 +237,73 @@ class KafkaServer:
         except Exception:
             log.exception("re-registration failed")
 
-    def _controlled_shutdown(self, attempts: int = 3) -> None:
-        """Ask the controller to move this broker's leaderships away before it leaves."""
-        bid = self.config.broker_id
-        for attempt in range(attempts):
-            controller = self.metadata.snapshot().controller_id
+    def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away before it leaves:
+        at most ``controlled.shutdown.max.retries`` attempts, ``retry.backoff.ms`` apart."""
+        cfg = self.config
+        bid = cfg.broker_id
+        attempts = cfg.controlled_shutdown_max_retries
+        backoff_s = cfg.controlled_shutdown_retry_backoff_ms / 1000.0
+        for attempt in range(1, attempts + 1):
             try:
-                if controller == bid:
-                    remaining = self.controller.controlled_shutdown(bid)
-                else:
-                    address = self._address_of(controller)
-                    if address is None:
-                        raise KafkaError("no controller")
-                    channel = grpc.insecure_channel(address)
-                    try:
-                        resp = broker_pb2_grpc.BrokerStub(channel).ControlledShutdown(
-                            cluster_pb2.ControlledShutdownRequest(broker_id=bid), timeout=30
-                        )
-                    finally:
-                        channel.close()
-                    if resp.error_code:
-                        raise KafkaError(resp.error_message)
-                    remaining = [(r.topic, r.partition) for r in resp.remaining]
+                remaining = self._ask_controller_to_move_leaders(bid)
                 if not remaining:
                     log.info("controlled shutdown: leadership moved away")
                     return
-                log.warning("controlled shutdown: still leading %d partition(s)", len(remaining))
+                reason = f"still leading {len(remaining)} partition(s)"
             except Exception as exc:
-                log.warning("controlled shutdown attempt %d failed: %s", attempt + 1, exc)
-            time.sleep(0.5)
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.warning("controlled shutdown attempt %d of %d failed: %s", attempt, attempts, reason)
+            if attempt < attempts and self.hurry.wait(backoff_s):
+                break
         log.warning("controlled shutdown incomplete; shutting down anyway")
+
+    def _ask_controller_to_move_leaders(self, bid: int) -> list[tuple[str, int]]:
+        if self.zk_session.stale():
+            raise KafkaError("no ZooKeeper session: the controller has already moved this broker's leaderships")
+        controller = self.metadata.snapshot().controller_id
+        if controller == bid:
+            return self.controller.controlled_shutdown(bid, self.broker_epoch)
+        address = self._address_of(controller)
+        if address is None:
+            raise KafkaError(f"no live controller (controller id {controller})")
+        channel = grpc.insecure_channel(address)
+        try:
+            resp = broker_pb2_grpc.BrokerStub(channel).ControlledShutdown(
+                cluster_pb2.ControlledShutdownRequest(broker_id=bid, broker_epoch=self.broker_epoch),
+                timeout=max(self.config.controlled_shutdown_retry_backoff_ms / 1000.0, 5.0),
+            )
+        finally:
+            channel.close()
+        if resp.error_code:
+            raise KafkaError(resp.error_message or f"error code {resp.error_code}")
+        return [(r.topic, r.partition) for r in resp.remaining]
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
             return
         self._stopped.set()
         log.info("broker %d shutting down", self.config.broker_id)
-        if self.config.controlled_shutdown:
+        if self.config.controlled_shutdown and not self.hurry.is_set():
             self._controlled_shutdown()
         self.groups.shutdown()
         if self._grpc is not None:
-            self._grpc.stop(grace=2).wait(5)
-        try:
-            self.controller.resign()
-            self.controller.stop()
-            self.metadata.stop()
-            self.zk.deregister_broker(self.config.broker_id)
-        except Exception:
-            log.exception("ZooKeeper clean-up failed")
+            self._grpc.stop(0.0 if self.hurry.is_set() else 2.0)
+        if not self.hurry.is_set():
+            try:
+                self.controller.resign()
+                self.controller.stop()
+                self.metadata.stop()
+                self.zk.deregister_broker(self.config.broker_id)
+            except Exception:
+                log.exception("ZooKeeper clean-up failed")
         self.replicas.shutdown()
         if self.logs is not None:
             self.logs.shutdown()
-        self.zk.close()
+        try:
+            self.zk.close()
+        except Exception:
+            log.exception("closing the ZooKeeper client failed")
         log.info("broker %d stopped", self.config.broker_id)
 
 
@@ -282,8 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     server = KafkaServer(config)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # The first SIGTERM shuts down cleanly; a second one, or any SIGINT, hurries.
+        if stop.is_set() or signum == signal.SIGINT:
+            server.hurry.set()
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         server.startup()
     except Exception as exc:
@@ -295,11 +368,34 @@ def main(argv: list[str] | None = None) -> int:
         if server.logs is not None:
             server.logs.shutdown()
         return 1
-    print(f"kbroker {config.broker_id} listening on {config.advertised}:{server.port}", flush=True)
+    # One write, so that no log line from another thread lands inside it.
+    sys.stdout.write(f"kbroker {config.broker_id} listening on {config.advertised}:{server.port}\n")
+    sys.stdout.flush()
     while not stop.wait(1.0):
         pass
-    server.shutdown()
+    return _shut_down(server)
+
+
+def _shut_down(server: KafkaServer) -> int:
+    """Shut down on a helper thread, so that a second signal is seen at once: then only
+    the logs are flushed and closed (at most ``HURRY_S``) before the process exits."""
+    worker = threading.Thread(target=server.shutdown, name="shutdown", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
+        if server.hurry.is_set() and worker.is_alive():
+            log.warning("second stop signal: skipping the rest of the shutdown; closing the logs")
+            if server.logs is not None:
+                server.logs.shutdown()
+            worker.join(HURRY_S)
+            if worker.is_alive():
+                log.warning("shutdown did not finish within %.0f s; exiting now", HURRY_S)
+                logging.shutdown()
+                os._exit(1)
     return 0
+
+
+HURRY_S = 5.0
 
 
 if __name__ == "__main__":

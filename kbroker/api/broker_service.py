@@ -1,15 +1,23 @@
 """The gRPC ``kbroker.v1.Broker`` servicer: decode, delegate, encode. No logic.
 
+Handlers are coroutines on the server's event loop (:mod:`kbroker.api.grpc_server`):
+blocking core calls go through ``offload`` (a bounded thread pool); long polls
+(Fetch, acks=all Produce, JoinGroup, SyncGroup) park in the core's purgatories and hold
+no thread.
+
 Per-partition problems travel as error codes inside the response; a malformed request
 as a whole fails with gRPC status INVALID_ARGUMENT (plus the Kafka code in the
-``kbroker-error-code`` trailing metadata) and changes nothing.
+``kbroker-error-code`` trailing metadata) and changes nothing. Every ``optional``
+proto field that is unset takes the default the .proto documents (Kafka's).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
@@ -28,13 +36,17 @@ from kclient.errors import (
     BrokerResponseError,
     CoordinatorNotAvailableError,
     InvalidCommitOffsetSizeError,
+    InvalidFetchSizeError,
     InvalidGroupIdError,
     InvalidRequestError,
     KafkaError,
+    LeaderNotAvailableError,
     NotControllerError,
+    NotLeaderForPartitionError,
     OffsetMetadataTooLargeError,
     PreferredLeaderNotAvailableError,
     RequestTimedOutError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from kclient.proto.kbroker.v1 import (
@@ -52,23 +64,68 @@ log = logging.getLogger(__name__)
 ERROR_CODE_METADATA_KEY = "kbroker-error-code"
 
 
-def _abort(context: grpc.ServicerContext, exc: BrokerResponseError) -> NoReturn:
+Offload = Callable[..., Awaitable[Any]]
+
+DEFAULT_ACKS = -1
+DEFAULT_REQUEST_TIMEOUT_MS = 30000
+DEFAULT_FETCH_MAX_WAIT_MS = 500
+MAX_FETCH_WAIT_MS = 30000
+DEFAULT_FETCH_MIN_BYTES = 1
+DEFAULT_FETCH_MAX_BYTES = 52428800
+DEFAULT_PARTITION_MAX_BYTES = 1048576
+DEFAULT_SESSION_TIMEOUT_MS = 45000
+CONSUMER = -1
+"""replica_id of a consumer (and of any client that leaves the field unset)."""
+
+
+R = TypeVar("R")
+
+
+def blocking(handler: Callable[[Any, Any], R]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
+    """An RPC handler whose body blocks (ZooKeeper, disk): it runs on the request pool."""
+
+    async def run(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        return await self._offload(handler, self, request)  # type: ignore[no-any-return]
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def opt(msg: Any, name: str, default: Any) -> Any:
+    """An ``optional`` proto field's value, or ``default`` when the sender left it unset."""
+    return getattr(msg, name) if msg.HasField(name) else default
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BrokerResponseError) -> NoReturn:
     context.set_trailing_metadata(((ERROR_CODE_METADATA_KEY, str(exc.errno)),))
-    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     raise AssertionError("context.abort returned")  # pragma: no cover
+
+
+def _no_duplicates(pairs: list[tuple[str, int]]) -> BrokerResponseError | None:
+    repeated = [tp for tp, n in Counter(pairs).items() if n > 1]
+    if repeated:
+        t, p = repeated[0]
+        return InvalidRequestError(f"{t}-{p} appears more than once in the request")
+    return None
 
 
 def _code(exc: BrokerResponseError | None) -> tuple[int, str]:
     return (0, "") if exc is None else (exc.errno, exc.message)
 
 
-def partition_metadata(snap: ClusterSnapshot, topic: str) -> list[metadata_pb2.PartitionMetadata]:
+def partition_metadata(
+    snap: ClusterSnapshot, topic: str, stale: bool = False
+) -> list[metadata_pb2.PartitionMetadata]:
+    """Partition metadata from a snapshot; ``stale``: this broker's view cannot be trusted
+    (its ZooKeeper session is gone), so no partition names a leader."""
     info = snap.topics[topic]
     out = []
     for p, replicas in sorted(info.assignment.items()):
         state = info.states.get(p)
-        leader = state.leader if state else -1
-        code = 0 if leader >= 0 and leader in snap.brokers else 5  # LEADER_NOT_AVAILABLE
+        leader = state.leader if state and not stale else -1
+        code = 0 if leader >= 0 and leader in snap.brokers else LeaderNotAvailableError.errno
         out.append(
             metadata_pb2.PartitionMetadata(
                 error_code=code,  # type: ignore[arg-type]
@@ -95,7 +152,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         producer_ids: ProducerIdManager,
         controller: Controller,
         groups: GroupCoordinator,
+        offload: Offload,
+        *,
+        zk_stale: Callable[[], bool] = lambda: False,
+        auto_create_topics: bool = False,
     ) -> None:
+        self._offload = offload
+        self._zk_stale = zk_stale
+        self._auto_create = auto_create_topics
         self._groups = groups
         self._producer_ids = producer_ids
         self._controller = controller
@@ -108,41 +172,96 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # --- log -----------------------------------------------------------------------
 
-    def Produce(self, request: log_pb2.ProduceRequest, context: grpc.ServicerContext) -> log_pb2.ProduceResponse:
+    async def Produce(
+        self, request: log_pb2.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> log_pb2.ProduceResponse:
+        acks = opt(request, "acks", DEFAULT_ACKS)
+        timeout_ms = opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)
+        if timeout_ms < 0:
+            await _abort(context, InvalidRequestError(f"timeout_ms must be >= 0, got {timeout_ms}"))
+        refused: dict[tuple[str, int], BrokerResponseError] = {}
         entries = []
+        counts = Counter((t.name, p.index) for t in request.topics for p in t.partitions)
+        fenced = self._zk_stale()
         for t in request.topics:
+            bad_name = _topic_name_error(t.name)
             for p in t.partitions:
-                entries.append(((t.name, p.index), p.records))
-        if request.timeout_ms < 0:
-            _abort(context, InvalidRequestError(f"timeout_ms must be >= 0, got {request.timeout_ms}"))
-        results = self._replicas.append(request.acks, request.timeout_ms, entries)
+                tp = (t.name, p.index)
+                if bad_name is not None:
+                    refused[tp] = bad_name
+                elif counts[tp] > 1:
+                    refused[tp] = InvalidRequestError(f"{t.name}-{p.index} appears more than once in the request")
+                elif fenced:
+                    refused[tp] = NotLeaderForPartitionError(
+                        f"broker {self._broker_id} has lost its ZooKeeper session; it leads nothing until it is back"
+                    )
+                else:
+                    entries.append((tp, p.records))
+        if self._auto_create:
+            await self._offload(self._create_missing, {tp[0] for tp, _ in entries})
+        results = await self._replicas.append_async(self._offload, acks, timeout_ms, entries)
         resp = log_pb2.ProduceResponse()
         for t in request.topics:
             tr = resp.topics.add(name=t.name)
             for p in t.partitions:
-                r = results[(t.name, p.index)]
+                tp = (t.name, p.index)
+                if tp in refused:
+                    tr.partitions.add(index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
+                    _set_error(tr.partitions[-1], refused[tp])
+                    continue
+                r = results[tp]
                 code, msg = _code(r.error)
                 tr.partitions.add(
                     index=p.index,
                     error_code=code,  # type: ignore[arg-type]
                     error_message=msg,
                     base_offset=r.base_offset,
-                    log_append_time_ms=-1,
+                    log_append_time_ms=r.log_append_time,
                     log_start_offset=r.log_start_offset,
                 )
         return resp
 
-    def Fetch(self, request: log_pb2.FetchRequest, context: grpc.ServicerContext) -> log_pb2.FetchResponse:
-        if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
-            _abort(context, InvalidRequestError("max_wait_ms, min_bytes and max_bytes must be >= 0"))
+    def _create_missing(self, topics: set[str]) -> None:
+        """auto.create.topics.enable: create unknown topics with the broker defaults."""
+        snap = self._metadata.snapshot()
+        for name in sorted(topics):
+            if name in snap.topics:
+                continue
+            try:
+                self._admin.create_topic(name, -1, -1)  # num.partitions, default.replication.factor
+                log.info("auto-created topic %s", name)
+            except TopicAlreadyExistsError:
+                pass  # another broker or client was first
+            except KafkaError as exc:
+                log.warning("cannot auto-create topic %s: %s", name, exc)
+
+    async def Fetch(self, request: log_pb2.FetchRequest, context: grpc.aio.ServicerContext) -> log_pb2.FetchResponse:
+        replica_id = opt(request, "replica_id", CONSUMER)
+        max_wait_ms = opt(request, "max_wait_ms", DEFAULT_FETCH_MAX_WAIT_MS)
+        min_bytes = opt(request, "min_bytes", DEFAULT_FETCH_MIN_BYTES)
+        max_bytes = opt(request, "max_bytes", DEFAULT_FETCH_MAX_BYTES)
+        if replica_id < CONSUMER:
+            await _abort(context, InvalidRequestError(f"replica_id must be -1 (a consumer) or >= 0, got {replica_id}"))
+        if max_wait_ms < 0 or min_bytes < 0:
+            await _abort(context, InvalidRequestError("max_wait_ms and min_bytes must be >= 0"))
+        if max_bytes <= 0:
+            await _abort(context, InvalidFetchSizeError(f"max_bytes must be > 0, got {max_bytes}"))
         specs = []
         for t in request.topics:
             for p in t.partitions:
-                if p.partition_max_bytes <= 0:
-                    _abort(context, InvalidRequestError(f"{t.name}-{p.index}: partition_max_bytes must be > 0"))
-                specs.append(FetchSpec(t.name, p.index, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch))
-        max_bytes = request.max_bytes or 50 * 1024 * 1024
-        results = self._replicas.fetch(request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs)
+                part_max = opt(p, "partition_max_bytes", DEFAULT_PARTITION_MAX_BYTES)
+                if part_max <= 0:
+                    await _abort(
+                        context, InvalidFetchSizeError(f"{t.name}-{p.index}: partition_max_bytes must be > 0")
+                    )
+                epoch = opt(p, "current_leader_epoch", -1)
+                specs.append(FetchSpec(t.name, p.index, p.fetch_offset, part_max, epoch))
+        dup = _no_duplicates([(s.topic, s.partition) for s in specs])
+        if dup is not None:
+            await _abort(context, dup)
+        results = await self._replicas.fetch_async(
+            self._offload, replica_id, min(max_wait_ms, MAX_FETCH_WAIT_MS), min_bytes, max_bytes, specs
+        )
         resp = log_pb2.FetchResponse()
         by_topic: dict[str, Any] = {}
         for spec, r in zip(specs, results, strict=True):
@@ -160,14 +279,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 pr.high_watermark = pr.log_start_offset = pr.log_end_offset = -1
         return resp
 
-    def ListOffsets(
-        self, request: log_pb2.ListOffsetsRequest, context: grpc.ServicerContext
+    async def ListOffsets(
+        self, request: log_pb2.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> log_pb2.ListOffsetsResponse:
+        replica_id = opt(request, "replica_id", CONSUMER)
+        if replica_id < CONSUMER:
+            await _abort(context, InvalidRequestError(f"replica_id must be -1 (a consumer) or >= 0, got {replica_id}"))
+        wanted = [
+            (t.name, p.index, opt(p, "timestamp", -1), opt(p, "current_leader_epoch", -1))
+            for t in request.topics
+            for p in t.partitions
+        ]
+
+        def lookup() -> list[Any]:
+            return [self._replicas.list_offset(t, i, ts, replica_id, epoch) for t, i, ts, epoch in wanted]
+
+        found = iter(await self._offload(lookup))
         resp = log_pb2.ListOffsetsResponse()
         for t in request.topics:
             tr = resp.topics.add(name=t.name)
             for p in t.partitions:
-                r = self._replicas.list_offset(t.name, p.index, p.timestamp, request.replica_id, p.current_leader_epoch)
+                r = next(found)
                 code, msg = _code(r.error)
                 tr.partitions.add(
                     index=p.index,
@@ -179,45 +311,56 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 )
         return resp
 
-    def OffsetForLeaderEpoch(
-        self, request: log_pb2.OffsetForLeaderEpochRequest, context: grpc.ServicerContext
+    async def OffsetForLeaderEpoch(
+        self, request: log_pb2.OffsetForLeaderEpochRequest, context: grpc.aio.ServicerContext
     ) -> log_pb2.OffsetForLeaderEpochResponse:
+        replica_id = opt(request, "replica_id", CONSUMER)
         resp = log_pb2.OffsetForLeaderEpochResponse()
         for t in request.topics:
             tr = resp.topics.add(name=t.name)
             for p in t.partitions:
                 pr = tr.partitions.add(index=p.index, leader_epoch=-1, end_offset=-1)
-                found = _answer(pr, partial(self._epoch_end, t.name, p))
+                found = _answer(pr, partial(self._epoch_end, t.name, p, replica_id))
                 if found is not None:
                     pr.leader_epoch, pr.end_offset = found
         return resp
 
-    def _epoch_end(self, topic: str, p: log_pb2.OffsetForLeaderEpochPartition) -> tuple[int, int]:
+    def _epoch_end(self, topic: str, p: log_pb2.OffsetForLeaderEpochPartition, replica_id: int) -> tuple[int, int]:
         part = self._replicas.partition(topic, p.index)
-        part.check_leader_epoch(p.current_leader_epoch)
+        if replica_id >= 0:
+            part.check_replica(replica_id)
+        part.check_leader_epoch(opt(p, "current_leader_epoch", -1))
         return part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)
 
     # --- metadata ------------------------------------------------------------------
 
-    def Metadata(
-        self, request: metadata_pb2.MetadataRequest, context: grpc.ServicerContext
-    ) -> metadata_pb2.MetadataResponse:
+    def _metadata_of(self, topics: list[str]) -> metadata_pb2.MetadataResponse:
+        if self._auto_create and topics:
+            self._create_missing({t for t in topics if _topic_name_error(t) is None})
         snap = self._metadata.snapshot()
+        stale = self._zk_stale()
         resp = metadata_pb2.MetadataResponse(cluster_id=self._cluster_id(), controller_id=snap.controller_id)
         for b in sorted(snap.brokers.values(), key=lambda b: b.broker_id):
             resp.brokers.add(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
-        names = list(request.topics) or sorted(snap.topics)
-        for name in names:
+        for name in topics or sorted(snap.topics):
             tm = resp.topics.add(name=name)
-            try:
-                validate_topic_name(name)
-                if name not in snap.topics:
-                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            except BrokerResponseError as exc:
-                _set_error(tm, exc)
+            err = _topic_name_error(name)
+            if err is None and name not in snap.topics:
+                err = (
+                    LeaderNotAvailableError(f"topic {name!r} is being created")
+                    if self._auto_create
+                    else UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                )
+            if err is not None:
+                _set_error(tm, err)
                 continue
-            tm.partitions.extend(partition_metadata(snap, name))
+            tm.partitions.extend(partition_metadata(snap, name, stale))
         return resp
+
+    async def Metadata(
+        self, request: metadata_pb2.MetadataRequest, context: grpc.aio.ServicerContext
+    ) -> metadata_pb2.MetadataResponse:
+        return await self._offload(self._metadata_of, list(request.topics))  # type: ignore[no-any-return]
 
     # --- admin ---------------------------------------------------------------------
 
@@ -242,19 +385,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             except KafkaError as exc:
                 _set_error(result, as_response_error(exc))
 
-    def CreateTopics(
-        self, request: admin_pb2.CreateTopicsRequest, context: grpc.ServicerContext
-    ) -> admin_pb2.CreateTopicsResponse:
+    @blocking
+    def CreateTopics(self, request: admin_pb2.CreateTopicsRequest) -> admin_pb2.CreateTopicsResponse:
         resp = admin_pb2.CreateTopicsResponse()
-        timeout = request.timeout_ms or 30000
+        timeout = opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)
 
         def create(name: str, i: int) -> None:
             t = request.topics[i]
             assignment = {p: list(r.broker_ids) for p, r in t.assignments.items()} or None
             chosen = self._admin.create_topic(
                 name,
-                t.num_partitions or -1,
-                t.replication_factor or -1,
+                opt(t, "num_partitions", -1),
+                opt(t, "replication_factor", -1),
                 assignment=assignment,
                 configs=dict(t.configs),
                 validate_only=request.validate_only,
@@ -265,11 +407,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._topic_results([t.name for t in request.topics], create, resp.topics)
         return resp
 
-    def DeleteTopics(
-        self, request: admin_pb2.DeleteTopicsRequest, context: grpc.ServicerContext
-    ) -> admin_pb2.DeleteTopicsResponse:
+    @blocking
+    def DeleteTopics(self, request: admin_pb2.DeleteTopicsRequest) -> admin_pb2.DeleteTopicsResponse:
         resp = admin_pb2.DeleteTopicsResponse()
-        timeout = request.timeout_ms or 30000
+        timeout = opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)
 
         def delete(name: str, _: int) -> None:
             self._admin.delete_topic(name)
@@ -279,9 +420,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._topic_results(list(request.topics), delete, resp.topics)
         return resp
 
-    def DescribeTopics(
-        self, request: admin_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
-    ) -> admin_pb2.DescribeTopicsResponse:
+    @blocking
+    def DescribeTopics(self, request: admin_pb2.DescribeTopicsRequest) -> admin_pb2.DescribeTopicsResponse:
         snap = self._metadata.snapshot()
         resp = admin_pb2.DescribeTopicsResponse()
         for name in list(request.topics) or sorted(snap.topics):
@@ -295,11 +435,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             d.configs.update(info.config)
         return resp
 
-    def CreatePartitions(
-        self, request: admin_pb2.CreatePartitionsRequest, context: grpc.ServicerContext
-    ) -> admin_pb2.CreatePartitionsResponse:
+    @blocking
+    def CreatePartitions(self, request: admin_pb2.CreatePartitionsRequest) -> admin_pb2.CreatePartitionsResponse:
         resp = admin_pb2.CreatePartitionsResponse()
-        timeout = request.timeout_ms or 30000
+        timeout = opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)
 
         def grow(name: str, i: int) -> None:
             count = request.topics[i].count
@@ -312,9 +451,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # --- producer ids --------------------------------------------------------------
 
-    def InitProducerId(
-        self, request: cluster_pb2.InitProducerIdRequest, context: grpc.ServicerContext
-    ) -> cluster_pb2.InitProducerIdResponse:
+    @blocking
+    def InitProducerId(self, request: cluster_pb2.InitProducerIdRequest) -> cluster_pb2.InitProducerIdResponse:
         try:
             pid, epoch = self._producer_ids.generate()
         except KafkaError as exc:
@@ -329,8 +467,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # --- cluster -------------------------------------------------------------------
 
+    @blocking
     def ControlledShutdown(
-        self, request: cluster_pb2.ControlledShutdownRequest, context: grpc.ServicerContext
+        self, request: cluster_pb2.ControlledShutdownRequest
     ) -> cluster_pb2.ControlledShutdownResponse:
         resp = cluster_pb2.ControlledShutdownResponse()
         if not self._controller.is_active:
@@ -338,18 +477,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             _set_error(resp, err)
             return resp
         try:
-            remaining = self._controller.controlled_shutdown(request.broker_id)
+            remaining = self._controller.controlled_shutdown(request.broker_id, opt(request, "broker_epoch", -1))
         except Exception as exc:
-            err = as_response_error(exc) if not isinstance(exc, KafkaError) else NotControllerError(str(exc))
-            _set_error(resp, err)
+            _set_error(resp, as_response_error(exc))
             return resp
         for topic, p in remaining:
             resp.remaining.add(topic=topic, partition=p)
         return resp
 
-    def ElectLeaders(
-        self, request: cluster_pb2.ElectLeadersRequest, context: grpc.ServicerContext
-    ) -> cluster_pb2.ElectLeadersResponse:
+    @blocking
+    def ElectLeaders(self, request: cluster_pb2.ElectLeadersRequest) -> cluster_pb2.ElectLeadersResponse:
         wanted = [(r.topic, r.partition) for r in request.partitions]
         snap = self._metadata.snapshot()
         resp = cluster_pb2.ElectLeadersResponse()
@@ -369,7 +506,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             self._zk.kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_preferred_election(known or None))
         except Exception:
             pass  # an election is already pending; wait for it
-        timeout_s = (request.timeout_ms or 30000) / 1000.0
+        timeout_s = opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS) / 1000.0
         deadline = time.monotonic() + timeout_s
         while self._zk.kazoo.exists(zkdata.PREFERRED_REPLICA_ELECTION) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -398,9 +535,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # --- consumer groups -----------------------------------------------------------
 
-    def FindCoordinator(
-        self, request: group_pb2.FindCoordinatorRequest, context: grpc.ServicerContext
-    ) -> group_pb2.FindCoordinatorResponse:
+    @blocking
+    def FindCoordinator(self, request: group_pb2.FindCoordinatorRequest) -> group_pb2.FindCoordinatorResponse:
         resp = group_pb2.FindCoordinatorResponse(node_id=-1)
         node = self._groups.coordinator_of(request.group_id)
         info = self._metadata.snapshot().brokers.get(node)
@@ -412,21 +548,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             resp.node_id, resp.host, resp.port = info.broker_id, info.host, info.port
         return resp
 
-    def JoinGroup(
-        self, request: group_pb2.JoinGroupRequest, context: grpc.ServicerContext
+    async def JoinGroup(
+        self, request: group_pb2.JoinGroupRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.JoinGroupResponse:
         resp = group_pb2.JoinGroupResponse(generation_id=-1)
+        session_timeout_ms = opt(request, "session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS)
+        rebalance_timeout_ms = opt(request, "rebalance_timeout_ms", -1)
         try:
-            r = self._groups.join(
+            r = await self._groups.join_async(
+                self._offload,
                 request.group_id,
                 request.member_id,
                 client_id=request.client_id,
                 client_host=request.client_host or context.peer(),
-                session_timeout_ms=request.session_timeout_ms,
-                rebalance_timeout_ms=request.rebalance_timeout_ms,
-                protocol_type=request.protocol_type,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
+                protocol_type=request.protocol_type or "consumer",
                 protocols=[(p.name, p.metadata) for p in request.protocols],
             )
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
             _set_error(resp, as_response_error(exc))
             return resp
@@ -440,35 +581,36 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             resp.members.add(member_id=mid, metadata=metadata)
         return resp
 
-    def SyncGroup(
-        self, request: group_pb2.SyncGroupRequest, context: grpc.ServicerContext
+    async def SyncGroup(
+        self, request: group_pb2.SyncGroupRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.SyncGroupResponse:
         resp = group_pb2.SyncGroupResponse()
         assignments = {a.member_id: a.assignment for a in request.assignments}
-        got = _answer(
-            resp, lambda: self._groups.sync(request.group_id, request.member_id, request.generation_id, assignments)
-        )
-        if got is not None:
-            resp.assignment = got
+        try:
+            resp.assignment = await self._groups.sync_async(
+                self._offload, request.group_id, request.member_id, opt(request, "generation_id", -1), assignments
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            _set_error(resp, as_response_error(exc))
         return resp
 
-    def Heartbeat(
-        self, request: group_pb2.HeartbeatRequest, context: grpc.ServicerContext
-    ) -> group_pb2.HeartbeatResponse:
+    @blocking
+    def Heartbeat(self, request: group_pb2.HeartbeatRequest) -> group_pb2.HeartbeatResponse:
         resp = group_pb2.HeartbeatResponse()
-        _answer(resp, lambda: self._groups.heartbeat(request.group_id, request.member_id, request.generation_id))
+        generation = opt(request, "generation_id", -1)
+        _answer(resp, lambda: self._groups.heartbeat(request.group_id, request.member_id, generation))
         return resp
 
-    def LeaveGroup(
-        self, request: group_pb2.LeaveGroupRequest, context: grpc.ServicerContext
-    ) -> group_pb2.LeaveGroupResponse:
+    @blocking
+    def LeaveGroup(self, request: group_pb2.LeaveGroupRequest) -> group_pb2.LeaveGroupResponse:
         resp = group_pb2.LeaveGroupResponse()
         _answer(resp, lambda: self._groups.leave(request.group_id, request.member_id))
         return resp
 
-    def CommitOffsets(
-        self, request: group_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
-    ) -> group_pb2.CommitOffsetsResponse:
+    @blocking
+    def CommitOffsets(self, request: group_pb2.CommitOffsetsRequest) -> group_pb2.CommitOffsetsResponse:
         snap = self._metadata.snapshot()
         resp = group_pb2.CommitOffsetsResponse()
         valid: dict[tuple[str, int], CommittedOffset] = {}
@@ -488,7 +630,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 results[(t.name, p.index)] = err
         if valid:
             try:
-                self._groups.commit(request.group_id, request.member_id, request.generation_id, valid)
+                self._groups.commit(request.group_id, request.member_id, opt(request, "generation_id", -1), valid)
             except Exception as exc:
                 failure = as_response_error(exc)
                 for tp in valid:
@@ -502,9 +644,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     _set_error(pe, e)
         return resp
 
-    def FetchOffsets(
-        self, request: group_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
-    ) -> group_pb2.FetchOffsetsResponse:
+    @blocking
+    def FetchOffsets(self, request: group_pb2.FetchOffsetsRequest) -> group_pb2.FetchOffsetsResponse:
         resp = group_pb2.FetchOffsetsResponse()
         if not request.group_id:
             _set_error(resp, InvalidGroupIdError("the group id is empty"))
@@ -524,17 +665,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             tr.partitions.add(index=p, offset=c.offset if c else -1, metadata=c.metadata if c else "")
         return resp
 
-    def ListGroups(
-        self, request: group_pb2.ListGroupsRequest, context: grpc.ServicerContext
-    ) -> group_pb2.ListGroupsResponse:
+    @blocking
+    def ListGroups(self, request: group_pb2.ListGroupsRequest) -> group_pb2.ListGroupsResponse:
         resp = group_pb2.ListGroupsResponse()
         for gid in self._groups.store.groups():
             resp.groups.add(group_id=gid, protocol_type="consumer", state=self._groups.local_state(gid))
         return resp
 
-    def DescribeGroups(
-        self, request: group_pb2.DescribeGroupsRequest, context: grpc.ServicerContext
-    ) -> group_pb2.DescribeGroupsResponse:
+    @blocking
+    def DescribeGroups(self, request: group_pb2.DescribeGroupsRequest) -> group_pb2.DescribeGroupsResponse:
         resp = group_pb2.DescribeGroupsResponse()
         for gid in request.group_ids:
             d = resp.groups.add(group_id=gid)
@@ -555,9 +694,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 )
         return resp
 
-    def DeleteGroups(
-        self, request: group_pb2.DeleteGroupsRequest, context: grpc.ServicerContext
-    ) -> group_pb2.DeleteGroupsResponse:
+    @blocking
+    def DeleteGroups(self, request: group_pb2.DeleteGroupsRequest) -> group_pb2.DeleteGroupsResponse:
         resp = group_pb2.DeleteGroupsResponse()
         for gid in request.group_ids:
             _answer(resp.results.add(group_id=gid), partial(self._groups.delete, gid))
@@ -565,6 +703,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
 
 MAX_OFFSET_METADATA = 4096
+
+
+def _topic_name_error(name: str) -> BrokerResponseError | None:
+    try:
+        validate_topic_name(name)
+    except BrokerResponseError as exc:
+        return exc
+    return None
 
 
 def _set_error(msg: Any, err: BrokerResponseError) -> None:

@@ -446,7 +446,7 @@ class Controller:
                     candidates = [r for r in replicas if r in live and r in isr]
                     if candidates:
                         self._write(topic, p, state, candidates[0], isr)
-                    else:
+                    elif len(replicas) > 1:  # as Kafka: a single replica has nowhere to go
                         remaining.append((topic, p))
                 elif broker_id in state.isr and isr:
                     self._write(topic, p, state, state.leader, isr)

@@ -8,25 +8,34 @@ ZooKeeper (:class:`GroupStore`): member and owner znodes are ephemeral under the
 coordinator's session, the generation and committed offsets are persistent, so a new
 coordinator continues the generation sequence and every committed offset.
 
-Thread safety: gRPC threads call in concurrently; each group serialises itself; a
+Thread safety: request threads call in concurrently; each group serialises itself; a
 daemon thread (``group-reaper``) expires silent members and drops groups that moved.
+JoinGroup and SyncGroup have asynchronous forms (:meth:`join_async`,
+:meth:`sync_async`) that park in ``waiters`` (keyed by group id) instead of holding a
+thread; their blocking parts run through the caller's ``offload``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from typing import Any, TypeVar
 
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.group import Group, GroupState, JoinResult, Member
+from kbroker.purgatory import Purgatory
 from kclient.errors import (
+    BrokerResponseError,
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     InvalidGroupIdError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
     NotCoordinatorError,
@@ -37,6 +46,11 @@ from kclient.proto.kbroker.v1 import group_pb2
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
+MAX_CLIENT_ID_LENGTH = 255
+"""Member ids are built from client ids and must fit ZooKeeper path limits."""
+Offload = Callable[..., Awaitable[Any]]
+"""Runs a blocking call off the event loop: ``await offload(fn, *args)``."""
 
 
 def coordinator_for(group_id: str, brokers: list[int]) -> int:
@@ -65,6 +79,7 @@ class GroupCoordinator:
         self._max_session = max_session_timeout_ms
         self._lock = threading.Lock()
         self._groups: dict[str, Group] = {}
+        self.waiters = Purgatory()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._reap, name="group-reaper", daemon=True)
 
@@ -82,6 +97,7 @@ class GroupCoordinator:
             self._groups.clear()
         for g in groups:
             g.kill()
+        self.waiters.close()
 
     # --- which groups are ours -----------------------------------------------------
 
@@ -108,9 +124,21 @@ class GroupCoordinator:
                     self._store.generation(group_id),
                     initial_delay_s=self._initial_delay_s,
                     on_change=self._persist,
+                    on_wake=self._wake,
                 )
                 self._groups[group_id] = g
             return g
+
+    def _wake(self, g: Group) -> None:
+        self.waiters.progress(g.group_id)
+
+    async def _park(self, g: Group, seen_version: int, timeout_s: float) -> None:
+        """Wait (holding no thread) until the group changes after ``seen_version``."""
+        w = self.waiters.watch([g.group_id], lambda: g.version != seen_version, asyncio.get_running_loop())
+        try:
+            await w.wait_async(timeout_s)
+        finally:
+            self.waiters.cancel(w)
 
     def _persist(self, g: Group) -> None:
         """Mirror a group's generation, members and owners into ZooKeeper."""
@@ -130,6 +158,8 @@ class GroupCoordinator:
                 self._store.set_owners(g.group_id, owners_of(g.members.values()))
             else:
                 self._store.clear_owners(g.group_id)
+        except BrokerResponseError as exc:
+            log.warning("group %s: cannot mirror state to ZooKeeper: %s", g.group_id, exc)
         except Exception:
             log.exception("group %s: cannot mirror state to ZooKeeper", g.group_id)
 
@@ -153,7 +183,14 @@ class GroupCoordinator:
 
     # --- protocol ------------------------------------------------------------------
 
-    def join(
+    def _check_session_timeout(self, session_timeout_ms: int) -> None:
+        if not self._min_session <= session_timeout_ms <= self._max_session:
+            raise InvalidSessionTimeoutError(
+                f"session timeout {session_timeout_ms} ms is outside the broker's range "
+                f"[{self._min_session}, {self._max_session}]"
+            )
+
+    def join_begin(
         self,
         group_id: str,
         member_id: str,
@@ -164,14 +201,12 @@ class GroupCoordinator:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
-    ) -> JoinResult:
-        if not self._min_session <= session_timeout_ms <= self._max_session:
-            raise InvalidSessionTimeoutError(
-                f"session timeout {session_timeout_ms} ms is outside the broker's range "
-                f"[{self._min_session}, {self._max_session}]"
-            )
+    ) -> tuple[Group, str, int]:
+        self._check_session_timeout(session_timeout_ms)
+        if len(client_id) > MAX_CLIENT_ID_LENGTH:
+            raise InvalidRequestError(f"client id of {len(client_id)} characters; at most {MAX_CLIENT_ID_LENGTH}")
         g = self._group(group_id)
-        return g.join(
+        mid, my_round = g.join_begin(
             member_id,
             client_id=client_id,
             client_host=client_host,
@@ -180,12 +215,56 @@ class GroupCoordinator:
             protocol_type=protocol_type,
             protocols=protocols,
         )
+        return g, mid, my_round
+
+    def join(self, group_id: str, member_id: str, **kwargs: Any) -> JoinResult:
+        """JoinGroup in the calling thread (blocks until the round completes)."""
+        self._check_session_timeout(kwargs["session_timeout_ms"])
+        g = self._group(group_id)
+        if kwargs.get("rebalance_timeout_ms", 0) <= 0:
+            kwargs["rebalance_timeout_ms"] = kwargs["session_timeout_ms"]
+        return g.join(member_id, **kwargs)
+
+    async def join_async(self, offload: Offload, group_id: str, member_id: str, **kwargs: Any) -> JoinResult:
+        """JoinGroup as a long poll that holds no thread while the round is open."""
+        g, mid, my_round = await offload(partial(self.join_begin, group_id, member_id, **kwargs))
+        try:
+            while True:
+                seen = g.version
+                result, wait_s = await offload(g.join_poll, mid, my_round)
+                if result is not None:
+                    return result  # type: ignore[no-any-return]
+                await self._park(g, seen, wait_s)
+        finally:
+            g.call_done(mid)
+
+    def _sync_timeout_s(self, g: Group, member_id: str) -> float:
+        m = g.members.get(member_id)
+        return (m.rebalance_timeout_ms if m else 30000) / 1000.0
 
     def sync(self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]) -> bytes:
         g = self._group(group_id)
-        m = g.members.get(member_id)
-        timeout = (m.rebalance_timeout_ms if m else 30000) / 1000.0
-        return g.sync(member_id, generation, assignments, timeout)
+        return g.sync(member_id, generation, assignments, self._sync_timeout_s(g, member_id))
+
+    async def sync_async(
+        self, offload: Offload, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]
+    ) -> bytes:
+        """SyncGroup as a long poll that holds no thread while the leader is assigning."""
+        g = await offload(self._group, group_id)
+        deadline = time.monotonic() + self._sync_timeout_s(g, member_id)
+        await offload(g.sync_begin, member_id, generation, assignments)
+        try:
+            while True:
+                seen = g.version
+                got = await offload(g.sync_poll, member_id, generation)
+                if got is not None:
+                    return got  # type: ignore[no-any-return]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise g.sync_timed_out()
+                await self._park(g, seen, min(left, 1.0))
+        finally:
+            g.call_done(member_id)
 
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         self._group(group_id).heartbeat(member_id, generation)

@@ -18,8 +18,12 @@ Invariants:
 * Each partition is owned by at most one member: assignments come from the leader's
   SyncGroup, for the generation that SyncGroup names.
 
-Thread safety: all state is guarded by ``cond``; JoinGroup and SyncGroup calls block
-on it (they are long polls), so every state change notifies it.
+Thread safety: all state is guarded by ``cond``. JoinGroup and SyncGroup are long
+polls, split in two halves so that a waiting request holds no thread: ``join_begin`` /
+``sync_begin`` register the call, ``join_poll`` / ``sync_poll`` answer it once the round
+allows (None meanwhile), and ``call_done`` ends it. Every state change bumps
+``version``, notifies ``cond`` (for the blocking ``join``/``sync`` wrappers) and calls
+``on_wake`` (for parked asynchronous requests).
 """
 
 from __future__ import annotations
@@ -78,8 +82,20 @@ class JoinResult:
 Listener = Callable[["Group"], None]
 
 
+def _no_wake(_: Group) -> None:
+    pass
+
+
 class Group:
-    def __init__(self, group_id: str, generation: int, *, initial_delay_s: float, on_change: Listener) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        generation: int,
+        *,
+        initial_delay_s: float,
+        on_change: Listener,
+        on_wake: Listener = _no_wake,
+    ) -> None:
         self.group_id = group_id
         self.generation = generation
         self.state = GroupState.EMPTY
@@ -94,6 +110,13 @@ class Group:
         self._initial = False  # this round started from Empty: wait the initial delay
         self._first_join = 0.0
         self._on_change = on_change  # persist generation / members / owners (called with cond held)
+        self._on_wake = on_wake  # parked requests re-check (called with cond held)
+        self.version = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+        self.cond.notify_all()
+        self._on_wake(self)
 
     # --- helpers -------------------------------------------------------------------
 
@@ -127,7 +150,7 @@ class Group:
         else:
             self._deadline = now + self._max_rebalance_s()
         self._initial = initial
-        self.cond.notify_all()
+        self._changed()
 
     def _choose_protocol(self) -> str:
         members = list(self.members.values())
@@ -155,7 +178,7 @@ class Group:
                 m.assignment = b""
                 m.last_heartbeat = time.monotonic()
         self._on_change(self)
-        self.cond.notify_all()
+        self._changed()
 
     def _maybe_complete_join(self, now: float) -> None:
         if self.state != GroupState.PREPARING_REBALANCE:
@@ -166,7 +189,7 @@ class Group:
 
     # --- the protocol --------------------------------------------------------------
 
-    def join(
+    def join_begin(
         self,
         member_id: str,
         *,
@@ -176,7 +199,9 @@ class Group:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
-    ) -> JoinResult:
+    ) -> tuple[str, int]:
+        """Register a JoinGroup call; returns (member id, join round) for ``join_poll``.
+        The member counts as alive until ``call_done``."""
         with self.cond:
             self._check_alive()
             if not protocols:
@@ -220,20 +245,20 @@ class Group:
                 self._first_join = now
                 self._start_rebalance(now)
             m.joined_round = self._round
-            my_round = self._round
             m.in_call += 1
-            try:
-                while True:
-                    self._check_alive()
-                    if self._round != my_round or self.state != GroupState.PREPARING_REBALANCE:
-                        break
-                    now = time.monotonic()
-                    self._maybe_complete_join(now)
-                    if self.state != GroupState.PREPARING_REBALANCE:
-                        break
-                    self.cond.wait(max(min(self._deadline - now, 1.0), 0.01))
-            finally:
-                m.in_call -= 1
+            self._maybe_complete_join(now)
+            return member_id, self._round
+
+    def join_poll(self, member_id: str, my_round: int) -> tuple[JoinResult | None, float]:
+        """The JoinGroup answer once the round is over, else (None, seconds until the
+        round's deadline — poll again then, or when ``version`` changes)."""
+        with self.cond:
+            self._check_alive()
+            now = time.monotonic()
+            if self._round == my_round and self.state == GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(now)
+            if self._round == my_round and self.state == GroupState.PREPARING_REBALANCE:
+                return None, max(min(self._deadline - now, 1.0), 0.01)
             if member_id not in self.members:
                 raise UnknownMemberIdError(f"member {member_id!r} was removed from group {self.group_id!r}")
             members = (
@@ -241,9 +266,49 @@ class Group:
                 if member_id == self.leader_id
                 else []
             )
-            return JoinResult(self.generation, self.protocol, self.leader_id, member_id, members)
+            return JoinResult(self.generation, self.protocol, self.leader_id, member_id, members), 0.0
 
-    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes], timeout_s: float) -> bytes:
+    def call_done(self, member_id: str) -> None:
+        """A JoinGroup/SyncGroup call ended (answered, failed or abandoned)."""
+        with self.cond:
+            m = self.members.get(member_id)
+            if m is not None and m.in_call > 0:
+                m.in_call -= 1
+                m.last_heartbeat = time.monotonic()
+
+    def join(
+        self,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        """JoinGroup in the calling thread (blocks until the round completes)."""
+        mid, my_round = self.join_begin(
+            member_id,
+            client_id=client_id,
+            client_host=client_host,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=protocols,
+        )
+        try:
+            with self.cond:
+                while True:
+                    result, wait_s = self.join_poll(mid, my_round)
+                    if result is not None:
+                        return result
+                    self.cond.wait(wait_s)
+        finally:
+            self.call_done(mid)
+
+    def sync_begin(self, member_id: str, generation: int, assignments: dict[str, bytes]) -> None:
+        """Register a SyncGroup call (the leader's carries the assignment)."""
         with self.cond:
             self._check_alive()
             m = self._member(member_id)
@@ -256,24 +321,40 @@ class Group:
                     mm.assignment = assignments.get(mid, b"")
                 self.state = GroupState.STABLE
                 self._on_change(self)
-                self.cond.notify_all()
-            deadline = time.monotonic() + timeout_s
+                self._changed()
             m.in_call += 1
-            try:
-                while self.state == GroupState.COMPLETING_REBALANCE and self.generation == generation:
-                    self._check_alive()
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise RebalanceInProgressError(f"the leader of {self.group_id!r} did not send an assignment")
-                    self.cond.wait(min(left, 1.0))
-            finally:
-                m.in_call -= 1
+
+    def sync_poll(self, member_id: str, generation: int) -> bytes | None:
+        """This member's assignment once the leader sent it, else None."""
+        with self.cond:
             self._check_alive()
+            if self.state == GroupState.COMPLETING_REBALANCE and self.generation == generation:
+                return None
             if member_id not in self.members:
                 raise UnknownMemberIdError(f"member {member_id!r} was removed from group {self.group_id!r}")
             if self.generation != generation or self.state != GroupState.STABLE:
                 raise RebalanceInProgressError(f"group {self.group_id!r} is rebalancing; join again")
             return self.members[member_id].assignment
+
+    def sync_timed_out(self) -> RebalanceInProgressError:
+        return RebalanceInProgressError(f"the leader of {self.group_id!r} did not send an assignment")
+
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes], timeout_s: float) -> bytes:
+        """SyncGroup in the calling thread (blocks until the leader's assignment arrives)."""
+        self.sync_begin(member_id, generation, assignments)
+        deadline = time.monotonic() + timeout_s
+        try:
+            with self.cond:
+                while True:
+                    got = self.sync_poll(member_id, generation)
+                    if got is not None:
+                        return got
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise self.sync_timed_out()
+                    self.cond.wait(min(left, 1.0))
+        finally:
+            self.call_done(member_id)
 
     def heartbeat(self, member_id: str, generation: int) -> None:
         with self.cond:
@@ -301,7 +382,7 @@ class Group:
         else:
             self._start_rebalance(time.monotonic())
             self._maybe_complete_join(time.monotonic())
-        self.cond.notify_all()
+        self._changed()
 
     def check_commit(self, member_id: str, generation: int) -> None:
         """May this member commit offsets now?"""
@@ -338,7 +419,7 @@ class Group:
         """This broker no longer coordinates the group: fail every waiting call."""
         with self.cond:
             self.state = GroupState.DEAD
-            self.cond.notify_all()
+            self._changed()
 
     def describe(self) -> tuple[GroupState, list[Member]]:
         with self.cond:

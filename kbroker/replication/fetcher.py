@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from kbroker.purgatory import Purgatory
 from kbroker.replication.partition import Partition
-from kbroker.replication.purgatory import Purgatory
 from kclient.errors import (
     FencedLeaderEpochError,
     KafkaError,
@@ -48,6 +48,11 @@ class _FetchState:
     leader_epoch: int
     truncating: bool = True
     rounds: int = 0
+
+
+FETCH_TIMEOUT_MARGIN_S = 5.0
+"""A replica fetch that takes this much longer than its long poll is given up (and the
+connection replaced): keepalive pings notice a dead peer sooner still."""
 
 
 class ReplicaFetcher(threading.Thread):
@@ -129,7 +134,15 @@ class ReplicaFetcher(threading.Thread):
         try:
             return getattr(self._stub, method)(request, timeout=timeout)
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                self._reconnect()  # the TCP connection may be dead: never reuse it
             raise map_rpc_error(exc, self.address) from exc
+
+    def _reconnect(self) -> None:
+        old = self._channel
+        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        old.close()
 
     def _truncate(self, states: list[_FetchState]) -> None:
         req = log_pb2.OffsetForLeaderEpochRequest(replica_id=self.broker_id)
@@ -197,7 +210,7 @@ class ReplicaFetcher(threading.Thread):
                 current_leader_epoch=s.leader_epoch,
                 log_start_offset=p.log.log_start_offset,
             )
-        resp = self._call("Fetch", req, self._max_wait_ms / 1000.0 + 15)
+        resp = self._call("Fetch", req, self._max_wait_ms / 1000.0 + FETCH_TIMEOUT_MARGIN_S)
         assert isinstance(resp, log_pb2.FetchResponse)
         progressed = False
         errors = 0
@@ -213,7 +226,9 @@ class ReplicaFetcher(threading.Thread):
                     continue
                 try:
                     st.partition.append_as_follower(r.records, r.high_watermark, st.leader_epoch)
-                    progressed = progressed or bool(r.records)
+                    if r.records:
+                        progressed = True
+                        self._purgatory.progress((t.name, r.index))
                 except FencedLeaderEpochError:
                     continue  # this broker's role changed while the fetch was out
                 except OffsetOutOfRangeError:
@@ -221,8 +236,6 @@ class ReplicaFetcher(threading.Thread):
                 except KafkaError as exc:
                     log.warning("%s-%d: follower append failed: %s", t.name, r.index, exc)
                     st.truncating = True
-        if progressed:
-            self._purgatory.progress()
         # Nothing but errors (e.g. the leader moved): don't spin; the metadata watch fixes it.
         return 0.5 if errors and not progressed else 0.0
 

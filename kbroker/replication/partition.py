@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kbroker.cluster.zkdata import LeaderAndIsr
-from kbroker.storage.log import Log
+from kbroker.storage.log import Log, LogAppendInfo
 from kclient.errors import (
     FencedLeaderEpochError,
     NotEnoughReplicasAfterAppendError,
@@ -183,8 +183,8 @@ class Partition:
                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.index} (leader is {self.leader})"
             )
 
-    def append_as_leader(self, records: bytes, required_acks: int, min_insync: int) -> tuple[int, int]:
-        """Append a producer's batches; returns (base offset, next offset after them)."""
+    def append_as_leader(self, records: bytes, required_acks: int, min_insync: int) -> LogAppendInfo:
+        """Append a producer's batches (offsets, and the LogAppendTime stamped if any)."""
         with self._lock:
             self._require_leader()
             if required_acks == -1 and len(self.isr) < min_insync:
@@ -194,7 +194,7 @@ class Partition:
                 )
             info = self.log.append_as_leader(records, self.leader_epoch)
             self._maybe_increment_hw()
-            return info.first_offset, info.last_offset + 1
+            return info
 
     def acks_satisfied(self, required_offset: int, min_insync: int) -> bool | None:
         """For acks=all: True once the HW reached ``required_offset`` with at least
@@ -215,12 +215,12 @@ class Partition:
         with self._lock:
             self._require_leader()
             self.check_epoch(current_leader_epoch)
+            if replica_id == self.broker_id or replica_id not in self.replicas:
+                raise NotLeaderForPartitionError(
+                    f"broker {replica_id} is not a follower of {self.topic}-{self.index} (replicas {self.replicas})"
+                )
             f = self.followers.get(replica_id)
             if f is None:
-                if replica_id not in self.replicas:
-                    raise NotLeaderForPartitionError(
-                        f"broker {replica_id} is not a replica of {self.topic}-{self.index} ({self.replicas})"
-                    )
                 f = self.followers[replica_id] = FollowerState()
             now = _now_ms()
             leo = self.log.log_end_offset
@@ -292,6 +292,23 @@ class Partition:
         self.isr = new_isr
         self.zk_version = version
         return True
+
+    def available_to(self, replica_id: int, offset: int, current_leader_epoch: int = -1) -> bool:
+        """Is there anything at or after ``offset`` for this reader (a consumer sees below
+        the HW, a follower up to the LEO)? Raises what :meth:`read` would raise."""
+        with self._lock:
+            self._require_leader()
+            self.check_epoch(current_leader_epoch)
+            end = self.log.log_end_offset if replica_id >= 0 else self.high_watermark
+            return end > offset or offset < self.log.log_start_offset
+
+    def check_replica(self, replica_id: int) -> None:
+        """Only a broker in this partition's replica set may act as its follower."""
+        with self._lock:
+            if replica_id not in self.replicas:
+                raise NotLeaderForPartitionError(
+                    f"broker {replica_id} is not a replica of {self.topic}-{self.index} ({self.replicas})"
+                )
 
     def read(self, offset: int, max_bytes: int, replica_id: int, current_leader_epoch: int = -1) -> ReadResult:
         with self._lock:

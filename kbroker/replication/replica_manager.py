@@ -15,20 +15,23 @@ calls the ``on_*`` listeners.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
+from kbroker.purgatory import Purgatory
 from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
-from kbroker.replication.purgatory import Purgatory
 from kbroker.storage import files
 from kbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from kbroker.storage.log_config import LogConfig
@@ -38,6 +41,7 @@ from kclient.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaError,
+    KafkaStorageError,
     NotLeaderForPartitionError,
     RequestTimedOutError,
     UnknownError,
@@ -47,6 +51,8 @@ from kclient.errors import (
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+Offload = Callable[..., Awaitable[Any]]
+"""Runs a blocking call off the event loop: ``await offload(fn, *args)``."""
 
 
 @dataclass
@@ -54,6 +60,15 @@ class ProduceResult:
     error: BrokerResponseError | None = None
     base_offset: int = -1
     log_start_offset: int = -1
+    log_append_time: int = -1
+
+
+@dataclass
+class PendingAcks:
+    """acks=all partitions appended here and waiting for the ISR: partition, the offset
+    the high watermark must reach, and min.insync.replicas."""
+
+    partitions: dict[TopicPartition, tuple[Partition, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +78,10 @@ class FetchSpec:
     offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+
+
+def fetch_keys(specs: list[FetchSpec]) -> list[TopicPartition]:
+    return [(s.topic, s.partition) for s in specs]
 
 
 @dataclass
@@ -151,14 +170,12 @@ class ReplicaManager:
         last_checkpoint = time.monotonic()
         interval = min(self._lag_max_ms / 2000.0, self._hw_interval_s)
         while not self._stopped.wait(interval):
-            moved = False
             for p in self.partitions():
                 try:
-                    moved = p.maybe_shrink_isr(self._lag_max_ms) or moved
+                    if p.maybe_shrink_isr(self._lag_max_ms):
+                        self.purgatory.progress((p.topic, p.index))
                 except Exception:
                     log.exception("%s-%d: ISR shrink check failed", p.topic, p.index)
-            if moved:
-                self.purgatory.progress()
             if time.monotonic() - last_checkpoint >= self._hw_interval_s:
                 self.checkpoint_high_watermarks()
                 last_checkpoint = time.monotonic()
@@ -190,6 +207,9 @@ class ReplicaManager:
         with self._lock:
             p = self._partitions.get((topic, index))
         if p is None:
+            reason = self._logs.offline_reason(topic, index)
+            if reason is not None:
+                raise KafkaStorageError(f"{topic}-{index}: log offline on broker {self.broker_id}: {reason}")
             raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {topic}-{index}")
         return p
 
@@ -218,6 +238,8 @@ class ReplicaManager:
         with self._lock:
             p = self._partitions.get((topic, index))
         if p is None:
+            if self._logs.offline_reason(topic, index) is not None:
+                return  # its requests get KAFKA_STORAGE_ERROR; the other partitions go on
             existing = self._logs.get(topic, index)
             if existing is not None and self._other_incarnation(existing, state, topic_id):
                 log.warning("%s-%d: local log is from a deleted incarnation of the topic; removing it", topic, index)
@@ -244,7 +266,7 @@ class ReplicaManager:
             else:
                 log.warning("%s-%d: offline (no leader)", topic, index)
                 self.fetchers.unfollow((topic, index))
-        self.purgatory.progress()
+        self.purgatory.progress((topic, index))
 
     @staticmethod
     def _other_incarnation(existing: Log, state: LeaderAndIsr | None, topic_id: str | None) -> bool:
@@ -271,7 +293,6 @@ class ReplicaManager:
         for tp in doomed:
             self._drop(*tp, delete=True)
         self._configs.pop(topic, None)
-        self.purgatory.progress()
 
     def _config_for(self, topic: str, overrides: dict[str, str]) -> LogConfig:
         try:
@@ -288,105 +309,195 @@ class ReplicaManager:
         self.fetchers.unfollow((topic, index))
         if p is not None:
             p.resign()
-            self.purgatory.progress()  # acks=all waiters on it now get NOT_LEADER at once
-        if p is not None and delete:
+            self.purgatory.progress((topic, index))  # its waiters now get NOT_LEADER at once
+        if delete and (p is not None or self._logs.offline_reason(topic, index) is not None):
             self._logs.delete(topic, index)
             log.info("%s-%d: replica removed", topic, index)
 
     # --- produce -------------------------------------------------------------------
 
     def append(
-        self, acks: int, timeout_ms: int, entries: Iterable[tuple[TopicPartition, bytes]]
-    ) -> dict[TopicPartition, ProduceResult]:
+        self, acks: int, entries: Iterable[tuple[TopicPartition, bytes]]
+    ) -> tuple[dict[TopicPartition, ProduceResult], PendingAcks]:
+        """Append as leader. With acks=all, the partitions still waiting for the ISR are
+        returned as :class:`PendingAcks`, to be parked in the purgatory and finished by
+        :meth:`finish_acks`. A topic-partition given twice is refused (INVALID_REQUEST)."""
+        entries = list(entries)
         results: dict[TopicPartition, ProduceResult] = {}
+        pending = PendingAcks()
         if acks not in (0, 1, -1):
             err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
-            return {tp: ProduceResult(err) for tp, _ in entries}
-        waiting: dict[TopicPartition, tuple[Partition, int, int]] = {}
+            return {tp: ProduceResult(err) for tp, _ in entries}, pending
+        counts = Counter(tp for tp, _ in entries)
         for tp, records in entries:
+            if counts[tp] > 1:
+                results[tp] = ProduceResult(InvalidRequestError(f"{tp[0]}-{tp[1]} appears more than once"))
+                continue
             try:
                 p = self.partition(*tp)
                 min_isr = self.topic_config(tp[0]).min_insync_replicas
-                base, next_offset = p.append_as_leader(records, acks, min_isr)
-                results[tp] = ProduceResult(None, base, p.log.log_start_offset)
+                info = p.append_as_leader(records, acks, min_isr)
+                results[tp] = ProduceResult(None, info.first_offset, p.log.log_start_offset, info.log_append_time)
                 if acks == -1:
-                    waiting[tp] = (p, next_offset, min_isr)
+                    pending.partitions[tp] = (p, info.last_offset + 1, min_isr)
             except Exception as exc:
                 results[tp] = ProduceResult(as_response_error(exc))
-        self.purgatory.progress()
-        if waiting:
-            self._await_replication(waiting, results, timeout_ms)
+                continue
+            self.purgatory.progress(tp)
+        return results, pending
+
+    @staticmethod
+    def acks_ready(pending: PendingAcks) -> bool:
+        """Has every pending partition reached (or definitely failed) its acks=all goal?"""
+        for p, required, min_isr in pending.partitions.values():
+            try:
+                if p.acks_satisfied(required, min_isr) is None:
+                    return False
+            except Exception:
+                continue
+        return True
+
+    @staticmethod
+    def finish_acks(pending: PendingAcks, results: dict[TopicPartition, ProduceResult], timeout_ms: int) -> None:
+        """Fill in the acks=all outcome of each pending partition (after the wait)."""
+        for tp, (p, required, min_isr) in pending.partitions.items():
+            try:
+                if p.acks_satisfied(required, min_isr) is None:
+                    results[tp] = ProduceResult(
+                        RequestTimedOutError(f"{tp[0]}-{tp[1]}: not replicated to the ISR within {timeout_ms} ms")
+                    )
+            except Exception as exc:
+                results[tp] = ProduceResult(as_response_error(exc))
+
+    def append_and_wait(
+        self, acks: int, timeout_ms: int, entries: Iterable[tuple[TopicPartition, bytes]]
+    ) -> dict[TopicPartition, ProduceResult]:
+        """:meth:`append` and, for acks=all, block this thread until replicated (tests, tools)."""
+        results, pending = self.append(acks, entries)
+        if pending.partitions:
+            w = self.purgatory.watch(pending.partitions, lambda: self.acks_ready(pending))
+            try:
+                w.wait(max(timeout_ms, 0) / 1000.0)
+            finally:
+                self.purgatory.cancel(w)
+            self.finish_acks(pending, results, timeout_ms)
         return results
 
-    def _await_replication(
-        self,
-        waiting: dict[TopicPartition, tuple[Partition, int, int]],
-        results: dict[TopicPartition, ProduceResult],
-        timeout_ms: int,
-    ) -> None:
-        pending = dict(waiting)
+    async def append_async(
+        self, offload: Offload, acks: int, timeout_ms: int, entries: list[tuple[TopicPartition, bytes]]
+    ) -> dict[TopicPartition, ProduceResult]:
+        """:meth:`append`, then an acks=all wait parked in the purgatory (no thread held)."""
+        results, pending = await offload(self.append, acks, entries)
+        if pending.partitions:
+            await self._park(list(pending.partitions), lambda: self.acks_ready(pending), timeout_ms)
+            self.finish_acks(pending, results, timeout_ms)
+        return results  # type: ignore[no-any-return]
 
-        def check() -> bool | None:
-            for tp, (p, required, min_isr) in list(pending.items()):
-                try:
-                    if p.acks_satisfied(required, min_isr):
-                        del pending[tp]
-                except Exception as exc:
-                    results[tp] = ProduceResult(as_response_error(exc))
-                    del pending[tp]
-            return True if not pending else None
-
-        self.purgatory.wait(check, max(timeout_ms, 0) / 1000.0)
-        for tp in pending:
-            results[tp] = ProduceResult(
-                RequestTimedOutError(f"{tp[0]}-{tp[1]}: not replicated to the ISR within {timeout_ms} ms")
-            )
+    async def _park(self, keys: list[TopicPartition], ready: Callable[[], bool], timeout_ms: int) -> None:
+        w = self.purgatory.watch(keys, ready, asyncio.get_running_loop())
+        try:
+            await w.wait_async(max(timeout_ms, 0) / 1000.0)
+        finally:
+            self.purgatory.cancel(w)
 
     # --- fetch ---------------------------------------------------------------------
+
+    async def fetch_async(
+        self,
+        offload: Offload,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        specs: list[FetchSpec],
+    ) -> list[FetchResult]:
+        """A long-poll fetch whose wait is parked in the purgatory (no thread held)."""
+
+        def first() -> tuple[dict[int, BrokerResponseError], list[FetchResult]]:
+            errors = self.record_follower_fetches(replica_id, specs)
+            return errors, self.read(replica_id, max_bytes, specs, errors)
+
+        errors, results = await offload(first)
+        if self.enough(results, min_bytes) or max_wait_ms <= 0:
+            return results  # type: ignore[no-any-return]
+        await self._park(
+            fetch_keys(specs), lambda: self.fetch_ready(replica_id, min_bytes, max_bytes, specs), max_wait_ms
+        )
+        return await offload(self.read, replica_id, max_bytes, specs, errors)  # type: ignore[no-any-return]
+
+    def record_follower_fetches(self, replica_id: int, specs: list[FetchSpec]) -> dict[int, BrokerResponseError]:
+        """A follower's fetch positions (its LEOs); returns the errors by spec index.
+
+        A broker outside a partition's replica set, or a fetch from a non-leader, gets an
+        error for that partition and moves nothing: it must not read above the HW.
+        """
+        errors: dict[int, BrokerResponseError] = {}
+        if replica_id < 0:
+            return errors
+        for i, spec in enumerate(specs):
+            try:
+                p = self.partition(spec.topic, spec.partition)
+                if p.record_follower_fetch(replica_id, spec.offset, spec.current_leader_epoch):
+                    self.purgatory.progress((spec.topic, spec.partition))
+            except Exception as exc:
+                errors[i] = as_response_error(exc)
+        return errors
+
+    def read(
+        self,
+        replica_id: int,
+        max_bytes: int,
+        specs: list[FetchSpec],
+        errors: dict[int, BrokerResponseError] | None = None,
+    ) -> list[FetchResult]:
+        """Read every spec once (a follower up to the LEO, a consumer below the HW)."""
+        budget = max_bytes
+        out: list[FetchResult] = []
+        for i, spec in enumerate(specs):
+            if errors and i in errors:
+                out.append(FetchResult(errors[i]))
+                continue
+            try:
+                p = self.partition(spec.topic, spec.partition)
+                limit = max(min(spec.max_bytes, budget), 0)
+                r = p.read(spec.offset, limit, replica_id, spec.current_leader_epoch)
+                budget -= len(r.records)
+                out.append(FetchResult(None, r))
+            except Exception as exc:
+                out.append(FetchResult(as_response_error(exc)))
+        return out
+
+    def fetch_ready(self, replica_id: int, min_bytes: int, max_bytes: int, specs: list[FetchSpec]) -> bool:
+        """May a parked fetch answer now? Cheap: compares offsets (reads only when
+        ``min_bytes`` > 1). Any error (leadership moved, partition gone) counts as ready."""
+        if min_bytes > 1:
+            return self.enough(self.read(replica_id, max_bytes, specs), min_bytes)
+        for spec in specs:
+            try:
+                p = self.partition(spec.topic, spec.partition)
+                if p.available_to(replica_id, spec.offset, spec.current_leader_epoch):
+                    return True
+            except Exception:
+                return True
+        return False
 
     def fetch(
         self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, specs: list[FetchSpec]
     ) -> list[FetchResult]:
-        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000.0
-        if replica_id >= 0:
-            moved = False
-            for spec in specs:
-                try:
-                    p = self.partition(spec.topic, spec.partition)
-                    moved = p.record_follower_fetch(replica_id, spec.offset, spec.current_leader_epoch) or moved
-                except Exception:
-                    pass  # reported by the read below
-            if moved:
-                self.purgatory.progress()
-
-        def read_all() -> list[FetchResult]:
-            budget = max_bytes
-            out: list[FetchResult] = []
-            for spec in specs:
-                try:
-                    p = self.partition(spec.topic, spec.partition)
-                    limit = max(min(spec.max_bytes, budget), 0)
-                    r = p.read(spec.offset, limit, replica_id, spec.current_leader_epoch)
-                    budget -= len(r.records)
-                    out.append(FetchResult(None, r))
-                except Exception as exc:
-                    out.append(FetchResult(as_response_error(exc)))
-            return out
-
-        results = read_all()
-        if self._enough(results, min_bytes) or max_wait_ms <= 0:
+        """A whole fetch in this thread, long poll included (tests, tools)."""
+        errors = self.record_follower_fetches(replica_id, specs)
+        results = self.read(replica_id, max_bytes, specs, errors)
+        if self.enough(results, min_bytes) or max_wait_ms <= 0:
             return results
-
-        def check() -> list[FetchResult] | None:
-            nonlocal results
-            results = read_all()
-            return results if self._enough(results, min_bytes) else None
-
-        self.purgatory.wait(check, max(deadline - time.monotonic(), 0))
-        return results
+        w = self.purgatory.watch(fetch_keys(specs), lambda: self.fetch_ready(replica_id, min_bytes, max_bytes, specs))
+        try:
+            w.wait(max_wait_ms / 1000.0)
+        finally:
+            self.purgatory.cancel(w)
+        return self.read(replica_id, max_bytes, specs, errors)
 
     @staticmethod
-    def _enough(results: list[FetchResult], min_bytes: int) -> bool:
+    def enough(results: list[FetchResult], min_bytes: int) -> bool:
         total = 0
         for r in results:
             if r.error is not None:
@@ -402,6 +513,8 @@ class ReplicaManager:
     ) -> OffsetResult:
         try:
             p = self.partition(topic, index)
+            if replica_id >= 0:
+                p.check_replica(replica_id)
             if not p.is_leader and replica_id < 0:
                 raise NotLeaderForPartitionError(f"broker {self.broker_id} is not the leader of {topic}-{index}")
             p.check_epoch(current_leader_epoch)

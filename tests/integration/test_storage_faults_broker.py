@@ -136,10 +136,8 @@ def test_broker_starts_with_an_unopenable_segment(cluster: LocalCluster) -> None
         assert [v for _, _, v in sorted(consume(cluster.bootstrap, "t", [0], 5))] == [b"v0", b"v2", b"v4", b"v6", b"v8"]
         stub = broker_pb2_grpc.BrokerStub(grpc.insecure_channel(cluster.bootstrap))
         assert produce(stub, "t", 0, batch(record(0), 1)) == 0
-        # t-1 is offline: never a success on a log that did not load. The code is
-        # UNKNOWN_TOPIC_OR_PARTITION (3) until the replica manager answers KAFKA_STORAGE_ERROR
-        # (56) for LogManager.offline_reason(...) partitions.
-        assert produce(stub, "t", 1, batch(record(0), 1)) != 0
+        # t-1 is offline: never a success on a log that did not load.
+        assert produce(stub, "t", 1, batch(record(0), 1)) == 56  # KAFKA_STORAGE_ERROR
         log_text = broker.log_path.read_text()[len(first_start) :]
         errors = [line for line in log_text.splitlines() if "cannot load the log of t-1" in line]
         assert len(errors) == 1 and str(segment) in errors[0] and "Operation not permitted" in errors[0]

@@ -10,7 +10,7 @@ import pytest
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.replication.fetcher import ReplicaFetcher, _FetchState
 from kbroker.replication.partition import Partition
-from kbroker.replication.purgatory import Purgatory
+from kbroker.purgatory import Purgatory
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import FencedLeaderEpochError, NotEnoughReplicasAfterAppendError
@@ -57,7 +57,7 @@ def test_follower_writes_are_refused_once_this_broker_leads(tmp_path: Path) -> N
 def test_acks_all_fails_when_the_isr_shrank_below_min_insync(tmp_path: Path) -> None:
     p = partition(Log.open(tmp_path / "t-0", LogConfig()))
     p.make_leader(LeaderAndIsr(1, 0, [1, 2], 1, 0), [1, 2])
-    _, end = p.append_as_leader(batch(0, 0), -1, 2)
+    end = p.append_as_leader(batch(0, 0), -1, 2).last_offset + 1
     assert p.acks_satisfied(end, 2) is None  # follower 2 has not fetched yet
     p.followers[2].last_caught_up_ms -= 10_000
     assert p.maybe_shrink_isr(1000)  # the HW jumps to the leader's LEO ...
