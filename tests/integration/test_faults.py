@@ -1,9 +1,13 @@
 """Fault tests on real processes: SIGKILL and SIGSTOP leaders and the controller while a
 producer with acks=all keeps sending, then check that every acknowledged record is still
-there, once, in order (Kafka's replication_test / validate_delivery)."""
+there, once, in order (Kafka's replication_test / validate_delivery).
+
+The default tests run a few rounds; the ``slow`` soak variants run ``$KBROKER_FAULT_ROUNDS``
+(default 20) rounds each and print the failover and rejoin times per round."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -21,6 +25,8 @@ from tests.support import wait_until
 pytestmark = pytest.mark.integration
 
 FAST = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000"}
+# Rounds of the slow (soak) variants; the default variants keep a few rounds for every CI run.
+SOAK_ROUNDS = int(os.environ.get("KBROKER_FAULT_ROUNDS", "20"))
 
 
 class ZkView:
@@ -130,48 +136,90 @@ def start_topic(cluster: LocalCluster, topic: str, partitions: int = 3) -> ZkVie
     return view
 
 
-@pytest.mark.parametrize("victim", ["leader", "controller"])
-def test_sigkill_bounces_lose_nothing(cluster_factory: Callable[..., LocalCluster], victim: str) -> None:
-    cluster = cluster_factory(3, **FAST)
+def _summary(name: str, values: list[float]) -> str:
+    v = sorted(values)
+    return f"{name} median={v[len(v) // 2]:.2f}s max={v[-1]:.2f}s" if v else f"{name} -"
+
+
+def sigkill_bounces(cluster: LocalCluster, victim: str, rounds: int) -> None:
+    """SIGKILL the leader of partition ``round % 3`` (or the controller) and restart it, ``rounds`` times."""
     view = start_topic(cluster, "bounce")
     producer = NumberedProducer(cluster.bootstrap, "bounce")
     producer.start()
+    failover: list[float] = []
+    rejoin: list[float] = []
     try:
         wait_until(lambda: len(producer.acked) > 200, what="first acks")
-        for round_ in range(4):
+        for round_ in range(rounds):
             target = view.state("bounce", round_ % 3).leader if victim == "leader" else view.controller()
             before = len(producer.acked)
+            t0 = time.monotonic()
             cluster.brokers[target].kill()
             wait_until(lambda t=target: t not in view.live(), what=f"broker {target} to leave ZooKeeper")
             wait_until(lambda b=before: len(producer.acked) > b + 100, what="acks after failover")
+            failover.append(time.monotonic() - t0)
+            t1 = time.monotonic()
             cluster.brokers[target].start()
             wait_until(lambda: all(len(view.state("bounce", p).isr) == 3 for p in range(3)), what="ISR to heal")
+            rejoin.append(time.monotonic() - t1)
     finally:
         producer.stop.set()
         producer.join(180)
+    times = f"{_summary('kill->100 acks', failover)}, {_summary('restart->full ISR', rejoin)}"
+    print(f"\n{rounds} SIGKILL rounds ({victim}): {times}")
     validate(producer, read_everything(cluster.bootstrap, "bounce", 3))
     view.close()
 
 
-def test_sigstop_past_session_expiry_loses_nothing(cluster_factory: Callable[..., LocalCluster]) -> None:
-    cluster = cluster_factory(3, **FAST)
+def sigstop_pauses(cluster: LocalCluster, rounds: int) -> None:
+    """SIGSTOP a random leader (every third round the controller) past its session, then SIGCONT it."""
     view = start_topic(cluster, "pause")
     producer = NumberedProducer(cluster.bootstrap, "pause")
     producer.start()
     rng = random.Random(7)
+    failover: list[float] = []
+    rejoin: list[float] = []
     try:
         wait_until(lambda: len(producer.acked) > 200, what="first acks")
-        for round_ in range(3):
-            target = view.controller() if round_ == 1 else view.state("pause", rng.randrange(3)).leader
+        for round_ in range(rounds):
+            target = view.controller() if round_ % 3 == 1 else view.state("pause", rng.randrange(3)).leader
             before = len(producer.acked)
+            t0 = time.monotonic()
             cluster.brokers[target].signal(signal.SIGSTOP)
             wait_until(lambda t=target: t not in view.live(), what=f"broker {target}'s session to expire")
             wait_until(lambda b=before: len(producer.acked) > b + 100, what="acks while it is stopped")
+            failover.append(time.monotonic() - t0)
+            t1 = time.monotonic()
             cluster.brokers[target].signal(signal.SIGCONT)
             wait_until(lambda t=target: t in view.live(), what=f"broker {target} to re-register")
             wait_until(lambda: all(len(view.state("pause", p).isr) == 3 for p in range(3)), what="ISR to heal")
+            rejoin.append(time.monotonic() - t1)
     finally:
         producer.stop.set()
         producer.join(180)
+    times = f"{_summary('stop->100 acks', failover)}, {_summary('SIGCONT->full ISR', rejoin)}"
+    print(f"\n{rounds} SIGSTOP rounds: {times}")
     validate(producer, read_everything(cluster.bootstrap, "pause", 3))
     view.close()
+
+
+@pytest.mark.parametrize("victim", ["leader", "controller"])
+def test_sigkill_bounces_lose_nothing(cluster_factory: Callable[..., LocalCluster], victim: str) -> None:
+    sigkill_bounces(cluster_factory(3, **FAST), victim, rounds=4)
+
+
+def test_sigstop_past_session_expiry_loses_nothing(cluster_factory: Callable[..., LocalCluster]) -> None:
+    sigstop_pauses(cluster_factory(3, **FAST), rounds=3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("victim", ["leader", "controller"])
+def test_sigkill_soak_loses_nothing(cluster_factory: Callable[..., LocalCluster], victim: str) -> None:
+    sigkill_bounces(cluster_factory(3, **FAST), victim, rounds=SOAK_ROUNDS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigstop_soak_loses_nothing(cluster_factory: Callable[..., LocalCluster]) -> None:
+    sigstop_pauses(cluster_factory(3, **FAST), rounds=SOAK_ROUNDS)
