@@ -9,7 +9,13 @@ from kclient.assignors import (
 )
 from kclient.consumer import Consumer
 from kclient.coordinator import ConsumerRebalanceListener
-from kclient.errors import CommitFailedError, KafkaError
+from kclient.errors import (
+    CommitFailedError,
+    CorruptRecordError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoBrokersAvailable,
+)
 from kclient.producer import FutureRecordMetadata, Producer
 from kclient.structs import (
     BrokerMetadata,
@@ -37,7 +43,10 @@ __all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     "StickyAssignor",
     # errors
     "CommitFailedError",
+    "CorruptRecordError",
     "KafkaError",
+    "KafkaTimeoutError",
+    "NoBrokersAvailable",
     # structs
     "BrokerMetadata",
     "ConsumerRecord",

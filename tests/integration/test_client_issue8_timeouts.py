@@ -233,3 +233,42 @@ def test_producer_close_with_timeout_returns_in_time(cluster: LocalCluster) -> N
     assert took < 3.0
     wait_until(lambda: all(f.is_done() for f in futures), 5, "the futures to fail")
     assert all(isinstance(f.exception(0), KafkaTimeoutError) for f in futures)
+
+
+def test_group_calls_honour_their_timeouts_when_the_broker_is_gone(cluster: LocalCluster) -> None:
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("gone", 1, 1)])
+    produce(cluster.bootstrap, "gone", 5)
+    c = Consumer(
+        bootstrap_servers=cluster.bootstrap,
+        group_id="gone-group",
+        auto_offset_reset="earliest",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+    c.subscribe(["gone"])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 5 and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=500).values():
+            got.extend(recs)
+    assert len(got) == 5
+    cluster.brokers[0].kill()
+    for name, call in (
+        ("commit", lambda: c.commit(timeout_ms=1500)),
+        ("committed", lambda: c.committed(TP("gone", 0), timeout_ms=1500)),
+        ("end_offsets", lambda: c.end_offsets([TP("gone", 0)], timeout_ms=1500)),
+    ):
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            call()
+        took = time.monotonic() - started
+        print(f"{name}(timeout_ms=1500) raised after {took:.2f}s")
+        assert took < 3.0, name
+    started = time.monotonic()
+    assert c.poll(timeout_ms=300) == {}
+    assert time.monotonic() - started < 1.5
+    started = time.monotonic()
+    c.close(timeout_ms=2000)
+    print(f"close(timeout_ms=2000) took {time.monotonic() - started:.2f}s")
+    assert time.monotonic() - started < 3.5
