@@ -61,6 +61,8 @@ def netns_cluster(tmp_path: Path, brokers: int, **overrides: str) -> Iterator[Ne
     except BaseException:
         if cluster is not None:
             print(cluster.logs())
+            for b in cluster.brokers.values():
+                b.kill()  # a failed or interrupted run ends at once
         raise
     finally:
         try:

@@ -141,9 +141,12 @@ def test_partition_availability(tmp_path: Path, scenario: str) -> None:
             fig["stalls_s"] = {p: stalls(producer, p, t_cut) for p in watched}
             others = [longest_gap(producer, p, t_cut, t_heal) for p in range(PARTITIONS) if p not in watched]
             fig["other_partitions_max_gap_s"] = [None if g is None else round(g, 3) for g in others]
-        finally:
-            producer.stop.set()
-            producer.join(180)
+        except BaseException:
+            producer.stop.set()  # a daemon thread: the teardown must not wait for a flush across a cut
+            producer.join(5)
+            raise
+        producer.stop.set()
+        producer.join(180)
         fig["acked"], fig["failed"] = len(producer.acked), len(producer.failed)
         fig.write()
         validate(producer, read_everything(cluster.bootstrap, topic, PARTITIONS))
