@@ -263,7 +263,7 @@ class KafkaServer:
             raise KafkaError("no ZooKeeper session: the controller has already moved this broker's leaderships")
         controller = self.metadata.snapshot().controller_id
         if controller == bid:
-            return self.controller.controlled_shutdown(bid, self.broker_epoch)
+            return self.controller.controlled_shutdown(bid, self.broker_epoch, timeout_s=self._attempt_timeout_s())
         address = self._address_of(controller)
         if address is None:
             raise KafkaError(f"no live controller (controller id {controller})")
@@ -271,13 +271,16 @@ class KafkaServer:
         try:
             resp = broker_pb2_grpc.BrokerStub(channel).ControlledShutdown(
                 cluster_pb2.ControlledShutdownRequest(broker_id=bid, broker_epoch=self.broker_epoch),
-                timeout=max(self.config.controlled_shutdown_retry_backoff_ms / 1000.0, 5.0),
+                timeout=self._attempt_timeout_s(),
             )
         finally:
             channel.close()
         if resp.error_code:
             raise KafkaError(resp.error_message or f"error code {resp.error_code}")
         return [(r.topic, r.partition) for r in resp.remaining]
+
+    def _attempt_timeout_s(self) -> float:
+        return max(self.config.controlled_shutdown_retry_backoff_ms / 1000.0, 5.0)
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
@@ -289,14 +292,18 @@ class KafkaServer:
         self.groups.shutdown()
         if self._grpc is not None:
             self._grpc.stop(0.0 if self.hurry.is_set() else 2.0)
-        if not self.hurry.is_set():
-            try:
+        zk_up = self.zk.kazoo.connected and not self.hurry.is_set()
+        if not self.zk.kazoo.connected:
+            log.warning("no ZooKeeper connection: skipping the ZooKeeper clean-up (the session ends by itself)")
+        try:
+            if zk_up:
                 self.controller.resign()
-                self.controller.stop()
-                self.metadata.stop()
+            self.controller.stop()
+            self.metadata.stop()
+            if zk_up:
                 self.zk.deregister_broker(self.config.broker_id)
-            except Exception:
-                log.exception("ZooKeeper clean-up failed")
+        except Exception:
+            log.exception("ZooKeeper clean-up failed")
         self.replicas.shutdown()
         if self.logs is not None:
             self.logs.shutdown()

@@ -7,8 +7,8 @@ cannot starve the broker and a cancelled call is forgotten at once.
 
 Limits: a request message is at most ``socket.request.max.bytes``; the request bytes in
 flight at once are bounded by ``queued.max.request.bytes`` (beyond it a call fails
-with RESOURCE_EXHAUSTED, retriable). An undecodable request is answered by gRPC and
-logged in one line, at most once every few seconds.
+with RESOURCE_EXHAUSTED, retriable). An undecodable request gets INVALID_ARGUMENT and
+one log line (at most one every 10 s), never a traceback.
 
 Thread safety: :meth:`start` and :meth:`stop` are called from the main thread; everything
 else runs on the loop thread.
@@ -70,8 +70,20 @@ class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return handler
         inner = handler.unary_unary
         budget = self._budget
+        decode = handler.request_deserializer
+
+        def safe_decode(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except Exception as exc:
+                return _Undecodable(details.method, len(data), exc)
 
         async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, _Undecodable):
+                _GARBAGE.report(request)
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {request.method} message"
+                )
             size = request.ByteSize()
             if not budget.try_acquire(size):
                 await context.abort(
@@ -86,43 +98,38 @@ class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return grpc.unary_unary_rpc_method_handler(
             behaviour,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=safe_decode,
             response_serializer=handler.response_serializer,
         )
 
 
-class _OneLine(logging.Filter):
-    """gRPC logs a traceback for each request it cannot decode: keep one line, rate-limited."""
+class _Undecodable:
+    """What the deserializer hands on instead of raising: gRPC would print a traceback."""
+
+    def __init__(self, method: str, size: int, error: Exception) -> None:
+        self.method, self.size, self.error = method, size, error
+
+
+class _GarbageLog:
+    """One WARNING line per undecodable request, at most one every ``every_s`` seconds."""
 
     def __init__(self, every_s: float = 10.0) -> None:
-        super().__init__()
         self._every_s = every_s
-        self._last = 0.0
+        self._last = -every_s
         self._dropped = 0
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "deserializ" not in record.getMessage().lower():
-            return True
+    def report(self, bad: _Undecodable) -> None:
         now = time.monotonic()
         if now - self._last < self._every_s:
             self._dropped += 1
-            return False
+            return
         self._last = now
-        extra = f" ({self._dropped} more since the last report)" if self._dropped else ""
+        more = f" ({self._dropped} more since the last report)" if self._dropped else ""
         self._dropped = 0
-        record.msg, record.args, record.exc_info, record.exc_text = (
-            f"a request could not be decoded and was refused{extra}",
-            None,
-            None,
-            None,
-        )
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
+        log.warning("refused an undecodable %s request of %d bytes: %s%s", bad.method, bad.size, bad.error, more)
 
 
-_ONE_LINE = _OneLine()
-for _name in ("grpc._cython.cygrpc", "grpc.aio._server", "grpc._server", "grpc"):
-    logging.getLogger(_name).addFilter(_ONE_LINE)
+_GARBAGE = _GarbageLog()
 
 
 class GrpcServer:

@@ -1,0 +1,109 @@
+"""Shutdown is bounded when ZooKeeper is gone, a second SIGTERM exits at once, and
+nothing flushed is lost either way (each test has a ZooKeeper of its own to kill)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kbroker.local.cluster import LocalCluster
+from kbroker.local.zookeeper import ZooKeeperEnsemble, classpath
+from kbroker.storage import files
+from kbroker.storage.log import Log
+from kbroker.storage.log_config import LogConfig
+from kclient import AdminClient, NewTopic, Producer
+from kclient.records import decode_batches
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
+    try:
+        classpath()
+    except Exception as exc:
+        pytest.skip(str(exc))
+    zk = ZooKeeperEnsemble(tmp_path / "zk", size=1)
+    zk.start()
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+def start_with_records(zk: ZooKeeperEnsemble, root: Path, n: int, **overrides: str) -> LocalCluster:
+    cluster = LocalCluster(root, zk.connect_string, {"zookeeper.session.timeout.ms": "6000", **overrides}).start(2)
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("t", replica_assignments={0: [0, 1]})])
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
+        for i in range(n):
+            producer.send("t", f"v{i}".encode(), partition=0)
+        producer.flush(30)
+    return cluster
+
+
+def values_on_disk(data_dir: Path) -> list[bytes]:
+    log = Log.open(data_dir / "t-0", LogConfig.from_properties({}), recovery_point=0, clean_shutdown=False)
+    try:
+        data = log.read(0, 1 << 24).records
+    finally:
+        log.close()
+    return [r.value or b"" for _, batch in decode_batches(data) for r in batch]
+
+
+def stop_timed(cluster: LocalCluster, broker_id: int, second_signal_after_s: float | None = None) -> tuple[float, int]:
+    b = cluster.brokers[broker_id]
+    assert b.proc is not None
+    start = time.monotonic()
+    b.signal(signal.SIGTERM)
+    if second_signal_after_s is not None:
+        time.sleep(second_signal_after_s)
+        b.signal(signal.SIGTERM)
+    code = b.proc.wait(120)
+    return time.monotonic() - start, code
+
+
+def test_shutdown_without_zookeeper_is_bounded(own_zookeeper: ZooKeeperEnsemble, tmp_path: Path) -> None:
+    cluster = start_with_records(
+        own_zookeeper,
+        tmp_path / "c",
+        50,
+        **{"controlled.shutdown.max.retries": "2", "controlled.shutdown.retry.backoff.ms": "1000"},
+    )
+    try:
+        own_zookeeper.servers[0].kill()
+        time.sleep(1)
+        elapsed, code = stop_timed(cluster, 0)
+        # 2 attempts of at most 5 s each, 1 s apart, then the rest of the shutdown.
+        assert code == 0, cluster.brokers[0].log_tail()
+        assert elapsed < 20, f"took {elapsed:.1f}s"
+        log_text = cluster.brokers[0].log_path.read_text()
+        assert "controlled shutdown attempt 2 of 2 failed: " in log_text
+        assert "failed: \n" not in log_text  # every failure names its reason
+        data_dir = cluster.brokers[0].data_dir
+        assert (data_dir / files.CLEAN_SHUTDOWN_FILE).exists()
+        assert values_on_disk(data_dir) == [f"v{i}".encode() for i in range(50)]
+    finally:
+        cluster.stop()
+
+
+def test_a_second_sigterm_exits_at_once(own_zookeeper: ZooKeeperEnsemble, tmp_path: Path) -> None:
+    cluster = start_with_records(
+        own_zookeeper,
+        tmp_path / "c",
+        20,
+        **{"controlled.shutdown.max.retries": "10", "controlled.shutdown.retry.backoff.ms": "5000"},
+    )
+    try:
+        own_zookeeper.servers[0].kill()
+        time.sleep(1)
+        elapsed, code = stop_timed(cluster, 0, second_signal_after_s=1.0)
+        assert elapsed < 8, f"took {elapsed:.1f}s"  # 10 x 5 s of retries were skipped
+        assert code in (0, 1)
+        assert values_on_disk(cluster.brokers[0].data_dir) == [f"v{i}".encode() for i in range(20)]
+    finally:
+        cluster.stop()
