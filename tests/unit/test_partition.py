@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from kbroker.cluster.zkdata import LeaderAndIsr
+from kbroker.purgatory import Purgatory
 from kbroker.replication.fetcher import ReplicaFetcher, _FetchState
 from kbroker.replication.partition import Partition
-from kbroker.purgatory import Purgatory
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import FencedLeaderEpochError, NotEnoughReplicasAfterAppendError
