@@ -47,6 +47,7 @@ from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import KafkaError
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2
+from kclient.transport import CHANNEL_OPTIONS
 
 log = logging.getLogger("kbroker")
 
@@ -267,7 +268,7 @@ class KafkaServer:
         address = self._address_of(controller)
         if address is None:
             raise KafkaError(f"no live controller (controller id {controller})")
-        channel = grpc.insecure_channel(address)
+        channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         try:
             resp = broker_pb2_grpc.BrokerStub(channel).ControlledShutdown(
                 cluster_pb2.ControlledShutdownRequest(broker_id=bid, broker_epoch=self.broker_epoch),

@@ -29,6 +29,7 @@ import grpc
 
 from kclient.errors import KafkaError
 from kclient.proto.kbroker.v1 import broker_pb2_grpc
+from kclient.transport import SERVER_KEEPALIVE_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +154,7 @@ class GrpcServer:
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", 128 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
-            ("grpc.keepalive_time_ms", 10000),
-            ("grpc.keepalive_timeout_ms", 5000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 1000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_ping_strikes", 0),
+            *SERVER_KEEPALIVE_OPTIONS,  # accept the clients' keepalive pings; ping them too
         ]
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from kbroker.local.cluster import LocalCluster
@@ -16,7 +17,10 @@ from kbroker.storage import files
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kclient import AdminClient, NewTopic, Producer
-from kclient.records import decode_batches
+from kclient.errors import NotLeaderForPartitionError
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2, metadata_pb2
+from kclient.records import BatchBuilder, decode_batches
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -105,5 +109,38 @@ def test_a_second_sigterm_exits_at_once(own_zookeeper: ZooKeeperEnsemble, tmp_pa
         assert elapsed < 8, f"took {elapsed:.1f}s"  # 10 x 5 s of retries were skipped
         assert code in (0, 1)
         assert values_on_disk(cluster.brokers[0].data_dir) == [f"v{i}".encode() for i in range(20)]
+    finally:
+        cluster.stop()
+
+
+def test_a_broker_cut_off_from_zookeeper_stops_claiming_leadership(
+    own_zookeeper: ZooKeeperEnsemble, tmp_path: Path
+) -> None:
+    """After a whole session timeout without ZooKeeper a broker knows its session is gone
+    (another broker may lead its partitions): it refuses produce requests and its
+    Metadata names no leaders, so clients go elsewhere. It recovers with ZooKeeper."""
+    cluster = start_with_records(own_zookeeper, tmp_path / "c", 5)
+    try:
+        stub = broker_pb2_grpc.BrokerStub(grpc.insecure_channel(cluster.brokers[0].address))
+
+        def produce() -> int:
+            req = log_pb2.ProduceRequest(acks=1, timeout_ms=2000)
+            b = BatchBuilder()
+            b.append(int(time.time() * 1000), None, b"x")
+            req.topics.add(name="t").partitions.add(index=0, records=b.build())
+            return stub.Produce(req, timeout=10).topics[0].partitions[0].error_code
+
+        def leaders() -> list[int]:
+            md = stub.Metadata(metadata_pb2.MetadataRequest(topics=["t"]), timeout=10)
+            return [p.leader_id for p in md.topics[0].partitions]
+
+        assert leaders() == [0] and produce() == 0
+        own_zookeeper.servers[0].kill()
+        time.sleep(2)
+        assert leaders() == [0]  # a short ZooKeeper outage changes nothing
+        wait_until(lambda: leaders() == [-1], 20, "metadata without leaders")
+        assert produce() == NotLeaderForPartitionError.errno
+        own_zookeeper.servers[0].start()
+        wait_until(lambda: leaders() == [0] and produce() == 0, 60, "leadership back with ZooKeeper")
     finally:
         cluster.stop()
