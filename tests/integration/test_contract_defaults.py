@@ -1,5 +1,6 @@
 """The gRPC contract seen by a client in another language (issue 8): raw stubs, every
-``optional`` field left unset unless the test is about it, real broker processes.
+``optional`` field left unset unless the test is about it (``SIZED`` spells out the
+fetch size where a test is about another field), real broker processes.
 
 Unset must mean Kafka's default and never something unsafe: a client that leaves out
 ``replica_id`` is a consumer (never broker 0's follower), ``acks`` is all, epochs and
@@ -38,6 +39,10 @@ QUICK_STOP = {"controlled.shutdown.retry.backoff.ms": "200"}
 """The last broker of a cluster cannot move its leaderships away: do not retry for 10 s."""
 SLOW_ISR = {**QUICK_STOP, "replica.lag.time.max.ms": "10000", "zookeeper.session.timeout.ms": "10000"}
 """A paused follower stays in the ISR (and registered) for the whole test."""
+
+SIZED: dict[str, Any] = {"partition_max_bytes": 1048576}
+"""Kafka's max.partition.fetch.bytes, spelled out where a test is about another field
+(the unset sizes are the subject of their own test)."""
 
 Stub = broker_pb2_grpc.BrokerStub
 
@@ -93,7 +98,9 @@ def list_offset(
 
 
 def high_watermark(stub: Stub, topic: str) -> int:
-    r = list_offset(stub, topic, 0)
+    """A measuring instrument, not a subject: it spells out the consumer's -1s so that it
+    reads the HW on any broker (unset fields are the subject of the tests themselves)."""
+    r = list_offset(stub, topic, 0, replica_id=-1, timestamp=-1, current_leader_epoch=-1)
     assert r.error_code == common_pb2.NONE, r.error_message
     return r.offset
 
@@ -191,8 +198,8 @@ def test_fetch_without_replica_id_is_a_consumer_and_never_completes_acks_all(
         writer.start()
         offset, seen, watermarks = 1, [], set()
         while writer.is_alive():
-            # A consumer in another language: replica_id (and every other optional) unset.
-            r = fetch(leader, "solo-follower", 0, offset)
+            # A consumer in another language: replica_id, max_wait_ms, min_bytes... unset.
+            r = fetch(leader, "solo-follower", 0, offset, **SIZED)
             assert r.error_code == common_pb2.NONE, r.error_message
             watermarks.add(r.high_watermark)
             got = values(r.records, offset)
@@ -222,7 +229,7 @@ def test_replica_fetch_from_a_broker_outside_the_replica_set_is_refused(
         assert (r.error_code, r.base_offset) == (common_pb2.NONE, 1), r.error_message
         assert high_watermark(leader, "outsider") == 1
         for offset in (1, 2):  # 1: above the HW; 2: as if broker 7 had the record
-            f = fetch(leader, "outsider", 0, offset, {"replica_id": 7, "max_wait_ms": 0})
+            f = fetch(leader, "outsider", 0, offset, {"replica_id": 7, "max_wait_ms": 0}, **SIZED)
             assert f.error_code == common_pb2.NOT_LEADER_OR_FOLLOWER, (offset, f)
             assert f.records == b""
         assert high_watermark(leader, "outsider") == 1
@@ -238,7 +245,7 @@ def test_list_offsets_without_replica_id_answers_the_high_watermark(
     try:
         r = produce(leader, "watermark", 0, batch(b"above-hw"), acks=1)
         assert (r.error_code, r.base_offset) == (common_pb2.NONE, 1), r.error_message  # LEO 2, HW 1
-        for fields in ({}, {"timestamp": -1}):  # timestamp unset = -1 (latest)
+        for fields in ({"timestamp": -1}, {}):  # timestamp unset = -1 (latest)
             latest = list_offset(leader, "watermark", 0, **fields)
             assert (latest.error_code, latest.offset) == (common_pb2.NONE, 1), (fields, latest)
         outsider = list_offset(leader, "watermark", 0, replica_id=7)
@@ -303,12 +310,17 @@ def test_unset_current_leader_epoch_is_not_fenced_after_a_leader_change(
         return p.leader_id == 1 and p.leader_epoch > old_epoch
 
     wait_until(led_by_1, 30, "broker 1 leads in a new epoch")
-    wait_until(lambda: values(fetch(survivor, "moving", 0, 0).records) == [b"kept"], 10, "fetch without epoch")
-    r = list_offset(survivor, "moving", 0)
-    assert (r.error_code, r.offset) == (common_pb2.NONE, 1), r
-    assert r.leader_epoch > old_epoch
+    new_epoch = partitions(survivor, "moving")[0].leader_epoch
+    wait_until(lambda: high_watermark(survivor, "moving") == 1, 10, "the new leader's HW covers the record")
+    current = fetch(survivor, "moving", 0, 0, current_leader_epoch=new_epoch, **SIZED)
+    assert (current.error_code, values(current.records)) == (common_pb2.NONE, [b"kept"]), current
 
-    stale_fetch = fetch(survivor, "moving", 0, 0, current_leader_epoch=old_epoch)
+    unset = fetch(survivor, "moving", 0, 0, **SIZED)  # current_leader_epoch unset = unchecked
+    assert (unset.error_code, values(unset.records)) == (common_pb2.NONE, [b"kept"]), unset
+    r = list_offset(survivor, "moving", 0)
+    assert (r.error_code, r.offset, r.leader_epoch) == (common_pb2.NONE, 1, new_epoch), r
+
+    stale_fetch = fetch(survivor, "moving", 0, 0, current_leader_epoch=old_epoch, **SIZED)
     assert stale_fetch.error_code == common_pb2.FENCED_LEADER_EPOCH, stale_fetch
     assert stale_fetch.records == b""
     stale_list = list_offset(survivor, "moving", 0, current_leader_epoch=old_epoch)
