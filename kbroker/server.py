@@ -8,10 +8,8 @@ apart), stop serving, resign, deregister, flush and close every log (writing the
 clean-shutdown marker). A second SIGTERM or SIGINT during that skips what is left of
 the controlled shutdown and the ZooKeeper clean-up; logs are still flushed and closed.
 
-A broker whose ZooKeeper connection has been down for the whole session timeout knows
-that ZooKeeper has expired its session and that another broker may lead its partitions
-now: until it has a session again it refuses produce requests (NOT_LEADER_OR_FOLLOWER)
-and its Metadata names no leaders, so clients go to the brokers that know.
+A broker cut off from ZooKeeper and from its followers stops acting as their leader
+(:meth:`ReplicaManager.fenced`).
 """
 
 from __future__ import annotations
@@ -53,37 +51,6 @@ log = logging.getLogger("kbroker")
 
 
 
-class ZkSessionWatch:
-    """Tracks whether this broker may still believe its ZooKeeper session is alive.
-
-    Disconnected (SUSPENDED) for the session timeout, or LOST: ZooKeeper has expired
-    (or will have expired) the session, the controller has moved this broker's
-    leaderships away, and this broker's view of the cluster is stale.
-
-    Thread safety: the kazoo thread writes, request threads read; single assignments.
-    """
-
-    def __init__(self, session_timeout_ms: int) -> None:
-        self._timeout_s = session_timeout_ms / 1000.0
-        self._down_since: float | None = None
-        self._lost = False
-
-    def on_state(self, state: KazooState) -> None:
-        if state == KazooState.CONNECTED:
-            self._down_since, self._lost = None, False
-        elif state == KazooState.SUSPENDED:
-            if self._down_since is None:
-                self._down_since = time.monotonic()
-        else:
-            self._lost = True
-            if self._down_since is None:
-                self._down_since = time.monotonic()
-
-    def stale(self) -> bool:
-        down = self._down_since
-        return self._lost or (down is not None and time.monotonic() - down >= self._timeout_s)
-
-
 class KafkaServer:
     """One broker."""
 
@@ -99,7 +66,6 @@ class KafkaServer:
         """Set by a second SIGTERM/SIGINT: skip what can be skipped of the shutdown."""
         self._grpc: GrpcServer | None = None
         self.logs: LogManager | None = None
-        self.zk_session = ZkSessionWatch(config.zookeeper_session_timeout_ms)
         self.broker_epoch = -1
 
     def startup(self) -> None:
@@ -165,7 +131,6 @@ class KafkaServer:
                 self.controller,
                 self.groups,
                 offload,
-                zk_stale=self.zk_session.stale,
                 auto_create_topics=cfg.auto_create_topics,
             )
 
@@ -180,7 +145,6 @@ class KafkaServer:
         self.port = self._grpc.start()
 
         self._register()
-        self.zk.add_state_listener(self.zk_session.on_state)
         self.zk.add_state_listener(self._session_state)
         self.replicas.start()
         self.metadata.start()
@@ -260,8 +224,6 @@ class KafkaServer:
         log.warning("controlled shutdown incomplete; shutting down anyway")
 
     def _ask_controller_to_move_leaders(self, bid: int) -> list[tuple[str, int]]:
-        if self.zk_session.stale():
-            raise KafkaError("no ZooKeeper session: the controller has already moved this broker's leaderships")
         controller = self.metadata.snapshot().controller_id
         if controller == bid:
             return self.controller.controlled_shutdown(bid, self.broker_epoch, timeout_s=self._attempt_timeout_s())

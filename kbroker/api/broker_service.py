@@ -42,7 +42,6 @@ from kclient.errors import (
     KafkaError,
     LeaderNotAvailableError,
     NotControllerError,
-    NotLeaderForPartitionError,
     OffsetMetadataTooLargeError,
     PreferredLeaderNotAvailableError,
     RequestTimedOutError,
@@ -116,15 +115,15 @@ def _code(exc: BrokerResponseError | None) -> tuple[int, str]:
 
 
 def partition_metadata(
-    snap: ClusterSnapshot, topic: str, stale: bool = False
+    snap: ClusterSnapshot, topic: str, fenced: Callable[[str, int], bool] = lambda t, p: False
 ) -> list[metadata_pb2.PartitionMetadata]:
-    """Partition metadata from a snapshot; ``stale``: this broker's view cannot be trusted
-    (its ZooKeeper session is gone), so no partition names a leader."""
+    """Partition metadata from a snapshot; a partition this broker must not lead now
+    (``fenced``) names no leader."""
     info = snap.topics[topic]
     out = []
     for p, replicas in sorted(info.assignment.items()):
         state = info.states.get(p)
-        leader = state.leader if state and not stale else -1
+        leader = state.leader if state and not fenced(topic, p) else -1
         code = 0 if leader >= 0 and leader in snap.brokers else LeaderNotAvailableError.errno
         out.append(
             metadata_pb2.PartitionMetadata(
@@ -154,11 +153,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         groups: GroupCoordinator,
         offload: Offload,
         *,
-        zk_stale: Callable[[], bool] = lambda: False,
         auto_create_topics: bool = False,
     ) -> None:
         self._offload = offload
-        self._zk_stale = zk_stale
         self._auto_create = auto_create_topics
         self._groups = groups
         self._producer_ids = producer_ids
@@ -182,7 +179,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         refused: dict[tuple[str, int], BrokerResponseError] = {}
         entries = []
         counts = Counter((t.name, p.index) for t in request.topics for p in t.partitions)
-        fenced = self._zk_stale()
         for t in request.topics:
             bad_name = _topic_name_error(t.name)
             for p in t.partitions:
@@ -191,10 +187,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     refused[tp] = bad_name
                 elif counts[tp] > 1:
                     refused[tp] = InvalidRequestError(f"{t.name}-{p.index} appears more than once in the request")
-                elif fenced:
-                    refused[tp] = NotLeaderForPartitionError(
-                        f"broker {self._broker_id} has lost its ZooKeeper session; it leads nothing until it is back"
-                    )
                 else:
                     entries.append((tp, p.records))
         if self._auto_create:
@@ -338,7 +330,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if self._auto_create and topics:
             self._create_missing({t for t in topics if _topic_name_error(t) is None})
         snap = self._metadata.snapshot()
-        stale = self._zk_stale()
         resp = metadata_pb2.MetadataResponse(cluster_id=self._cluster_id(), controller_id=snap.controller_id)
         for b in sorted(snap.brokers.values(), key=lambda b: b.broker_id):
             resp.brokers.add(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
@@ -354,12 +345,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if err is not None:
                 _set_error(tm, err)
                 continue
-            tm.partitions.extend(partition_metadata(snap, name, stale))
+            tm.partitions.extend(partition_metadata(snap, name, self._replicas.fenced_partition))
         return resp
 
     async def Metadata(
         self, request: metadata_pb2.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> metadata_pb2.MetadataResponse:
+        if self._replicas.any_fenced():
+            # Cut off from ZooKeeper and from followers: this view is stale; ask another broker.
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"broker {self._broker_id} is cut off from ZooKeeper; its metadata is stale: ask another broker",
+            )
         return await self._offload(self._metadata_of, list(request.topics))  # type: ignore[no-any-return]
 
     # --- admin ---------------------------------------------------------------------

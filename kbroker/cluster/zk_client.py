@@ -87,6 +87,11 @@ class ZkClient:
         self.kazoo.add_listener(listener)
 
     @property
+    def connected(self) -> bool:
+        """Is the connection to ZooKeeper up right now (kazoo's CONNECTED state)?"""
+        return bool(self.kazoo.connected)
+
+    @property
     def session_id(self) -> int:
         session = self.kazoo.client_id
         return session[0] if session else -1

@@ -96,6 +96,7 @@ class Partition:
         # outcome is unknown (lost connection): the HW counts them until ZooKeeper's
         # state is seen again (Kafka's "maximal ISR").
         self._maybe_in_isr: set[int] = set()
+        self._led_since_ms = 0.0
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index}, leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr})"
@@ -120,6 +121,7 @@ class Partition:
             self._maybe_in_isr = set()
             if new_epoch:
                 now = _now_ms()
+                self._led_since_ms = now
                 self.followers = {r: FollowerState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
                 self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
             else:
@@ -276,6 +278,22 @@ class Partition:
             if self._write_isr(new_isr):
                 log.warning("%s-%d: ISR shrunk to %s (lagging: %s)", self.topic, self.index, new_isr, out)
                 return self._maybe_increment_hw()
+            return False
+
+    def isr_follower_silent(self, quiet_ms: float) -> bool:
+        """Leading, and some other ISR member has not fetched for ``quiet_ms``: with
+        ZooKeeper out of reach, the sign that the followers now follow someone else."""
+        with self._lock:
+            if not self.is_leader:
+                return False
+            now = _now_ms()
+            for r in self.isr:
+                if r == self.broker_id:
+                    continue
+                f = self.followers.get(r)
+                last = max(f.last_fetch_ms if f else 0.0, self._led_since_ms)
+                if now - last > quiet_ms:
+                    return True
             return False
 
     def _write_isr(self, new_isr: list[int]) -> bool:

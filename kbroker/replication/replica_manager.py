@@ -105,6 +105,9 @@ def as_response_error(exc: Exception) -> BrokerResponseError:
     return UnknownError(f"{type(exc).__name__}: {exc}")
 
 
+FENCE_CHECK_S = 0.25
+"""How often, while ZooKeeper is out of reach, parked produce requests re-check fencing."""
+
 HW_CHECKPOINT = "replication-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 """Per partition directory, as Kafka 2.8: ``version: 0`` and ``topic_id: <id>`` lines."""
@@ -151,6 +154,9 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._configs: dict[str, LogConfig] = {}
         self.purgatory = Purgatory()
+        # Fencing: with ZooKeeper out of reach and the ISR followers gone quiet for this
+        # long, this broker has most likely been deposed (see :meth:`fenced`).
+        self._quiet_ms = max(2 * replica_fetch_wait_max_ms, 1000)
         self.fetchers = ReplicaFetcherManager(
             broker_id,
             address_of,
@@ -169,7 +175,13 @@ class ReplicaManager:
     def _run(self) -> None:
         last_checkpoint = time.monotonic()
         interval = min(self._lag_max_ms / 2000.0, self._hw_interval_s)
-        while not self._stopped.wait(interval):
+        while not self._stopped.wait(interval if self._zk.connected else FENCE_CHECK_S):
+            if not self._zk.connected:
+                # Parked acks=all requests re-check whether their partition is fenced.
+                for p in self.partitions():
+                    if p.is_leader:
+                        self.purgatory.progress((p.topic, p.index))
+                continue
             for p in self.partitions():
                 try:
                     if p.maybe_shrink_isr(self._lag_max_ms):
@@ -314,6 +326,37 @@ class ReplicaManager:
             self._logs.delete(topic, index)
             log.info("%s-%d: replica removed", topic, index)
 
+    # --- fencing -------------------------------------------------------------------
+
+    def fenced(self, p: Partition) -> bool:
+        """Must this broker stop acting as ``p``'s leader?
+
+        Cut off from ZooKeeper it cannot see a new leader being elected; but the ISR
+        followers can, and then stop fetching from here. So: ZooKeeper unreachable and
+        an ISR follower silent for ``2 x replica.fetch.wait.max.ms`` (at least 1 s)
+        means deposed, most likely: refuse produce requests and fail the waiting
+        acks=all ones (NOT_LEADER_OR_FOLLOWER), and name no leader in Metadata, so
+        clients go to the brokers that know. When the whole ZooKeeper ensemble is down
+        the followers keep fetching and the partition keeps serving, as in Kafka; a
+        single-replica partition is never fenced (nobody else can lead it).
+        """
+        return not self._zk.connected and p.isr_follower_silent(self._quiet_ms)
+
+    def any_fenced(self) -> bool:
+        """Is any partition led here fenced (so this broker's view of the cluster is stale)?"""
+        return not self._zk.connected and any(self.fenced(p) for p in self.partitions())
+
+    def fenced_partition(self, topic: str, index: int) -> bool:
+        with self._lock:
+            p = self._partitions.get((topic, index))
+        return p is not None and self.fenced(p)
+
+    def _fenced_error(self, p: Partition) -> NotLeaderForPartitionError:
+        return NotLeaderForPartitionError(
+            f"{p.topic}-{p.index}: broker {self.broker_id} is cut off from ZooKeeper and its followers: "
+            "another broker is likely the leader now"
+        )
+
     # --- produce -------------------------------------------------------------------
 
     def append(
@@ -335,6 +378,8 @@ class ReplicaManager:
                 continue
             try:
                 p = self.partition(*tp)
+                if self.fenced(p):
+                    raise self._fenced_error(p)
                 min_isr = self.topic_config(tp[0]).min_insync_replicas
                 info = p.append_as_leader(records, acks, min_isr)
                 results[tp] = ProduceResult(None, info.first_offset, p.log.log_start_offset, info.log_append_time)
@@ -346,23 +391,25 @@ class ReplicaManager:
             self.purgatory.progress(tp)
         return results, pending
 
-    @staticmethod
-    def acks_ready(pending: PendingAcks) -> bool:
+    def acks_ready(self, pending: PendingAcks) -> bool:
         """Has every pending partition reached (or definitely failed) its acks=all goal?"""
         for p, required, min_isr in pending.partitions.values():
             try:
-                if p.acks_satisfied(required, min_isr) is None:
+                if p.acks_satisfied(required, min_isr) is None and not self.fenced(p):
                     return False
             except Exception:
                 continue
         return True
 
-    @staticmethod
-    def finish_acks(pending: PendingAcks, results: dict[TopicPartition, ProduceResult], timeout_ms: int) -> None:
+    def finish_acks(
+        self, pending: PendingAcks, results: dict[TopicPartition, ProduceResult], timeout_ms: int
+    ) -> None:
         """Fill in the acks=all outcome of each pending partition (after the wait)."""
         for tp, (p, required, min_isr) in pending.partitions.items():
             try:
                 if p.acks_satisfied(required, min_isr) is None:
+                    if self.fenced(p):
+                        raise self._fenced_error(p)
                     results[tp] = ProduceResult(
                         RequestTimedOutError(f"{tp[0]}-{tp[1]}: not replicated to the ISR within {timeout_ms} ms")
                     )
