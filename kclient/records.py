@@ -343,7 +343,7 @@ def _encode_varint(value: int) -> bytes:
     return _VARINTS[z] if z < _VARINT_TABLE_SIZE else _encode_zigzag(z)
 
 
-def _read_zigzag(data: bytes, p: int) -> tuple[int, int]:
+def _read_zigzag(data: Buffer, p: int) -> tuple[int, int]:
     """(raw zigzag value, next position) of the varint at ``p`` (any length)."""
     z = 0
     shift = 0

@@ -217,14 +217,6 @@ class GroupCoordinator:
         )
         return g, mid, my_round
 
-    def join(self, group_id: str, member_id: str, **kwargs: Any) -> JoinResult:
-        """JoinGroup in the calling thread (blocks until the round completes)."""
-        self._check_session_timeout(kwargs["session_timeout_ms"])
-        g = self._group(group_id)
-        if kwargs.get("rebalance_timeout_ms", 0) <= 0:
-            kwargs["rebalance_timeout_ms"] = kwargs["session_timeout_ms"]
-        return g.join(member_id, **kwargs)
-
     async def join_async(self, offload: Offload, group_id: str, member_id: str, **kwargs: Any) -> JoinResult:
         """JoinGroup as a long poll that holds no thread while the round is open."""
         g, mid, my_round = await offload(partial(self.join_begin, group_id, member_id, **kwargs))
@@ -241,10 +233,6 @@ class GroupCoordinator:
     def _sync_timeout_s(self, g: Group, member_id: str) -> float:
         m = g.members.get(member_id)
         return (m.rebalance_timeout_ms if m else 30000) / 1000.0
-
-    def sync(self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]) -> bytes:
-        g = self._group(group_id)
-        return g.sync(member_id, generation, assignments, self._sync_timeout_s(g, member_id))
 
     async def sync_async(
         self, offload: Offload, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]

@@ -22,8 +22,7 @@ Thread safety: all state is guarded by ``cond``. JoinGroup and SyncGroup are lon
 polls, split in two halves so that a waiting request holds no thread: ``join_begin`` /
 ``sync_begin`` register the call, ``join_poll`` / ``sync_poll`` answer it once the round
 allows (None meanwhile), and ``call_done`` ends it. Every state change bumps
-``version``, notifies ``cond`` (for the blocking ``join``/``sync`` wrappers) and calls
-``on_wake`` (for parked asynchronous requests).
+``version`` and calls ``on_wake`` (parked requests re-check).
 """
 
 from __future__ import annotations
@@ -115,7 +114,6 @@ class Group:
 
     def _changed(self) -> None:
         self.version += 1
-        self.cond.notify_all()
         self._on_wake(self)
 
     # --- helpers -------------------------------------------------------------------
@@ -276,37 +274,6 @@ class Group:
                 m.in_call -= 1
                 m.last_heartbeat = time.monotonic()
 
-    def join(
-        self,
-        member_id: str,
-        *,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-    ) -> JoinResult:
-        """JoinGroup in the calling thread (blocks until the round completes)."""
-        mid, my_round = self.join_begin(
-            member_id,
-            client_id=client_id,
-            client_host=client_host,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            protocol_type=protocol_type,
-            protocols=protocols,
-        )
-        try:
-            with self.cond:
-                while True:
-                    result, wait_s = self.join_poll(mid, my_round)
-                    if result is not None:
-                        return result
-                    self.cond.wait(wait_s)
-        finally:
-            self.call_done(mid)
-
     def sync_begin(self, member_id: str, generation: int, assignments: dict[str, bytes]) -> None:
         """Register a SyncGroup call (the leader's carries the assignment)."""
         with self.cond:
@@ -338,23 +305,6 @@ class Group:
 
     def sync_timed_out(self) -> RebalanceInProgressError:
         return RebalanceInProgressError(f"the leader of {self.group_id!r} did not send an assignment")
-
-    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes], timeout_s: float) -> bytes:
-        """SyncGroup in the calling thread (blocks until the leader's assignment arrives)."""
-        self.sync_begin(member_id, generation, assignments)
-        deadline = time.monotonic() + timeout_s
-        try:
-            with self.cond:
-                while True:
-                    got = self.sync_poll(member_id, generation)
-                    if got is not None:
-                        return got
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise self.sync_timed_out()
-                    self.cond.wait(min(left, 1.0))
-        finally:
-            self.call_done(member_id)
 
     def heartbeat(self, member_id: str, generation: int) -> None:
         with self.cond:

@@ -72,7 +72,7 @@ def check_records(buf: Buffer, pos: int, header: BatchHeader, max_message_bytes:
         )
     try:
         walked = _walk(data, start, end, count)
-    except (_Malformed, UnicodeDecodeError) as exc:
+    except (_Malformed, CorruptRecordError, UnicodeDecodeError) as exc:
         raise InvalidRecordError(f"batch at position {pos} holds a malformed record: {exc}") from None
     except IndexError:
         raise InvalidRecordError(f"batch at position {pos} holds a record running past the end of the batch") from None
@@ -173,21 +173,6 @@ def _snappy_inflate(body: memoryview) -> bytes | None:
         return None
 
 
-def _slow_varint(data: Buffer, p: int) -> tuple[int, int]:
-    """(raw zigzag value, next position) of a varint of any length (at most 10 bytes)."""
-    z = 0
-    shift = 0
-    while True:
-        b = data[p]
-        p += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return z, p
-        shift += 7
-        if shift > 63:
-            raise _Malformed(f"a varint longer than 10 bytes at {p}")
-
-
 def _walk(data: Buffer, p: int, end: int, count: int) -> int:
     """Walk ``count`` records from ``p``; returns the position after the last one.
 
@@ -195,7 +180,7 @@ def _walk(data: Buffer, p: int, end: int, count: int) -> int:
     (null) when odd. The 1- and 2-byte cases are inlined: a call per field would
     double the cost.
     """
-    slow = _slow_varint
+    slow = _records._read_zigzag
     for expected_delta in range(0, count << 1, 2):  # zigzag(i) == 2 * i
         if p >= end:
             raise _Malformed(f"the records end after {expected_delta >> 1} of {count}")
@@ -271,11 +256,11 @@ def _walk(data: Buffer, p: int, end: int, count: int) -> int:
 
 
 def _walk_headers(data: Buffer, q: int) -> int:
-    z, q = _slow_varint(data, q)
+    z, q = _records._read_zigzag(data, q)
     if z & 1:
         raise _Malformed(f"a negative header count {(z >> 1) ^ -1}")
     for _ in range(z >> 1):
-        z, q = _slow_varint(data, q)
+        z, q = _records._read_zigzag(data, q)
         if z & 1:
             raise _Malformed("a record header with a null key")
         key_end = q + (z >> 1)
@@ -283,7 +268,7 @@ def _walk_headers(data: Buffer, q: int) -> int:
             raise IndexError
         bytes(data[q:key_end]).decode("utf-8")
         q = key_end
-        z, q = _slow_varint(data, q)
+        z, q = _records._read_zigzag(data, q)
         if not z & 1:
             q += z >> 1
     return q
