@@ -40,7 +40,8 @@ def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
 
 
 def start_with_records(zk: ZooKeeperEnsemble, root: Path, n: int, **overrides: str) -> LocalCluster:
-    cluster = LocalCluster(root, zk.connect_string, {"zookeeper.session.timeout.ms": "6000", **overrides}).start(2)
+    quick = {"zookeeper.session.timeout.ms": "6000", "controlled.shutdown.max.retries": "1"}
+    cluster = LocalCluster(root, zk.connect_string, {**quick, **overrides}).start(2)
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic("t", replica_assignments={0: [0, 1]})])
     with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
