@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
@@ -67,6 +68,7 @@ from kclient.errors import (
     InvalidConfigError,
     UnsupportedCodecError,
 )
+from kclient.structs import ConsumerRecord
 
 __all__ = [
     "HEADER_SIZE",
@@ -79,12 +81,17 @@ __all__ = [
     "BatchHeader",
     "Compression",
     "Record",
+    "RecordColumns",
     "TimestampType",
     "check_batch",
     "decode_batch",
     "decode_batches",
+    "decode_columns",
+    "decode_consumer_records",
+    "encode_batch",
     "iter_headers",
     "read_header",
+    "record_size_in_bytes",
     "stamp_batch",
 ]
 
@@ -215,6 +222,17 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list[Header]
+
+
+class RecordColumns(NamedTuple):
+    """Decoded records as parallel lists (one entry per record), for columnar consumers."""
+
+    offsets: list[int]
+    timestamps: list[int]
+    timestamp_types: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[list[Header]]
 
 
 # ---------------------------------------------------------------------------
@@ -651,6 +669,217 @@ def _decode_headers(data: bytes, p: int) -> tuple[list[Header], int]:
     return headers, p
 
 
+def _batch_body(buf: Buffer, pos: int, header: BatchHeader) -> tuple[bytes, int, int]:
+    """(data, start, end): the records of a checked batch, decompressed if need be."""
+    size = header.batch_length + LOG_OVERHEAD
+    codec = header.attributes & _CODEC_MASK
+    if codec:
+        with memoryview(buf) as view:
+            data = _decompress(codec, view[pos + HEADER_SIZE : pos + size])
+        return data, 0, len(data)
+    if type(buf) is bytes:
+        return buf, pos + HEADER_SIZE, pos + size
+    with memoryview(buf) as view:
+        data = view[pos + HEADER_SIZE : pos + size].tobytes()
+    return data, 0, len(data)
+
+
+def _decode_columns_into(
+    buf: Buffer,
+    pos: int,
+    header: BatchHeader,
+    start_offset: int,
+    offsets: list[int],
+    timestamps: list[int],
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    headers_out: list[list[Header]],
+) -> None:
+    """Append the records of a checked batch with offset >= start_offset to the columns."""
+    data, p, end = _batch_body(buf, pos, header)
+    base_offset = header.base_offset
+    first_ts = header.first_timestamp
+    count = header.record_count
+    first = len(offsets)
+    add_offset = offsets.append
+    add_ts = timestamps.append
+    add_key = keys.append
+    add_value = values.append
+    add_headers = headers_out.append
+    slow = _read_zigzag
+    try:
+        for _ in range(count):
+            zl = data[p]
+            if zl < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    zl = (zl & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    zl, p = slow(data, p)
+            start = p
+            z = data[p + 1]
+            if z < 0x80:
+                p += 2
+            else:
+                b = data[p + 2]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 3
+                else:
+                    z, p = slow(data, p + 1)
+            timestamp = first_ts + ((z >> 1) ^ -(z & 1))
+            z = data[p]
+            if z < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    z, p = slow(data, p)
+            offset = base_offset + ((z >> 1) ^ -(z & 1))
+            z = data[p]
+            if z < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    z, p = slow(data, p)
+            if z & 1:
+                key = None
+            else:
+                z >>= 1
+                key = data[p : p + z]
+                p += z
+            z = data[p]
+            if z < 0x80:
+                p += 1
+            else:
+                b = data[p + 1]
+                if b < 0x80:
+                    z = (z & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    z, p = slow(data, p)
+            if z & 1:
+                value = None
+            else:
+                z >>= 1
+                value = data[p : p + z]
+                p += z
+            if data[p]:
+                headers, p = _decode_headers(data, p)
+            else:
+                p += 1
+                headers = []
+            if (p - start) << 1 != zl:
+                raise CorruptRecordError(
+                    f"record at offset {offset} declares {(zl >> 1) ^ -(zl & 1)} bytes but holds {p - start}"
+                )
+            if offset >= start_offset:
+                add_offset(offset)
+                add_ts(timestamp)
+                add_key(key)
+                add_value(value)
+                add_headers(headers)
+    except (IndexError, UnicodeDecodeError) as exc:
+        del offsets[first:], timestamps[first:], keys[first:], values[first:], headers_out[first:]
+        raise CorruptRecordError(f"malformed record in batch at base offset {base_offset}: {exc}") from exc
+    except CorruptRecordError:
+        del offsets[first:], timestamps[first:], keys[first:], values[first:], headers_out[first:]
+        raise
+    if p != end:
+        del offsets[first:], timestamps[first:], keys[first:], values[first:], headers_out[first:]
+        raise CorruptRecordError(
+            f"batch at base offset {base_offset}: {count} records decoded but {end - p:+d} bytes remain"
+        )
+    if header.attributes & _TIMESTAMP_TYPE_MASK:  # LOG_APPEND_TIME: the broker's time
+        timestamps[first:] = [header.max_timestamp] * (len(timestamps) - first)
+
+
+def _py_decode_consumer_records(
+    buf: Buffer,
+    topic: str,
+    partition: int,
+    start_offset: int = 0,
+    key_deserializer: Callable[[bytes], Any] | None = None,
+    value_deserializer: Callable[[bytes], Any] | None = None,
+    out: list[ConsumerRecord] | None = None,
+) -> list[ConsumerRecord]:
+    if out is None:
+        out = []
+    add = out.append
+    new = _tuple_new
+    record_type = ConsumerRecord
+    for pos, header in iter_headers(buf):
+        check_batch(buf, pos, header)
+        if header.attributes & _CONTROL_MASK or header.base_offset + header.last_offset_delta < start_offset:
+            continue
+        offsets: list[int] = []
+        timestamps: list[int] = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        headers: list[list[Header]] = []
+        _decode_columns_into(buf, pos, header, start_offset, offsets, timestamps, keys, values, headers)
+        if key_deserializer is not None:
+            keys = [k if k is None else key_deserializer(k) for k in keys]
+        if value_deserializer is not None:
+            values = [v if v is None else value_deserializer(v) for v in values]
+        ts_type = 1 if header.attributes & _TIMESTAMP_TYPE_MASK else 0
+        for offset, timestamp, key, value, hs in zip(offsets, timestamps, keys, values, headers, strict=True):
+            add(new(record_type, (topic, partition, offset, timestamp, ts_type, key, value, hs)))
+    return out
+
+
+def _py_decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None = None) -> RecordColumns:
+    cols = RecordColumns([], [], [], [], [], []) if out is None else out
+    offsets, timestamps, types, keys, values, headers = cols
+    for pos, header in iter_headers(buf):
+        check_batch(buf, pos, header)
+        if header.attributes & _CONTROL_MASK or header.base_offset + header.last_offset_delta < start_offset:
+            continue
+        before = len(offsets)
+        _decode_columns_into(buf, pos, header, start_offset, offsets, timestamps, keys, values, headers)
+        types.extend([1 if header.attributes & _TIMESTAMP_TYPE_MASK else 0] * (len(offsets) - before))
+    return cols
+
+
+def decode_consumer_records(
+    buf: Buffer,
+    topic: str,
+    partition: int,
+    start_offset: int = 0,
+    key_deserializer: Callable[[bytes], Any] | None = None,
+    value_deserializer: Callable[[bytes], Any] | None = None,
+    out: list[ConsumerRecord] | None = None,
+) -> list[ConsumerRecord]:
+    """The records of every complete batch in ``buf`` (a fetch response), as ConsumerRecords.
+
+    Each batch's CRC is checked; control batches and records with an offset below
+    ``start_offset`` are skipped; an incomplete tail is ignored. The deserializers
+    apply to non-null keys and values. Records are appended to ``out`` (a new list if
+    None) batch by batch, so when a batch raises CorruptRecordError the records of
+    the batches before it are in ``out``.
+    """
+    return _py_decode_consumer_records(buf, topic, partition, start_offset, key_deserializer, value_deserializer, out)
+
+
+def decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None = None) -> RecordColumns:
+    """decode_consumer_records as columns: parallel lists, one entry per record.
+
+    Same checks and skips; appends to ``out``'s lists when given (batch by batch, so
+    a CorruptRecordError leaves the columns of the batches before it).
+    """
+    return _py_decode_columns(buf, start_offset, out)
+
+
 def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
     """Header and records (absolute offsets and timestamps) of the batch at ``pos``.
 
@@ -681,12 +910,54 @@ def decode_batches(buf: Buffer, *, check_crc: bool = True) -> Iterator[tuple[Bat
 # ---------------------------------------------------------------------------
 
 
+def _varint_size(z: int) -> int:
+    """Bytes of the varint of an already zigzagged (non-negative) value."""
+    n = 1
+    while z > 0x7F:
+        z >>= 7
+        n += 1
+    return n
+
+
+def _headers_size(headers: Sequence[Header]) -> int:
+    size = _varint_size(len(headers) << 1)
+    for name, value in headers:
+        n = len(name.encode("utf-8"))
+        size += _varint_size(n << 1) + n
+        size += 1 if value is None else _varint_size(len(value) << 1) + len(value)
+    return size
+
+
+def record_size_in_bytes(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header] = (),
+) -> int:
+    """Encoded bytes of one record, length prefix included (Kafka's DefaultRecord.sizeInBytes)."""
+    body = 1 + _varint_size((timestamp_delta << 1) ^ (timestamp_delta >> 63)) + _varint_size(offset_delta << 1)
+    body += 1 if key is None else _varint_size(len(key) << 1) + len(key)
+    body += 1 if value is None else _varint_size(len(value) << 1) + len(value)
+    body += _headers_size(headers) if headers else 1
+    return _varint_size(body << 1) + body
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class BatchBuilder:
     """Accumulates records into one RecordBatch v2 (CREATE_TIME timestamps).
 
     ``append`` records, then ``build`` the batch bytes (once; later calls return the
     same bytes and appending is refused). Offset deltas count from 0; the broker
     stamps the real base offset.
+
+    ``write_limit`` (the producer's ``batch.size``) is what :meth:`has_room_for`
+    and :meth:`try_append` measure against, as Kafka's MemoryRecordsBuilder does:
+    the exact encoded (uncompressed) size, and the first record always fits.
+    ``append`` itself never refuses a record for its size. Not thread safe.
     """
 
     __slots__ = (
@@ -702,6 +973,7 @@ class BatchBuilder:
         "_partition_leader_epoch",
         "_producer_epoch",
         "_producer_id",
+        "_write_limit",
     )
 
     def __init__(
@@ -714,6 +986,7 @@ class BatchBuilder:
         is_transactional: bool = False,
         partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
         base_offset: int = 0,
+        write_limit: int | None = None,
     ) -> None:
         try:
             codec = Compression(compression)
@@ -737,6 +1010,7 @@ class BatchBuilder:
         self._is_transactional = bool(is_transactional)
         self._partition_leader_epoch = partition_leader_epoch
         self._base_offset = base_offset
+        self._write_limit = write_limit
         self._buf = bytearray(HEADER_SIZE)  # header placeholder, then the records
         self._count = 0
         self._first_ts = 0
@@ -747,11 +1021,63 @@ class BatchBuilder:
     def record_count(self) -> int:
         return self._count
 
-    def estimated_size(self) -> int:
-        """Bytes of the batch if built now, before compression."""
+    @property
+    def write_limit(self) -> int | None:
+        return self._write_limit
+
+    def size_in_bytes(self) -> int:
+        """Exact bytes of the batch if built now without compression (header included);
+        once built, the size of the built batch."""
         if self._built is not None:
             return len(self._built)
         return len(self._buf)
+
+    estimated_size = size_in_bytes
+
+    def is_full(self) -> bool:
+        """Built, or holding records and at or past the write limit (Kafka's isFull)."""
+        if self._built is not None:
+            return True
+        limit = self._write_limit
+        return limit is not None and self._count > 0 and len(self._buf) >= limit
+
+    def has_room_for(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
+    ) -> bool:
+        """Whether a record fits under the write limit (Kafka's MemoryRecordsBuilder.hasRoomFor).
+
+        Exact: the record's encoded size as ``append`` would write it (its timestamp
+        delta counts, ``timestamp_ms`` defaults to now). The first record always fits;
+        nothing fits a built batch; without a write limit everything fits.
+        """
+        if self._built is not None:
+            return False
+        count = self._count
+        limit = self._write_limit
+        if not count or limit is None:
+            return True
+        if timestamp_ms is None:
+            timestamp_ms = _now_ms()
+        size = record_size_in_bytes(count, timestamp_ms - self._first_ts, key, value, headers)
+        return len(self._buf) + size <= limit
+
+    def try_append(
+        self,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header] = (),
+    ) -> int | None:
+        """``append`` if the record fits (see has_room_for); its offset delta, or None if not."""
+        if self._built is None and self._count and self._write_limit is not None:
+            size = record_size_in_bytes(self._count, timestamp_ms - self._first_ts, key, value, headers)
+            if len(self._buf) + size > self._write_limit:
+                return None
+        return self.append(timestamp_ms, key, value, headers)
 
     def append(
         self,
@@ -843,3 +1169,88 @@ def _encode_headers(headers: Sequence[Header]) -> bytes:
             add(_encode_varint(len(value)))
             add(value)
     return b"".join(parts)
+
+
+def encode_batch(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Sequence[Header]] | None = None,
+    timestamps: Sequence[int] | None = None,
+    *,
+    base_timestamp: int | None = None,
+    compression: Compression = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    base_offset: int = 0,
+) -> bytes:
+    """One whole batch from parallel sequences, in one call (the producer's ``send_batch``).
+
+    Record ``i`` has value ``values[i]``, key ``keys[i]`` (all null without keys),
+    headers ``headers[i]`` (none without headers) and timestamp ``timestamps[i]``
+    (``base_timestamp`` for every record without timestamps; that defaults to now).
+    The bytes equal those of a BatchBuilder fed the same records. Raises
+    IllegalStateError for no values, ValueError for sequences of different lengths.
+    """
+    return _py_encode_batch(
+        values, keys, headers, timestamps, base_timestamp, compression,
+        producer_id, producer_epoch, base_sequence, is_transactional, partition_leader_epoch, base_offset,
+    )  # fmt: skip
+
+
+def _check_lengths(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Sequence[Header]] | None,
+    timestamps: Sequence[int] | None,
+) -> int:
+    n = len(values)
+    for name, seq in (("keys", keys), ("headers", headers), ("timestamps", timestamps)):
+        if seq is not None and len(seq) != n:
+            raise ValueError(f"{name} has {len(seq)} entries for {n} values")
+    return n
+
+
+def _py_encode_batch(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Sequence[Header]] | None,
+    timestamps: Sequence[int] | None,
+    base_timestamp: int | None,
+    compression: Compression,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+    partition_leader_epoch: int,
+    base_offset: int,
+) -> bytes:
+    n = _check_lengths(values, keys, headers, timestamps)
+    builder = BatchBuilder(
+        compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        partition_leader_epoch=partition_leader_epoch,
+        base_offset=base_offset,
+    )
+    if not n:
+        raise IllegalStateError("cannot build an empty record batch")
+    append = builder.append
+    if timestamps is None:
+        ts = _now_ms() if base_timestamp is None else base_timestamp
+        if keys is None and headers is None:
+            for value in values:
+                append(ts, None, value)
+        else:
+            for i in range(n):
+                append(ts, None if keys is None else keys[i], values[i], () if headers is None else headers[i])
+    else:
+        for i in range(n):
+            append(
+                timestamps[i], None if keys is None else keys[i], values[i], () if headers is None else headers[i]
+            )
+    return builder.build()
