@@ -1250,7 +1250,5 @@ def _py_encode_batch(
                 append(ts, None if keys is None else keys[i], values[i], () if headers is None else headers[i])
     else:
         for i in range(n):
-            append(
-                timestamps[i], None if keys is None else keys[i], values[i], () if headers is None else headers[i]
-            )
+            append(timestamps[i], None if keys is None else keys[i], values[i], () if headers is None else headers[i])
     return builder.build()

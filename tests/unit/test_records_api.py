@@ -20,16 +20,18 @@ from kclient.records import (
 from kclient.structs import ConsumerRecord
 
 TS = 1_700_000_000_000
+Hdrs = list[tuple[str, bytes | None]]
+Input = tuple[int, bytes | None, bytes | None, Hdrs]
 
 
-def build(inputs: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], **kw: int) -> bytes:
+def build(inputs: list[Input], **kw: int) -> bytes:
     b = BatchBuilder(**kw)  # type: ignore[arg-type]
     for ts, k, v, h in inputs:
         b.append(ts, k, v, h)
     return b.build()
 
 
-INPUTS = [
+INPUTS: list[Input] = [
     (TS, b"k1", b"v1", []),
     (TS + 5, None, b"null key", [("h", b"x"), ("n", None)]),
     (TS - 1000, b"k3", None, []),
@@ -118,15 +120,16 @@ def test_decode_consumer_records_keeps_the_batches_before_a_corrupt_one() -> Non
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD])
 def test_encode_batch_equals_the_builder(codec: Compression) -> None:
     inputs = INPUTS * 3
-    fields = {"producer_id": 7, "producer_epoch": 2, "base_sequence": 40}
-    expected = build(inputs, compression=codec, **fields)
+    expected = build(inputs, compression=codec, producer_id=7, producer_epoch=2, base_sequence=40)
     got = encode_batch(
         [v for _, _, v, _ in inputs],
         [k for _, k, _, _ in inputs],
         [h for _, _, _, h in inputs],
         [t for t, _, _, _ in inputs],
         compression=codec,
-        **fields,
+        producer_id=7,
+        producer_epoch=2,
+        base_sequence=40,
     )
     assert got == expected
     plain = encode_batch([b"a", b"b"], base_timestamp=TS, compression=codec)
