@@ -9,8 +9,12 @@ divergent tail (KIP-101/KIP-279): it asks the leader, with OffsetForLeaderEpoch,
 the follower's latest epoch ends in the leader's log, truncates to the smaller of that
 and its own end of that epoch, and repeats until both agree.
 
+The fetcher talks to its leader through a :class:`LeaderEndPoint` (Kafka's seam):
+:class:`GrpcLeaderEndPoint` over the network, or any in-process implementation, so the
+loop runs in a unit test against a leader in the same process.
+
 Thread safety: ``ReplicaFetcherManager`` methods may be called from any thread; each
-fetcher thread owns its partition table under its own lock.
+fetcher thread owns its partition table under its own lock, and its endpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import grpc
 
@@ -50,6 +55,54 @@ class _FetchState:
     rounds: int = 0
 
 
+class LeaderEndPoint(Protocol):
+    """Where a follower fetches from: the leader broker's Fetch and OffsetForLeaderEpoch.
+
+    Calls raise kclient errors (KafkaConnectionError, KafkaTimeoutError, ...)."""
+
+    address: str
+
+    def fetch(self, request: log_pb2.FetchRequest, timeout_s: float) -> log_pb2.FetchResponse: ...
+
+    def offset_for_leader_epoch(
+        self, request: log_pb2.OffsetForLeaderEpochRequest, timeout_s: float
+    ) -> log_pb2.OffsetForLeaderEpochResponse: ...
+
+    def close(self) -> None: ...
+
+
+class GrpcLeaderEndPoint:
+    """A leader over gRPC. A call that times out replaces the channel: its TCP connection
+    may be dead, and keepalive pings (``CHANNEL_OPTIONS``) notice a dead peer anyway."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+
+    def fetch(self, request: log_pb2.FetchRequest, timeout_s: float) -> log_pb2.FetchResponse:
+        return self._call(self._stub.Fetch, request, timeout_s)  # type: ignore[no-any-return]
+
+    def offset_for_leader_epoch(
+        self, request: log_pb2.OffsetForLeaderEpochRequest, timeout_s: float
+    ) -> log_pb2.OffsetForLeaderEpochResponse:
+        return self._call(self._stub.OffsetForLeaderEpoch, request, timeout_s)  # type: ignore[no-any-return]
+
+    def _call(self, method: Callable[..., Any], request: object, timeout_s: float) -> Any:
+        try:
+            return method(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                old = self._channel
+                self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+                self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+                old.close()
+            raise map_rpc_error(exc, self.address) from exc
+
+    def close(self) -> None:
+        self._channel.close()
+
+
 FETCH_TIMEOUT_MARGIN_S = 5.0
 """A replica fetch that takes this much longer than its long poll is given up (and the
 connection replaced): keepalive pings notice a dead peer sooner still."""
@@ -62,7 +115,7 @@ class ReplicaFetcher(threading.Thread):
         self,
         broker_id: int,
         leader_id: int,
-        address: str,
+        leader: LeaderEndPoint,
         *,
         max_wait_ms: int,
         max_bytes: int,
@@ -71,7 +124,7 @@ class ReplicaFetcher(threading.Thread):
         super().__init__(name=f"replica-fetcher-{leader_id}", daemon=True)
         self.broker_id = broker_id
         self.leader_id = leader_id
-        self.address = address
+        self.leader = leader
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
         self._purgatory = purgatory
@@ -79,8 +132,6 @@ class ReplicaFetcher(threading.Thread):
         self._partitions: dict[TopicPartition, _FetchState] = {}
         self._stopped = threading.Event()
         self._wake = threading.Event()
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
 
     # --- partition table -----------------------------------------------------------
 
@@ -101,7 +152,7 @@ class ReplicaFetcher(threading.Thread):
         self._stopped.set()
         self._wake.set()
         self.join(timeout=5)
-        self._channel.close()
+        self.leader.close()
 
     # --- loop ----------------------------------------------------------------------
 
@@ -130,20 +181,6 @@ class ReplicaFetcher(threading.Thread):
                 log.exception("replica fetcher for leader %d", self.leader_id)
                 backoff = 1.0
 
-    def _call(self, method: str, request: object, timeout: float) -> object:
-        try:
-            return getattr(self._stub, method)(request, timeout=timeout)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                self._reconnect()  # the TCP connection may be dead: never reuse it
-            raise map_rpc_error(exc, self.address) from exc
-
-    def _reconnect(self) -> None:
-        old = self._channel
-        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
-        old.close()
-
     def _truncate(self, states: list[_FetchState]) -> None:
         req = log_pb2.OffsetForLeaderEpochRequest(replica_id=self.broker_id)
         for st in states:
@@ -151,8 +188,7 @@ class ReplicaFetcher(threading.Thread):
             latest = p.log.leader_epoch_cache.latest_epoch
             t = req.topics.add(name=p.topic)
             t.partitions.add(index=p.index, current_leader_epoch=st.leader_epoch, leader_epoch=latest)
-        resp = self._call("OffsetForLeaderEpoch", req, 10.0)
-        assert isinstance(resp, log_pb2.OffsetForLeaderEpochResponse)
+        resp = self.leader.offset_for_leader_epoch(req, 10.0)
         by_tp = {(t.name, r.index): r for t in resp.topics for r in t.partitions}
         for st in states:
             p = st.partition
@@ -210,8 +246,7 @@ class ReplicaFetcher(threading.Thread):
                 current_leader_epoch=s.leader_epoch,
                 log_start_offset=p.log.log_start_offset,
             )
-        resp = self._call("Fetch", req, self._max_wait_ms / 1000.0 + FETCH_TIMEOUT_MARGIN_S)
-        assert isinstance(resp, log_pb2.FetchResponse)
+        resp = self.leader.fetch(req, self._max_wait_ms / 1000.0 + FETCH_TIMEOUT_MARGIN_S)
         progressed = False
         errors = 0
         for t in resp.topics:
@@ -287,8 +322,10 @@ class ReplicaFetcherManager:
         *,
         max_wait_ms: int = 500,
         max_bytes: int = 1048576,
+        endpoint: Callable[[str], LeaderEndPoint] = GrpcLeaderEndPoint,
     ) -> None:
         self.broker_id = broker_id
+        self._endpoint = endpoint
         self._address_of = address_of
         self._purgatory = purgatory
         self._max_wait_ms = max_wait_ms
@@ -307,14 +344,14 @@ class ReplicaFetcherManager:
             return
         with self._lock:
             f = self._fetchers.get(leader_id)
-            if f is not None and f.address != address:
+            if f is not None and f.leader.address != address:
                 f.shutdown()
                 f = None
             if f is None:
                 f = ReplicaFetcher(
                     self.broker_id,
                     leader_id,
-                    address,
+                    self._endpoint(address),
                     max_wait_ms=self._max_wait_ms,
                     max_bytes=self._max_bytes,
                     purgatory=self._purgatory,

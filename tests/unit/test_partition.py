@@ -9,7 +9,7 @@ import pytest
 
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
-from kbroker.replication.fetcher import ReplicaFetcher, _FetchState
+from kbroker.replication.fetcher import GrpcLeaderEndPoint, ReplicaFetcher, _FetchState
 from kbroker.replication.partition import Partition
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
@@ -92,7 +92,7 @@ def truncate(follower: Log, leader: Log, rounds: int = 10) -> None:
     """Run KIP-279 rounds of the fetcher against ``leader``'s epoch cache."""
     p = partition(follower, broker=2)
     p.make_follower(LeaderAndIsr(1, 9, [1, 2], 1, 0), [1, 2])
-    fetcher = ReplicaFetcher(2, 1, "127.0.0.1:1", max_wait_ms=0, max_bytes=1, purgatory=Purgatory())
+    fetcher = ReplicaFetcher(2, 1, GrpcLeaderEndPoint("127.0.0.1:1"), max_wait_ms=0, max_bytes=1, purgatory=Purgatory())
     st = _FetchState(p, 9)
     while st.truncating and rounds:
         epoch, end = leader.leader_epoch_cache.end_offset_for(
