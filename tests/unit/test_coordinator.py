@@ -16,8 +16,7 @@ from kclient.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from kclient.consumer import Consumer, SubscriptionState
-from kclient.coordinator import ConsumerCoordinator, ConsumerRebalanceListener, MemberState
+from kclient.consumer import Consumer, ConsumerCoordinator, ConsumerRebalanceListener, MemberState, SubscriptionState
 from kclient.errors import (
     CommitFailedError,
     IllegalStateError,
@@ -320,7 +319,7 @@ def test_commit_fenced_raises_commit_failed(code: int) -> None:
     joined(coord, transport, subs, TP("t", 0))
     transport.on("CommitOffsets", commit_error(code))
     with pytest.raises(CommitFailedError, match="generation 1 of this member is over"):
-        coord.commit_offsets_sync({TP("t", 0): OffsetAndMetadata(5)})
+        coord.offsets.commit_sync({TP("t", 0): OffsetAndMetadata(5)})
     assert coord.need_rejoin()
     if code == 25:
         assert (coord.member_id, coord.generation) == ("", -1)
@@ -329,7 +328,7 @@ def test_commit_fenced_raises_commit_failed(code: int) -> None:
     # Out of the generation: refused locally, without asking the broker.
     if code != 27:
         with pytest.raises(CommitFailedError, match="not part of an active generation"):
-            coord.commit_offsets_sync({TP("t", 0): OffsetAndMetadata(5)})
+            coord.offsets.commit_sync({TP("t", 0): OffsetAndMetadata(5)})
     coord.close(autocommit=False)
 
 
@@ -338,7 +337,7 @@ def test_commit_follows_a_moved_coordinator() -> None:
     joined(coord, transport, subs, TP("t", 0))
     transport.on("CommitOffsets", KafkaConnectionError("gone"), commit_error(16), commit_ok)
     transport.coordinator = OTHER
-    coord.commit_offsets_sync({TP("t", 0): OffsetAndMetadata(5, "meta")})
+    coord.offsets.commit_sync({TP("t", 0): OffsetAndMetadata(5, "meta")})
     commits = [(a, r) for a, m, r in transport.calls if m == "CommitOffsets"]
     assert [a for a, _ in commits] == [COORD, OTHER, OTHER]
     assert commits[-1][1].topics[0].partitions[0].metadata == "meta"
@@ -349,12 +348,12 @@ def test_standalone_commit_for_assigned_partitions() -> None:
     coord, transport, subs, _ = make()
     subs.assign_from_user([TP("t", 2)])
     transport.on("CommitOffsets", commit_ok)
-    coord.commit_offsets_sync({TP("t", 2): OffsetAndMetadata(9)})
+    coord.offsets.commit_sync({TP("t", 2): OffsetAndMetadata(9)})
     req = transport.requests("CommitOffsets")[0]
     assert (req.generation_id, req.member_id) == (-1, "")
     transport.on("CommitOffsets", commit_error(25))
     with pytest.raises(CommitFailedError, match="only while the group has no active members"):
-        coord.commit_offsets_sync({TP("t", 2): OffsetAndMetadata(9)})
+        coord.offsets.commit_sync({TP("t", 2): OffsetAndMetadata(9)})
 
 
 def test_commit_async_callback_runs_on_next_poll() -> None:
@@ -362,10 +361,10 @@ def test_commit_async_callback_runs_on_next_poll() -> None:
     joined(coord, transport, subs, TP("t", 0))
     got: list[tuple[dict[TopicPartition, OffsetAndMetadata], Exception | None]] = []
     transport.on("CommitOffsets", commit_ok)
-    coord.commit_offsets_async({TP("t", 0): OffsetAndMetadata(3)}, lambda o, e: got.append((o, e)))
+    coord.offsets.commit_async({TP("t", 0): OffsetAndMetadata(3)}, lambda o, e: got.append((o, e)))
     assert got == [], "callbacks run on the application thread, from the next poll/commit/close"
     transport.on("CommitOffsets", commit_error(22))
-    coord.commit_offsets_async({TP("t", 0): OffsetAndMetadata(4)}, lambda o, e: got.append((o, e)))
+    coord.offsets.commit_async({TP("t", 0): OffsetAndMetadata(4)}, lambda o, e: got.append((o, e)))
     assert got == [({TP("t", 0): OffsetAndMetadata(3)}, None)]
     coord.poll(time.monotonic())
     assert len(got) == 2 and isinstance(got[1][1], CommitFailedError)
@@ -378,10 +377,10 @@ def test_auto_commit_only_changed_positions() -> None:
     joined(coord, transport, subs, TP("t", 0), TP("t", 1))
     transport.on("CommitOffsets", commit_ok)
     subs.partitions[TP("t", 0)].position = 10
-    coord.maybe_auto_commit(time.monotonic() + 1)
-    coord.maybe_auto_commit(time.monotonic() + 2)  # nothing new: no request
+    coord.offsets.maybe_auto_commit(time.monotonic() + 1)
+    coord.offsets.maybe_auto_commit(time.monotonic() + 2)  # nothing new: no request
     subs.partitions[TP("t", 1)].position = 3
-    coord.maybe_auto_commit(time.monotonic() + 3)
+    coord.offsets.maybe_auto_commit(time.monotonic() + 3)
     sent = [[(p.index, p.offset) for t in r.topics for p in t.partitions] for r in transport.requests("CommitOffsets")]
     assert sent == [[(0, 10)], [(1, 3)]]
     coord.close(autocommit=False)
@@ -394,7 +393,7 @@ def test_fetch_committed_maps_minus_one_to_none() -> None:
     t.partitions.add(index=0, offset=42, metadata="m")
     t.partitions.add(index=1, offset=-1)
     transport.on("FetchOffsets", resp)
-    got = coord.fetch_committed_offsets([TP("t", 1), TP("t", 0)])
+    got = coord.offsets.fetch_committed([TP("t", 1), TP("t", 0)])
     assert got == {TP("t", 0): OffsetAndMetadata(42, "m"), TP("t", 1): None}
 
 

@@ -1,12 +1,13 @@
-"""The consumer: a thin facade over subscription state, a fetcher and a group coordinator.
+"""The consumer facade: ``Consumer`` over subscription state, a fetcher and a group member.
 
-``SubscriptionState`` owns what is subscribed or assigned and each partition's position
-(the next offset to return) and pause flags; ``Fetcher`` sends one long-poll Fetch per
-leader for the assigned partitions, decodes the returned batches and hands out records
-in order; with a ``group_id``, ``ConsumerCoordinator`` (kclient/coordinator.py) joins
-the group, heartbeats, and commits. Positions advance only over records handed out by
-``poll``, so whatever commits them (``commit()``, auto-commit) commits exactly what the
-application has seen: at-least-once.
+``SubscriptionState`` (subscription_state.py) owns what is subscribed or assigned and
+each partition's position (the next offset to return) and pause flags; ``Fetcher``
+(fetcher.py) keeps one pipelined long-poll Fetch per leader in flight for the assigned
+partitions and decodes what the application asks for, once, as records or columns;
+with a ``group_id``, ``ConsumerCoordinator`` (group.py) joins the group and heartbeats,
+and its ``GroupOffsets`` (offsets.py) commits. Positions advance only over records
+handed out by ``poll`` / ``poll_columns`` / ``poll_arrow``, so whatever commits them
+(``commit()``, auto-commit) commits exactly what the application has seen: at-least-once.
 
 Two ways to get partitions, mutually exclusive as in Kafka: ``assign()`` (the
 application picks them; a ``group_id`` is optional and only used for offsets) and
@@ -19,22 +20,19 @@ may be called from another). A group consumer runs one background heartbeat thre
 from __future__ import annotations
 
 import logging
-import queue
 import re
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-import grpc
-
-from kclient.coordinator import CommitCallback, ConsumerCoordinator, ConsumerRebalanceListener
+from kclient.consumer.fetcher import Fetcher
+from kclient.consumer.group import ConsumerCoordinator
+from kclient.consumer.listener import ConsumerRebalanceListener
+from kclient.consumer.offsets import CommitCallback
+from kclient.consumer.subscription_state import EARLIEST, LATEST, SubscriptionState
 from kclient.errors import (
-    CorruptRecordError,
     IllegalStateError,
     InvalidConfigError,
-    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     NoOffsetForPartitionError,
@@ -43,417 +41,19 @@ from kclient.errors import (
 )
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import log_pb2
-from kclient.records import decode_batches
+from kclient.records import RecordColumns
 from kclient.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kclient.transport import Transport
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 log = logging.getLogger(__name__)
 
-EARLIEST = -2
-LATEST = -1
 _IDLE_WAKE_S = 0.1
 """How often a waiting poll looks again at backed-off partitions, resets and the group."""
 
-
-@dataclass
-class _PartitionState:
-    position: int | None = None
-    paused: bool = False
-    high_watermark: int = -1
-    reset_to: int | None = None  # EARLIEST / LATEST / a timestamp while a reset is pending
-
-
-class SubscriptionState:
-    """What the consumer subscribes to, the assigned partitions, and their positions.
-
-    ``mode`` is one of ``NONE``, ``AUTO_TOPICS`` / ``AUTO_PATTERN`` (``subscribe``: the
-    group assigns) and ``USER_ASSIGNED`` (``assign``); switching between the two
-    families needs ``unsubscribe()`` first.
-    """
-
-    NONE = "none"
-    AUTO_TOPICS = "auto_topics"
-    AUTO_PATTERN = "auto_pattern"
-    USER_ASSIGNED = "user_assigned"
-
-    def __init__(self, auto_offset_reset: str) -> None:
-        if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got {auto_offset_reset!r}")
-        self.default_reset = auto_offset_reset
-        self.partitions: dict[TopicPartition, _PartitionState] = {}
-        self.mode = self.NONE
-        self.subscription: set[str] = set()
-        self.pattern: re.Pattern[str] | None = None
-        self.listener: ConsumerRebalanceListener | None = None
-
-    def _set_mode(self, mode: str) -> None:
-        auto = (self.AUTO_TOPICS, self.AUTO_PATTERN)
-        if self.mode != self.NONE and (self.mode in auto) != (mode in auto):
-            raise IllegalStateError(
-                "subscribe() and assign() are mutually exclusive: call unsubscribe() before switching"
-            )
-        self.mode = mode
-
-    def subscribe(self, topics: Iterable[str], listener: ConsumerRebalanceListener | None) -> bool:
-        """Subscribe to a list of topics; ``True`` when the subscription changed."""
-        self._set_mode(self.AUTO_TOPICS)
-        self.pattern = None
-        self.listener = listener
-        return self.change_subscription(topics)
-
-    def subscribe_pattern(self, pattern: re.Pattern[str], listener: ConsumerRebalanceListener | None) -> None:
-        self._set_mode(self.AUTO_PATTERN)
-        self.pattern = pattern
-        self.listener = listener
-        self.subscription = set()
-
-    def change_subscription(self, topics: Iterable[str]) -> bool:
-        new = set(topics)
-        changed = new != self.subscription
-        self.subscription = new
-        return changed
-
-    def partitions_auto_assigned(self) -> bool:
-        return self.mode in (self.AUTO_TOPICS, self.AUTO_PATTERN)
-
-    def unsubscribe(self) -> None:
-        self.mode = self.NONE
-        self.subscription = set()
-        self.pattern = None
-        self.listener = None
-        self.partitions = {}
-
-    def assign_from_user(self, tps: Iterable[TopicPartition]) -> None:
-        tps = list(tps)
-        self._set_mode(self.USER_ASSIGNED if tps else self.NONE)
-        self.assign(tps)
-
-    def assign_from_subscribed(self, tps: Iterable[TopicPartition]) -> None:
-        """A new group assignment: fresh state (positions come from committed offsets)."""
-        self.partitions = {tp: _PartitionState() for tp in sorted({TopicPartition(*tp) for tp in tps})}
-
-    def assign(self, tps: Iterable[TopicPartition]) -> None:
-        new = {TopicPartition(*tp) for tp in tps}
-        self.partitions = {tp: self.partitions.get(tp) or _PartitionState() for tp in sorted(new)}
-
-    def state(self, tp: TopicPartition) -> _PartitionState:
-        st = self.partitions.get(tp)
-        if st is None:
-            raise IllegalStateError(f"partition {tp.topic}-{tp.partition} is not assigned to this consumer")
-        return st
-
-    def reset_target(self, st: _PartitionState) -> int | None:
-        """Where a partition without a position goes: a pending seek, else
-        ``auto_offset_reset`` (``None`` for "none")."""
-        if st.reset_to is not None:
-            return st.reset_to
-        if self.default_reset == "none":
-            return None
-        return EARLIEST if self.default_reset == "earliest" else LATEST
-
-    def needs_reset(self) -> list[TopicPartition]:
-        return [tp for tp, st in self.partitions.items() if st.position is None]
-
-    def fetchable(self) -> list[TopicPartition]:
-        return [tp for tp, st in self.partitions.items() if st.position is not None and not st.paused]
-
-    def all_consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        """The position of every assigned partition that has one (what a commit saves)."""
-        return {tp: OffsetAndMetadata(st.position, "") for tp, st in self.partitions.items() if st.position is not None}
-
-
-@dataclass
-class _Request:
-    """One Fetch or ListOffsets in flight: its broker, its future and, per partition, the
-    fetch offset (Fetch) or the reset target (ListOffsets) it was sent for."""
-
-    kind: str  # "fetch" or "offsets"
-    address: str
-    future: Any
-    partitions: dict[TopicPartition, int]
-
-
-class Fetcher:
-    """Fetches and offset lookups for the assigned partitions, each failing per partition.
-
-    At most one Fetch per leader is in flight; a request outlives the ``poll`` that sent
-    it and its response is taken by a later one (KIP-266: ``poll`` returns within its
-    timeout). A response is used only for partitions whose position is still the one it
-    was fetched from. A partition that fails (no leader, its leader unreachable, a
-    retriable error) is retried after a backoff (``retry_backoff_ms``, doubling up to
-    1 s) while the others keep flowing; every such failure asks for a metadata refresh.
-    A batch that does not decode becomes a ``CorruptRecordError`` for its partition only,
-    raised by ``drain`` when the position reaches it, and again until the application
-    seeks elsewhere.
-
-    Thread safety: application thread only; gRPC callbacks only enqueue completions.
-    """
-
-    def __init__(
-        self, transport: Transport, metadata: ClusterMetadata, subs: SubscriptionState, cfg: dict[str, Any]
-    ) -> None:
-        self._transport = transport
-        self._metadata = metadata
-        self._subs = subs
-        self._cfg = cfg
-        # Fetched records, one chunk [partition, records in offset order, next index,
-        # (error, offset) or None] per partition per response: per-record work is
-        # building the record, nothing more.
-        self._buffer: deque[list[Any]] = deque()
-        self._fetches: dict[str, _Request] = {}
-        self._listing: list[_Request] = []
-        self._completed: queue.SimpleQueue[_Request] = queue.SimpleQueue()
-        self._backoff_s = cfg["retry_backoff_ms"] / 1000.0
-        self._retry_at: dict[TopicPartition, tuple[float, int]] = {}  # partition -> (retry at, failures)
-
-    # --- buffer -------------------------------------------------------------------
-
-    def clear(self, tps: Iterable[TopicPartition] | None = None) -> None:
-        if tps is None:
-            self._buffer.clear()
-            self._retry_at.clear()
-        else:
-            drop = set(tps)
-            self._buffer = deque(c for c in self._buffer if c[0] not in drop)
-            for tp in drop:
-                self._retry_at.pop(tp, None)
-
-    def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Up to ``max_records`` buffered records, advancing each partition's position.
-
-        Raises the CorruptRecordError of a partition whose position reached a batch that
-        did not decode, unless records were collected first (then the next call raises).
-        """
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        n = 0
-        buffer = self._buffer
-        partitions = self._subs.partitions
-        while buffer and n < max_records:
-            chunk = buffer[0]
-            tp, records, i, error = chunk
-            st = partitions.get(tp)
-            # Records of unassigned, paused or re-positioned partitions are dropped;
-            # they are fetched again from the position when wanted.
-            if st is None or st.paused or st.position is None:
-                buffer.popleft()
-                continue
-            position = st.position
-            while i < len(records) and records[i].offset < position:
-                i += 1
-            take = records[i : i + (max_records - n)]
-            if take:
-                out.setdefault(tp, []).extend(take)
-                st.position = take[-1].offset + 1
-                n += len(take)
-                i += len(take)
-            chunk[2] = i
-            if i < len(records):
-                continue
-            if error is not None and st.position == error[1]:
-                if out:
-                    break
-                raise error[0]
-            buffer.popleft()
-        return out
-
-    def has_buffered(self) -> bool:
-        return bool(self._buffer)
-
-    # --- backoff --------------------------------------------------------------------
-
-    def _failed(self, tps: Iterable[TopicPartition]) -> None:
-        now = time.monotonic()
-        for tp in tps:
-            _, failures = self._retry_at.get(tp, (0.0, 0))
-            delay = min(self._backoff_s * (2**failures), max(self._backoff_s, 1.0))
-            self._retry_at[tp] = (now + delay, failures + 1)
-
-    def _ready(self, tp: TopicPartition, now: float) -> bool:
-        entry = self._retry_at.get(tp)
-        return entry is None or entry[0] <= now
-
-    # --- requests -------------------------------------------------------------------
-
-    def _send(self, kind: str, address: str, method: str, request: Any, partitions: dict[TopicPartition, int]) -> None:
-        timeout = self._transport.request_timeout_s
-        if kind == "fetch":
-            timeout += request.max_wait_ms / 1000.0
-        future = getattr(self._transport.stub(address), method).future(request, timeout=timeout)
-        pending = _Request(kind, address, future, partitions)
-        if kind == "fetch":
-            self._fetches[address] = pending
-        else:
-            self._listing.append(pending)
-        future.add_done_callback(lambda _f: self._completed.put(pending))
-
-    def _by_leader(self, tps: Iterable[TopicPartition], busy: set[TopicPartition]) -> dict[str, list[TopicPartition]]:
-        now = time.monotonic()
-        out: dict[str, list[TopicPartition]] = {}
-        for tp in tps:
-            if tp in busy or not self._ready(tp, now):
-                continue
-            addr = self._metadata.leader_address(tp)
-            if addr is None:
-                self._metadata.request_update()
-                self._failed([tp])
-                continue
-            out.setdefault(addr, []).append(tp)
-        return out
-
-    def send_fetches(self) -> None:
-        """A Fetch to every leader without one in flight, for its ready partitions."""
-        busy = {tp for r in self._fetches.values() for tp in r.partitions}
-        busy.update(c[0] for c in self._buffer)
-        for addr, tps in self._by_leader(self._subs.fetchable(), busy).items():
-            if addr in self._fetches:
-                continue
-            req = log_pb2.FetchRequest(
-                replica_id=-1,
-                max_wait_ms=self._cfg["fetch_max_wait_ms"],
-                min_bytes=self._cfg["fetch_min_bytes"],
-                max_bytes=self._cfg["fetch_max_bytes"],
-            )
-            topics: dict[str, Any] = {}
-            offsets: dict[TopicPartition, int] = {}
-            for tp in tps:
-                t = topics.get(tp.topic)
-                if t is None:
-                    t = topics[tp.topic] = req.topics.add(name=tp.topic)
-                offsets[tp] = position = self._subs.partitions[tp].position or 0
-                t.partitions.add(
-                    index=tp.partition,
-                    fetch_offset=position,
-                    partition_max_bytes=self._cfg["max_partition_fetch_bytes"],
-                    current_leader_epoch=-1,
-                )
-            self._send("fetch", addr, "Fetch", req, offsets)
-
-    def send_list_offsets(self, targets: Mapping[TopicPartition, int]) -> None:
-        """ListOffsets for partitions waiting for a reset (``targets``: partition ->
-        EARLIEST / LATEST / a timestamp), one request per leader; answers set positions."""
-        busy = {tp for r in self._listing for tp in r.partitions}
-        for addr, tps in self._by_leader(targets, busy).items():
-            req = log_pb2.ListOffsetsRequest(replica_id=-1)
-            for tp in tps:
-                req.topics.add(name=tp.topic).partitions.add(
-                    index=tp.partition, timestamp=targets[tp], current_leader_epoch=-1
-                )
-            self._send("offsets", addr, "ListOffsets", req, {tp: targets[tp] for tp in tps})
-
-    def in_flight(self) -> bool:
-        return bool(self._fetches or self._listing)
-
-    def wait(self, until: float) -> bool:
-        """Handle completed requests, waiting until ``until`` for the first one; ``True``
-        when at least one was handled."""
-        handled = False
-        while True:
-            left = until - time.monotonic()
-            try:
-                if handled or left <= 0:
-                    req = self._completed.get_nowait()
-                else:
-                    req = self._completed.get(timeout=left)
-            except queue.Empty:
-                return handled
-            handled = True
-            self._complete(req)
-
-    def _complete(self, req: _Request) -> None:
-        if req.kind == "fetch":
-            if self._fetches.get(req.address) is req:
-                del self._fetches[req.address]
-        elif req in self._listing:
-            self._listing.remove(req)
-        try:
-            resp = req.future.result()
-        except Exception as exc:
-            if isinstance(exc, KafkaError):
-                err = exc
-            elif isinstance(exc, grpc.RpcError):
-                err = self._transport.failed(req.address, exc)
-            else:  # cancelled at close
-                err = KafkaConnectionError(f"request to {req.address} did not complete: {exc!r}")
-            if not (err.retriable or err.invalid_metadata):
-                raise err from exc
-            log.debug("%s to %s failed: %s", req.kind, req.address, err)
-            self._metadata.request_update()
-            self._failed(req.partitions)
-            return
-        if req.kind == "fetch":
-            self._handle_fetch(req, resp)
-        else:
-            self._handle_offsets(req, resp)
-
-    def _partition_error(self, tp: TopicPartition, err: KafkaError) -> None:
-        if err.invalid_metadata or err.retriable:
-            self._metadata.request_update()
-            self._failed([tp])
-            return
-        raise err
-
-    def _handle_offsets(self, req: _Request, resp: log_pb2.ListOffsetsResponse) -> None:
-        for t in resp.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.index)
-                st = self._subs.partitions.get(tp)
-                target = req.partitions.get(tp)
-                if st is None or st.position is not None or target is None or self._subs.reset_target(st) != target:
-                    continue  # re-positioned meanwhile
-                if p.error_code:
-                    self._partition_error(tp, for_code(p.error_code)(f"{tp.topic}-{tp.partition}: {p.error_message}"))
-                elif p.offset < 0 and target >= 0:
-                    st.reset_to = LATEST  # by timestamp and nothing that late: go to the end
-                else:
-                    st.position, st.reset_to = p.offset, None
-                    self._retry_at.pop(tp, None)
-
-    def _handle_fetch(self, req: _Request, resp: log_pb2.FetchResponse) -> None:
-        for t in resp.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.index)
-                st = self._subs.partitions.get(tp)
-                position = req.partitions.get(tp)
-                if st is None or st.position is None or st.position != position:
-                    continue  # unassigned or re-positioned since the request was sent
-                if p.error_code:
-                    err = for_code(p.error_code)(f"{tp.topic}-{tp.partition}: {p.error_message}")
-                    if isinstance(err, OffsetOutOfRangeError):
-                        if self._subs.default_reset == "none":
-                            raise err
-                        st.position = None
-                        st.reset_to = EARLIEST if self._subs.default_reset == "earliest" else LATEST
-                    else:
-                        self._partition_error(tp, err)
-                    continue
-                self._retry_at.pop(tp, None)
-                st.high_watermark = p.high_watermark
-                if p.records:
-                    self._decode(tp, p.records, position)
-
-    def _decode(self, tp: TopicPartition, data: bytes, position: int) -> None:
-        name, index = tp
-        chunk: list[ConsumerRecord] = []
-        error: tuple[CorruptRecordError, int] | None = None
-        try:
-            for header, records in decode_batches(data):
-                if header.is_control or header.next_offset <= position:
-                    continue
-                ts_type = header.timestamp_type
-                chunk.extend(
-                    [
-                        ConsumerRecord(name, index, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers)
-                        for r in records
-                        if r.offset >= position
-                    ]
-                )
-        except Exception as exc:  # this partition only: the others of the response still deliver
-            at = chunk[-1].offset + 1 if chunk else position
-            why = exc.message if isinstance(exc, KafkaError) else repr(exc)
-            error = (CorruptRecordError(f"{name}-{index} at offset {at}: {why}"), at)
-            log.warning("%s", error[0])
-        if chunk or error is not None:
-            self._buffer.append([tp, chunk, 0, error])
+_T = TypeVar("_T")
 
 
 class Consumer:
@@ -628,7 +228,7 @@ class Consumer:
         KafkaTimeoutError when not done within ``timeout_ms`` (``default_api_timeout_ms``).
         """
         coordinator = self._group("commit()")
-        coordinator.commit_offsets_sync(
+        coordinator.offsets.commit_sync(
             self._subs.all_consumed() if offsets is None else self._offsets(offsets), self._timeout_s(timeout_ms)
         )
 
@@ -640,7 +240,7 @@ class Consumer:
         """Commit without waiting; ``callback(offsets, exception_or_None)`` runs on a later
         ``poll``/``commit``/``close`` (on this thread). Not retried."""
         coordinator = self._group("commit_async()")
-        coordinator.commit_offsets_async(
+        coordinator.offsets.commit_async(
             self._subs.all_consumed() if offsets is None else self._offsets(offsets), callback
         )
 
@@ -660,7 +260,7 @@ class Consumer:
         """The group's committed offset for ``partition`` (``None`` if nothing is committed);
         KafkaTimeoutError after ``timeout_ms`` (``default_api_timeout_ms``)."""
         tp = TopicPartition(*partition)
-        om = self._group("committed()").fetch_committed_offsets([tp], self._timeout_s(timeout_ms))[tp]
+        om = self._group("committed()").offsets.fetch_committed([tp], self._timeout_s(timeout_ms))[tp]
         if om is None or metadata:
             return om
         return om.offset
@@ -818,7 +418,7 @@ class Consumer:
             if need:
                 timeout_s = min(self._transport.request_timeout_s, max(deadline - time.monotonic(), 0.2))
                 try:
-                    committed = self._coordinator.fetch_committed_offsets(need, timeout_s)
+                    committed = self._coordinator.offsets.fetch_committed(need, timeout_s)
                 except KafkaError as exc:
                     if not exc.retriable:
                         raise
@@ -856,6 +456,27 @@ class Consumer:
         leader is unreachable is retried in the background while the others deliver.
         Raises CorruptRecordError for a partition whose next batch does not decode.
         """
+        return self._poll(timeout_ms, max_records, self._fetcher.drain)
+
+    def poll_columns(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, RecordColumns]:
+        """``poll`` for bulk consumers: per partition, the records as parallel lists
+        (``RecordColumns``: offsets, timestamps, timestamp_types, keys, values, headers).
+
+        Keys and values are the raw bytes (the deserializers do not apply). Waits,
+        positions, commits and errors are exactly those of ``poll``; the two may be mixed.
+        """
+        return self._poll(timeout_ms, max_records, self._fetcher.drain_columns)
+
+    def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None, headers: bool = False) -> pa.RecordBatch:
+        """``poll_columns`` as one ``pyarrow.RecordBatch`` with Spark's Kafka source schema
+        (``arrow_schema(headers)``): key, value, topic, partition, offset, timestamp,
+        timestampType (and headers). Zero rows when nothing came. Needs pyarrow."""
+        pa = _pyarrow()
+        return columns_to_arrow(self.poll_columns(timeout_ms, max_records), headers, pa)
+
+    def _poll(
+        self, timeout_ms: int, max_records: int | None, drain: Callable[[int], dict[TopicPartition, _T]]
+    ) -> dict[TopicPartition, _T]:
         self._check_open()
         limit = max_records or self.config["max_poll_records"]
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
@@ -867,36 +488,22 @@ class Consumer:
             self._metadata.maybe_refresh(max(deadline - time.monotonic(), 0.1))
             if self._subs.needs_reset():
                 self._update_positions(deadline)
+            fetcher.wait(0.0)  # take the responses already there (no waiting)
             if fetcher.has_buffered():
-                out = fetcher.drain(limit)
+                out = drain(limit)
                 if out:
-                    return self._deserialize(out)
+                    fetcher.send_fetches()  # pipelining: the next fetch runs while the application works
+                    return out
             fetcher.send_fetches()
             now = time.monotonic()
             if now >= deadline:
                 if fetcher.wait(now) and fetcher.has_buffered():
-                    out = fetcher.drain(limit)
+                    out = drain(limit)
                     if out:
-                        return self._deserialize(out)
+                        fetcher.send_fetches()
+                        return out
                 return {}
             fetcher.wait(min(deadline, now + _IDLE_WAKE_S))
-
-    def _deserialize(
-        self, out: dict[TopicPartition, list[ConsumerRecord]]
-    ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        kd, vd = self.config["key_deserializer"], self.config["value_deserializer"]
-        if kd is None and vd is None:
-            return out
-        return {
-            tp: [
-                r._replace(
-                    key=kd(r.key) if kd and r.key is not None else r.key,
-                    value=vd(r.value) if vd and r.value is not None else r.value,
-                )
-                for r in recs
-            ]
-            for tp, recs in out.items()
-        }
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         idle_since = time.monotonic()
@@ -930,3 +537,66 @@ class Consumer:
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("consumer is closed")
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+    except ImportError as exc:
+        raise ImportError(
+            "Consumer.poll_arrow needs pyarrow (pip install pyarrow); poll_columns gives the same data as lists"
+        ) from exc
+    return pyarrow
+
+
+def arrow_schema(headers: bool = False) -> pa.Schema:
+    """Spark's Kafka source schema in Arrow: key and value binary, topic string, partition
+    int32, offset int64, timestamp timestamp[ms, UTC], timestampType int32, and with
+    ``headers`` a list of (key string, value binary) structs."""
+    pa = _pyarrow()
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if headers:
+        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(header)))
+    return pa.schema(fields)
+
+
+def columns_to_arrow(
+    polled: Mapping[TopicPartition, RecordColumns], headers: bool = False, pa: Any = None
+) -> pa.RecordBatch:
+    """One RecordBatch (``arrow_schema(headers)``) of ``poll_columns``' result, partition after partition."""
+    if pa is None:
+        pa = _pyarrow()
+    schema = arrow_schema(headers)
+    stamp_type = schema.field("timestamp").type
+    columns: list[list[Any]] = [[] for _ in schema]
+    for tp, cols in polled.items():
+        n = len(cols.offsets)
+        if not n:
+            continue
+        arrays = [
+            pa.array(cols.keys, pa.binary()),
+            pa.array(cols.values, pa.binary()),
+            pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+            pa.array(cols.offsets, pa.int64()),
+            pa.array(cols.timestamps, pa.int64()).cast(stamp_type),
+            pa.array(cols.timestamp_types, pa.int32()),
+        ]
+        if headers:
+            arrays.append(
+                pa.array([[{"key": k, "value": v} for k, v in h] for h in cols.headers], schema.field("headers").type)
+            )
+        for column, array in zip(columns, arrays, strict=True):
+            column.append(array)
+    if not columns[0]:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    return pa.RecordBatch.from_arrays([c[0] if len(c) == 1 else pa.concat_arrays(c) for c in columns], schema=schema)

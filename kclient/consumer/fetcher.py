@@ -1,0 +1,476 @@
+"""The fetcher: pipelined long-poll Fetches and ListOffsets for the assigned partitions.
+
+Records are decoded once, straight into what ``poll`` hands out (ConsumerRecords with
+the deserializers applied, or RecordColumns for ``poll_columns``), when the application
+first asks for them, not when the response arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from kclient.consumer.subscription_state import EARLIEST, LATEST, SubscriptionState
+from kclient.errors import (
+    CorruptRecordError,
+    KafkaConnectionError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    for_code,
+)
+from kclient.proto.kbroker.v1 import log_pb2
+from kclient.records import RecordColumns, decode_columns, decode_consumer_records, iter_headers
+from kclient.structs import ConsumerRecord, TopicPartition
+
+if TYPE_CHECKING:
+    from kclient.metadata import ClusterMetadata
+    from kclient.transport import Transport
+
+log = logging.getLogger(__name__)
+
+_record_offset = itemgetter(2)
+
+
+@dataclass
+class _Request:
+    """One Fetch or ListOffsets in flight: its broker, its future and, per partition, the
+    fetch offset (Fetch) or the reset target (ListOffsets) it was sent for."""
+
+    kind: str  # "fetch" or "offsets"
+    address: str
+    future: Any
+    partitions: dict[TopicPartition, int]
+
+
+class _Chunk:
+    """One partition's share of one Fetch response (``data``, fetched from ``fetch_offset``).
+
+    Decoded on first use into ``records`` or ``columns`` (the other is ``None``), from the
+    partition's position then; ``index`` is the next entry to hand out. ``error`` is the
+    CorruptRecordError of a batch that did not decode and the offset it stands at.
+    """
+
+    __slots__ = ("columns", "data", "end", "error", "fetch_offset", "index", "records", "tp")
+
+    def __init__(self, tp: TopicPartition, data: bytes, fetch_offset: int) -> None:
+        self.tp = tp
+        self.data = data
+        self.fetch_offset = fetch_offset
+        self.end: int | None = -1  # -1: not computed yet; None: unknown (a corrupt header)
+        self.records: list[ConsumerRecord] | None = None
+        self.columns: RecordColumns | None = None
+        self.index = 0
+        self.error: tuple[CorruptRecordError, int] | None = None
+
+    def next_fetch_offset(self) -> int | None:
+        """The offset after the last complete batch of ``data`` (where the next fetch of
+        this partition starts), or ``None`` when the batches cannot be walked."""
+        if self.end == -1:
+            end: int | None = None
+            try:
+                for _, header in iter_headers(self.data):
+                    end = header.base_offset + header.last_offset_delta + 1
+            except KafkaError:
+                end = None
+            self.end = end
+        return self.end
+
+
+def _slice(c: RecordColumns, i: int, j: int) -> RecordColumns:
+    return RecordColumns(
+        c.offsets[i:j], c.timestamps[i:j], c.timestamp_types[i:j], c.keys[i:j], c.values[i:j], c.headers[i:j]
+    )
+
+
+def _concat(a: RecordColumns, b: RecordColumns) -> RecordColumns:
+    return RecordColumns(
+        a.offsets + b.offsets,
+        a.timestamps + b.timestamps,
+        a.timestamp_types + b.timestamp_types,
+        a.keys + b.keys,
+        a.values + b.values,
+        a.headers + b.headers,
+    )
+
+
+class Fetcher:
+    """Fetches and offset lookups for the assigned partitions, each failing per partition.
+
+    At most one Fetch per leader is in flight; a request outlives the ``poll`` that sent
+    it and its response is taken by a later one (KIP-266: ``poll`` returns within its
+    timeout). Fetches are pipelined: a partition is fetched again, from the end of what is
+    buffered for it, while the application still processes the last response, as long as
+    at most one response of it is buffered (so at most two responses of
+    ``max_partition_fetch_bytes`` per partition are held, plus the one in flight). A
+    response is used only for partitions whose position (or buffered end) is still the one
+    it was fetched from. A partition that fails (no leader, its leader unreachable, a
+    retriable error) is retried after a backoff (``retry_backoff_ms``, doubling up to 1 s)
+    while the others keep flowing; every such failure asks for a metadata refresh. A batch
+    that does not decode becomes a ``CorruptRecordError`` for its partition only, raised by
+    ``drain`` when the position reaches it, and again until the application seeks
+    elsewhere; that partition is not fetched meanwhile.
+
+    Thread safety: application thread only; gRPC callbacks only enqueue completions.
+    """
+
+    def __init__(
+        self, transport: Transport, metadata: ClusterMetadata, subs: SubscriptionState, cfg: Mapping[str, Any]
+    ) -> None:
+        self._transport = transport
+        self._metadata = metadata
+        self._subs = subs
+        self._cfg = cfg
+        self._key_deserializer = cfg.get("key_deserializer")
+        self._value_deserializer = cfg.get("value_deserializer")
+        self._buffer: deque[_Chunk] = deque()  # responses in arrival order, per partition in offset order
+        self._fetches: dict[str, _Request] = {}
+        self._listing: list[_Request] = []
+        self._completed: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._backoff_s = cfg["retry_backoff_ms"] / 1000.0
+        self._retry_at: dict[TopicPartition, tuple[float, int]] = {}  # partition -> (retry at, failures)
+
+    # --- buffer -------------------------------------------------------------------
+
+    def clear(self, tps: Iterable[TopicPartition] | None = None) -> None:
+        if tps is None:
+            self._buffer.clear()
+            self._retry_at.clear()
+        else:
+            drop = set(tps)
+            self._buffer = deque(c for c in self._buffer if c.tp not in drop)
+            for tp in drop:
+                self._retry_at.pop(tp, None)
+
+    def has_buffered(self) -> bool:
+        return bool(self._buffer)
+
+    def _decode(self, chunk: _Chunk, position: int, columns: bool) -> None:
+        """Decode ``chunk`` from ``position`` as records or columns (again, from the
+        current position, when the application switched between poll and poll_columns)."""
+        tp = chunk.tp
+        error: tuple[CorruptRecordError, int] | None = None
+        if columns:
+            cols = RecordColumns([], [], [], [], [], [])
+            try:
+                decode_columns(chunk.data, position, cols)
+            except Exception as exc:  # this partition only: the others still deliver
+                error = self._corrupt(tp, exc, cols.offsets[-1] + 1 if cols.offsets else position)
+            chunk.columns, chunk.records = cols, None
+        else:
+            recs: list[ConsumerRecord] = []
+            try:
+                decode_consumer_records(
+                    chunk.data, tp.topic, tp.partition, position, self._key_deserializer, self._value_deserializer, recs
+                )
+            except Exception as exc:
+                error = self._corrupt(tp, exc, recs[-1].offset + 1 if recs else position)
+            chunk.records, chunk.columns = recs, None
+        chunk.index = 0
+        if error is not None and chunk.error is None:
+            chunk.error = error
+            log.warning("%s", error[0])
+
+    @staticmethod
+    def _corrupt(tp: TopicPartition, exc: Exception, at: int) -> tuple[CorruptRecordError, int]:
+        why = exc.message if isinstance(exc, KafkaError) else repr(exc)
+        return CorruptRecordError(f"{tp.topic}-{tp.partition} at offset {at}: {why}"), at
+
+    def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max_records`` buffered records, advancing each partition's position.
+
+        Raises the CorruptRecordError of a partition whose position reached a batch that
+        did not decode, unless records were collected first (then the next call raises).
+        """
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        n = 0
+        buffer = self._buffer
+        partitions = self._subs.partitions
+        while buffer and n < max_records:
+            chunk = buffer[0]
+            tp = chunk.tp
+            st = partitions.get(tp)
+            # Records of unassigned, paused or re-positioned partitions are dropped;
+            # they are fetched again from the position when wanted.
+            if st is None or st.paused or st.position is None:
+                buffer.popleft()
+                continue
+            position = st.position
+            records = chunk.records
+            if records is None:
+                self._decode(chunk, position, columns=False)
+                records = chunk.records
+                assert records is not None
+            size = len(records)
+            i = chunk.index
+            if i < size and records[i].offset < position:
+                i = bisect_left(records, position, i, key=_record_offset)
+            j = min(size, i + max_records - n)
+            if j > i:
+                take = records if i == 0 and j == size else records[i:j]
+                got = out.get(tp)
+                out[tp] = take if got is None else got + take
+                st.position = records[j - 1].offset + 1
+                n += j - i
+            chunk.index = j
+            if j < size:
+                continue
+            if chunk.error is not None and st.position == chunk.error[1]:
+                if out:
+                    break
+                raise chunk.error[0]
+            buffer.popleft()
+        return out
+
+    def drain_columns(self, max_records: int) -> dict[TopicPartition, RecordColumns]:
+        """``drain`` as columns: up to ``max_records`` records per call, raw keys and values
+        (no deserializers), positions advanced exactly as ``drain`` does."""
+        out: dict[TopicPartition, RecordColumns] = {}
+        n = 0
+        buffer = self._buffer
+        partitions = self._subs.partitions
+        while buffer and n < max_records:
+            chunk = buffer[0]
+            tp = chunk.tp
+            st = partitions.get(tp)
+            if st is None or st.paused or st.position is None:
+                buffer.popleft()
+                continue
+            position = st.position
+            cols = chunk.columns
+            if cols is None:
+                self._decode(chunk, position, columns=True)
+                cols = chunk.columns
+                assert cols is not None
+            offsets = cols.offsets
+            size = len(offsets)
+            i = chunk.index
+            if i < size and offsets[i] < position:
+                i = bisect_left(offsets, position, i)
+            j = min(size, i + max_records - n)
+            if j > i:
+                take = cols if i == 0 and j == size else _slice(cols, i, j)
+                got = out.get(tp)
+                out[tp] = take if got is None else _concat(got, take)
+                st.position = offsets[j - 1] + 1
+                n += j - i
+            chunk.index = j
+            if j < size:
+                continue
+            if chunk.error is not None and st.position == chunk.error[1]:
+                if out:
+                    break
+                raise chunk.error[0]
+            buffer.popleft()
+        return out
+
+    # --- backoff --------------------------------------------------------------------
+
+    def _failed(self, tps: Iterable[TopicPartition]) -> None:
+        now = time.monotonic()
+        for tp in tps:
+            _, failures = self._retry_at.get(tp, (0.0, 0))
+            delay = min(self._backoff_s * (2**failures), max(self._backoff_s, 1.0))
+            self._retry_at[tp] = (now + delay, failures + 1)
+
+    def _ready(self, tp: TopicPartition, now: float) -> bool:
+        entry = self._retry_at.get(tp)
+        return entry is None or entry[0] <= now
+
+    # --- requests -------------------------------------------------------------------
+
+    def _send(self, kind: str, address: str, method: str, request: Any, partitions: dict[TopicPartition, int]) -> None:
+        timeout = self._transport.request_timeout_s
+        if kind == "fetch":
+            timeout += request.max_wait_ms / 1000.0
+        future = getattr(self._transport.stub(address), method).future(request, timeout=timeout)
+        pending = _Request(kind, address, future, partitions)
+        if kind == "fetch":
+            self._fetches[address] = pending
+        else:
+            self._listing.append(pending)
+        future.add_done_callback(lambda _f: self._completed.put(pending))
+
+    def _by_leader(self, tps: Iterable[TopicPartition], busy: set[TopicPartition]) -> dict[str, list[TopicPartition]]:
+        now = time.monotonic()
+        out: dict[str, list[TopicPartition]] = {}
+        for tp in tps:
+            if tp in busy or not self._ready(tp, now):
+                continue
+            addr = self._metadata.leader_address(tp)
+            if addr is None:
+                self._metadata.request_update()
+                self._failed([tp])
+                continue
+            out.setdefault(addr, []).append(tp)
+        return out
+
+    def _fetch_offsets(self) -> tuple[set[TopicPartition], dict[TopicPartition, int]]:
+        """Partitions that may not be fetched now, and where the others' next fetch starts
+        when something is buffered for them (else: their position)."""
+        busy = {tp for r in self._fetches.values() for tp in r.partitions}
+        counts: dict[TopicPartition, int] = {}
+        ends: dict[TopicPartition, int] = {}
+        for chunk in self._buffer:
+            tp = chunk.tp
+            counts[tp] = counts.get(tp, 0) + 1
+            end = None if chunk.error is not None else chunk.next_fetch_offset()
+            if end is None or counts[tp] > 1:
+                busy.add(tp)
+            else:
+                ends[tp] = end
+        return busy, ends
+
+    def expected_fetch_offset(self, tp: TopicPartition, position: int) -> int:
+        """Where a Fetch answered now for ``tp`` must have started to be usable."""
+        expected = position
+        for chunk in self._buffer:
+            if chunk.tp == tp:
+                end = chunk.next_fetch_offset()
+                expected = -1 if end is None else end
+        return expected
+
+    def send_fetches(self) -> None:
+        """A Fetch to every leader without one in flight, for its ready partitions."""
+        busy, ends = self._fetch_offsets()
+        for addr, tps in self._by_leader(self._subs.fetchable(), busy).items():
+            if addr in self._fetches:
+                continue
+            req = log_pb2.FetchRequest(
+                replica_id=-1,
+                max_wait_ms=self._cfg["fetch_max_wait_ms"],
+                min_bytes=self._cfg["fetch_min_bytes"],
+                max_bytes=self._cfg["fetch_max_bytes"],
+            )
+            topics: dict[str, Any] = {}
+            offsets: dict[TopicPartition, int] = {}
+            for tp in tps:
+                t = topics.get(tp.topic)
+                if t is None:
+                    t = topics[tp.topic] = req.topics.add(name=tp.topic)
+                position = ends.get(tp)
+                if position is None:
+                    position = self._subs.partitions[tp].position or 0
+                offsets[tp] = position
+                t.partitions.add(
+                    index=tp.partition,
+                    fetch_offset=position,
+                    partition_max_bytes=self._cfg["max_partition_fetch_bytes"],
+                    current_leader_epoch=-1,
+                )
+            self._send("fetch", addr, "Fetch", req, offsets)
+
+    def send_list_offsets(self, targets: Mapping[TopicPartition, int]) -> None:
+        """ListOffsets for partitions waiting for a reset (``targets``: partition ->
+        EARLIEST / LATEST / a timestamp), one request per leader; answers set positions."""
+        busy = {tp for r in self._listing for tp in r.partitions}
+        for addr, tps in self._by_leader(targets, busy).items():
+            req = log_pb2.ListOffsetsRequest(replica_id=-1)
+            for tp in tps:
+                req.topics.add(name=tp.topic).partitions.add(
+                    index=tp.partition, timestamp=targets[tp], current_leader_epoch=-1
+                )
+            self._send("offsets", addr, "ListOffsets", req, {tp: targets[tp] for tp in tps})
+
+    def in_flight(self) -> bool:
+        return bool(self._fetches or self._listing)
+
+    def wait(self, until: float) -> bool:
+        """Handle completed requests, waiting until ``until`` for the first one; ``True``
+        when at least one was handled."""
+        handled = False
+        while True:
+            left = until - time.monotonic()
+            try:
+                if handled or left <= 0:
+                    req = self._completed.get_nowait()
+                else:
+                    req = self._completed.get(timeout=left)
+            except queue.Empty:
+                return handled
+            handled = True
+            self._complete(req)
+
+    def _complete(self, req: _Request) -> None:
+        if req.kind == "fetch":
+            if self._fetches.get(req.address) is req:
+                del self._fetches[req.address]
+        elif req in self._listing:
+            self._listing.remove(req)
+        try:
+            resp = req.future.result()
+        except Exception as exc:
+            if isinstance(exc, KafkaError):
+                err = exc
+            elif isinstance(exc, grpc.RpcError):
+                err = self._transport.failed(req.address, exc)
+            else:  # cancelled at close
+                err = KafkaConnectionError(f"request to {req.address} did not complete: {exc!r}")
+            if not (err.retriable or err.invalid_metadata):
+                raise err from exc
+            log.debug("%s to %s failed: %s", req.kind, req.address, err)
+            self._metadata.request_update()
+            self._failed(req.partitions)
+            return
+        if req.kind == "fetch":
+            self._handle_fetch(req, resp)
+        else:
+            self._handle_offsets(req, resp)
+
+    def _partition_error(self, tp: TopicPartition, err: KafkaError) -> None:
+        if err.invalid_metadata or err.retriable:
+            self._metadata.request_update()
+            self._failed([tp])
+            return
+        raise err
+
+    def _handle_offsets(self, req: _Request, resp: log_pb2.ListOffsetsResponse) -> None:
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.index)
+                st = self._subs.partitions.get(tp)
+                target = req.partitions.get(tp)
+                if st is None or st.position is not None or target is None or self._subs.reset_target(st) != target:
+                    continue  # re-positioned meanwhile
+                if p.error_code:
+                    self._partition_error(tp, for_code(p.error_code)(f"{tp.topic}-{tp.partition}: {p.error_message}"))
+                elif p.offset < 0 and target >= 0:
+                    st.reset_to = LATEST  # by timestamp and nothing that late: go to the end
+                else:
+                    st.position, st.reset_to = p.offset, None
+                    self._retry_at.pop(tp, None)
+
+    def _handle_fetch(self, req: _Request, resp: log_pb2.FetchResponse) -> None:
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.index)
+                st = self._subs.partitions.get(tp)
+                fetch_offset = req.partitions.get(tp)
+                if st is None or st.position is None or fetch_offset is None:
+                    continue  # unassigned or re-positioned since the request was sent
+                if fetch_offset != self.expected_fetch_offset(tp, st.position):
+                    continue  # re-positioned, or what it followed was dropped
+                if p.error_code:
+                    if fetch_offset != st.position:
+                        continue  # a prefetch: the error shows again once the buffer is consumed
+                    err = for_code(p.error_code)(f"{tp.topic}-{tp.partition}: {p.error_message}")
+                    if isinstance(err, OffsetOutOfRangeError):
+                        if self._subs.default_reset == "none":
+                            raise err
+                        st.position = None
+                        st.reset_to = EARLIEST if self._subs.default_reset == "earliest" else LATEST
+                    else:
+                        self._partition_error(tp, err)
+                    continue
+                self._retry_at.pop(tp, None)
+                st.high_watermark = p.high_watermark
+                if p.records:
+                    self._buffer.append(_Chunk(tp, p.records, fetch_offset))
