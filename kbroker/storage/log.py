@@ -20,8 +20,7 @@ from kbroker.storage.producer_state import ProducerStateManager
 from kbroker.storage.segment import AppendUndoError, LogSegment
 from kbroker.storage.validator import (
     BatchSummary,
-    assign_offsets,
-    set_log_append_time,
+    stamp_headers,
     summarize,
     validate_batches,
 )
@@ -329,11 +328,7 @@ class Log:
             raise RecordListTooLargeError(
                 f"{len(records)} bytes of batches are more than segment.bytes={config.segment_bytes} of {self.name}"
             )
-        buf = bytearray(records)
-        append_time = -1
-        if config.log_append_time:
-            append_time = now
-            batches = [(p, set_log_append_time(buf, p, h, now)) for p, h in batches]
+        append_time = now if config.log_append_time else -1
         with self._lock:
             self._ensure_open()
             latest = self._epoch_cache.latest_epoch
@@ -352,10 +347,12 @@ class Log:
                 )
                 return LogAppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, 0, 0)
             first_offset = self._next_offset
-            stamped = assign_offsets(buf, batches, first_offset, leader_epoch)
+            pieces, stamped = stamp_headers(
+                records, batches, first_offset, leader_epoch, append_time if config.log_append_time else None
+            )
             summary = summarize(stamped)
             new_epoch = leader_epoch if leader_epoch > latest else None
-            self._append_locked(buf, summary, now, [(new_epoch, first_offset)])
+            self._append_locked(pieces, summary, now, [(new_epoch, first_offset)])
             self._producer_state.update([h for _, h in stamped])
         return LogAppendInfo(
             first_offset,
@@ -363,7 +360,7 @@ class Log:
             summary.max_timestamp,
             summary.offset_of_max_timestamp,
             summary.num_records,
-            len(buf),
+            len(records),
             append_time,
         )
 
@@ -404,7 +401,7 @@ class Log:
 
     def _append_locked(
         self,
-        data: bytes | bytearray | memoryview,
+        data: bytes | bytearray | memoryview | list[bytes | bytearray | memoryview],
         summary: BatchSummary,
         now_ms: int,
         epochs: list[tuple[int | None, int]],
@@ -425,7 +422,7 @@ class Log:
                         cache.assign(epoch, start)
                 segment = self._segments[-1]
                 if segment.should_roll(
-                    messages_size=len(data),
+                    messages_size=sum(len(d) for d in data) if isinstance(data, list) else len(data),
                     max_timestamp_in_messages=summary.max_timestamp,
                     max_offset_in_messages=summary.last_offset,
                     now_ms=now_ms,

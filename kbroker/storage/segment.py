@@ -25,6 +25,9 @@ from kclient.records import (
 
 logger = logging.getLogger(__name__)
 
+Buffer = bytes | bytearray | memoryview
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
 _INT32_MAX = 2**31 - 1
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _SCAN_CHUNK = 64 * 1024
@@ -329,13 +332,15 @@ class LogSegment:
 
     def append(
         self,
-        records: bytes | bytearray | memoryview,
+        records: Buffer | list[Buffer],
         batches: Sequence[tuple[int, BatchHeader]] | None = None,
     ) -> None:
         """Append whole, validated, offset-stamped batches, all or nothing.
 
-        ``batches`` are (position in ``records``, header) of every batch, as the
-        caller found them while validating; parsed again if omitted.
+        ``records`` is the bytes, or pieces written one after the other (a leader
+        writes each batch as a stamped header copy plus a view of the producer's
+        records). ``batches`` are (position in ``records``, header) of every batch, as
+        the caller found them while validating; parsed again if omitted.
 
         If writing the data or an index entry fails (ENOSPC, a short write, EIO),
         the ``.log`` file and both indexes are cut back to their sizes before the
@@ -343,7 +348,7 @@ class LogSegment:
         back fails too, AppendUndoError is raised instead.
         """
         if batches is None:
-            batches = list(iter_headers(records))
+            batches = list(iter_headers(b"".join(records) if isinstance(records, list) else records))
         if not batches:
             return
         last_offset = batches[-1][1].last_offset
@@ -385,15 +390,21 @@ class LogSegment:
         self._bytes_since_last_index_entry = since
         self._next_offset = batches[-1][1].next_offset
 
-    def _write(self, data: bytes | bytearray | memoryview, position: int) -> None:
-        view = memoryview(data)
-        total = len(view)
+    def _write(self, data: Buffer | list[Buffer], position: int) -> None:
+        views = [memoryview(d).cast("B") for d in (data if isinstance(data, list) else [data])]
+        total = sum(len(v) for v in views)
         written = 0
-        while written < total:
-            n = os.pwrite(self._fd, view[written:], position + written)
+        first = 0  # views[:first] are written; a short write leaves views[first] partly written
+        while first < len(views):
+            n = os.pwritev(self._fd, views[first : first + _IOV_MAX], position + written)
             if n <= 0:
                 raise OSError(errno.ENOSPC, f"short write to {self._log_path}")
             written += n
+            while first < len(views) and n >= len(views[first]):
+                n -= len(views[first])
+                first += 1
+            if n:
+                views[first] = views[first][n:]
         self._size = position + total
 
     def _undo_append(self, undo: _AppendUndo, cause: BaseException) -> None:

@@ -152,38 +152,41 @@ def validate_batches(
     return batches
 
 
-def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
-    """Make the batch at ``pos`` a LogAppendTime batch stamped ``now_ms`` (recomputes the CRC).
-
-    As Kafka's ``DefaultRecordBatch.setMaxTimestamp``: the timestamp-type bit is set
-    and maxTimestamp becomes ``now_ms``; every record then reads as ``now_ms``.
-    """
-    attributes = header.attributes | _TIMESTAMP_TYPE_MASK
-    if attributes == header.attributes and header.max_timestamp == now_ms:
-        return header
-    _I16.pack_into(buf, pos + _ATTRIBUTES_POS, attributes)
-    _I64.pack_into(buf, pos + _MAX_TIMESTAMP_POS, now_ms)
-    end = pos + header.batch_length + LOG_OVERHEAD
-    with memoryview(buf) as view:
-        crc = crc32c(view[pos + _ATTRIBUTES_POS : end])
-    _U32.pack_into(buf, pos + _CRC_POS, crc)
-    return header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
-
-
-def assign_offsets(
-    buf: bytearray,
+def stamp_headers(
+    records: Buffer,
     batches: list[tuple[int, BatchHeader]],
     first_offset: int,
     leader_epoch: int,
-) -> list[tuple[int, BatchHeader]]:
-    """Stamp consecutive base offsets from ``first_offset`` and the leader epoch, in place.
+    append_time_ms: int | None = None,
+) -> tuple[list[Buffer], list[tuple[int, BatchHeader]]]:
+    """The producer's batches as written: per batch, a stamped copy of its 61-byte header
+    and a view of its records (the request itself is never copied or changed).
 
-    Both fields lie outside the CRC. Returns the updated headers.
+    Each header gets a base offset (consecutive from ``first_offset``) and the leader
+    epoch, both outside the CRC; with ``append_time_ms`` (LogAppendTime topics) also the
+    timestamp-type bit and that maxTimestamp, and a recomputed CRC, as Kafka's
+    ``DefaultRecordBatch.setMaxTimestamp``. Returns the pieces to write, in order, and
+    the stamped headers at their positions in the concatenation (which equal the
+    positions in ``records``).
     """
+    view = memoryview(records)
+    pieces: list[Buffer] = []
     stamped: list[tuple[int, BatchHeader]] = []
     offset = first_offset
     for pos, header in batches:
-        stamp_batch(buf, pos, offset, leader_epoch)
-        stamped.append((pos, header._replace(base_offset=offset, partition_leader_epoch=leader_epoch)))
+        end = pos + header.batch_length + LOG_OVERHEAD
+        head = bytearray(view[pos : pos + HEADER_SIZE])
+        body = view[pos + HEADER_SIZE : end]
+        stamp_batch(head, 0, offset, leader_epoch)
+        h = header._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
+        if append_time_ms is not None:
+            attributes = h.attributes | _TIMESTAMP_TYPE_MASK
+            _I16.pack_into(head, _ATTRIBUTES_POS, attributes)
+            _I64.pack_into(head, _MAX_TIMESTAMP_POS, append_time_ms)
+            crc = crc32c(body, crc32c(memoryview(head)[_ATTRIBUTES_POS:]))
+            _U32.pack_into(head, _CRC_POS, crc)
+            h = h._replace(attributes=attributes, max_timestamp=append_time_ms, crc=crc)
+        pieces += (head, body)
+        stamped.append((pos, h))
         offset += header.last_offset_delta + 1
-    return stamped
+    return pieces, stamped

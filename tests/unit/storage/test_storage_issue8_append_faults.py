@@ -23,7 +23,7 @@ from kclient.errors import KafkaStorageError
 
 
 class FaultyDisk:
-    """Replaces os.pwrite / os.ftruncate / os.fsync for files whose names end with a suffix.
+    """Replaces os.pwrite / os.pwritev / os.ftruncate / os.fsync for files whose names end with a suffix.
 
     ``room[suffix]``: bytes that may still be written to such files; a larger write is
     short (it writes what fits), a write with no room left raises ENOSPC.
@@ -38,12 +38,17 @@ class FaultyDisk:
         self._ftruncate = os.ftruncate
         self._fsync = os.fsync
         monkeypatch.setattr(os, "pwrite", self.pwrite)
+        monkeypatch.setattr(os, "pwritev", self.pwritev)
         monkeypatch.setattr(os, "ftruncate", self.ftruncate)
         monkeypatch.setattr(os, "fsync", self.fsync)
 
     @staticmethod
     def _suffix(fd: int) -> str:
         return os.path.splitext(os.readlink(f"/proc/self/fd/{fd}"))[1]
+
+    def pwritev(self, fd: int, buffers: list[memoryview], position: int) -> int:
+        """As the kernel does: one write of the buffers' concatenation, possibly short."""
+        return self.pwrite(fd, b"".join(buffers), position)
 
     def pwrite(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> int:
         suffix = self._suffix(fd)
