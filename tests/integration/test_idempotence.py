@@ -17,6 +17,8 @@ from kbroker.cluster.zk_client import ZkClient
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from kclient.errors import InvalidConfigError, MessageSizeTooLargeError
+from kclient.producer import batch as batch_module
+from kclient.producer.sender import Sender
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2, log_pb2
 from kclient.records import BatchBuilder, BatchHeader, Record, decode_batches
 
@@ -217,20 +219,20 @@ def test_a_refused_batch_restarts_the_partition_sequence(
 ) -> None:
     create(cluster, "refuse", configs={"max.message.bytes": "3000"})
     # Slow responses down so that batches queue up behind the refused one and have to
-    # be rebuilt with their new sequence (white box: the producer's private hooks).
-    on_response, restamp = Producer._on_response, Producer._restamp
+    # be resent with their new sequence (white box: the sender's and the batch's hooks).
+    on_response, restamp = Sender._on_response, batch_module.restamp
     restamped: list[object] = []
 
-    def slow_response(self: Producer, call: object, group: list, addr: str) -> None:
+    def slow_response(self: Sender, call: object, group: list, addr: str) -> None:
         time.sleep(0.2)
         on_response(self, call, group, addr)
 
-    def counting_restamp(self: Producer, b: object) -> bool:
-        restamped.append(b)
-        return restamp(self, b)  # type: ignore[arg-type]
+    def counting_restamp(payload: bytes, stamp: tuple[int, int, int]) -> bytes:
+        restamped.append(stamp)
+        return restamp(payload, stamp)
 
-    monkeypatch.setattr(Producer, "_on_response", slow_response)
-    monkeypatch.setattr(Producer, "_restamp", counting_restamp)
+    monkeypatch.setattr(Sender, "_on_response", slow_response)
+    monkeypatch.setattr(batch_module, "restamp", counting_restamp)
     with Producer(bootstrap_servers=cluster.bootstrap, batch_size=1000, linger_ms=50) as p:
         p.send("refuse", b"before").get(10)
         big = p.send("refuse", b"B" * 5000)  # its own batch, refused by the broker

@@ -1,0 +1,141 @@
+"""One batch of one partition, from its first record to its outcome (Kafka's ``ProducerBatch``).
+
+A batch is **open** while ``send`` appends to its :class:`~kclient.records.BatchBuilder`
+(filled by exact encoded size against ``batch_size``, as Kafka's
+``MemoryRecordsBuilder.hasRoomFor``), then **closed** (no more records), then sent,
+possibly several times, until its :class:`ProduceResult` is set. ``send_batch`` makes
+batches that are closed from the start (``payload`` already encoded).
+
+Idempotence: ``stamp`` is the (producer id, epoch, base sequence) the batch must carry
+when sent; ``built_stamp`` the one its bytes carry. They differ only after the
+partition's sequence stream restarted (a failure); :meth:`payload` then rewrites the
+three header fields and the CRC in place: the records are not re-encoded.
+
+Thread safety: the accumulator's lock guards the open/closed state and the stamp;
+after it is closed, a batch is touched by one thread at a time (the sender, then the
+thread that completes it).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from crc32c import crc32c
+
+from kclient.producer.futures import ProduceResult
+from kclient.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder
+from kclient.structs import TopicPartition
+
+Stamp = tuple[int, int, int]
+"""(producer id, producer epoch, base sequence)."""
+
+NO_STAMP: Stamp = (NO_PRODUCER_ID, -1, NO_SEQUENCE)
+
+# RecordBatch v2 header positions (see kclient.records): the producer fields lie inside
+# the CRC, which covers attributes (byte 21) to the end.
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+_PRODUCER_POS = 43
+_CRC = struct.Struct(">I")
+_CRC_POS = 17
+_CRC_FROM = 21
+
+
+def restamp(payload: bytes, stamp: Stamp) -> bytes:
+    """``payload`` (one built batch) with other producer fields, CRC recomputed."""
+    out = bytearray(payload)
+    _PRODUCER_FIELDS.pack_into(out, _PRODUCER_POS, *stamp)
+    with memoryview(out) as view:
+        _CRC.pack_into(out, _CRC_POS, crc32c(view[_CRC_FROM:]))
+    return bytes(out)
+
+
+class ProducerBatch:
+    """See the module docstring. ``order`` numbers the batches of a partition in creation order."""
+
+    __slots__ = (
+        "_payload",
+        "attempts",
+        "builder",
+        "built_stamp",
+        "closed",
+        "count",
+        "created",
+        "order",
+        "reserved",
+        "result",
+        "retry_at",
+        "sent_stamp",
+        "sequenced",
+        "stamp",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        created: float,
+        order: int,
+        reserved: int,
+        *,
+        builder: BatchBuilder | None = None,
+        payload: bytes | None = None,
+        count: int = 0,
+        stamp: Stamp = NO_STAMP,
+    ) -> None:
+        self.tp = tp
+        self.created = created
+        self.order = order
+        self.reserved = reserved
+        """Bytes of buffer_memory this batch holds until it completes."""
+        self.builder = builder
+        self._payload = payload
+        self.count = count
+        self.closed = payload is not None
+        self.result = ProduceResult(tp.topic, tp.partition)
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.stamp = stamp
+        self.built_stamp = stamp
+        self.sent_stamp = stamp
+        """The stamp of the last send (what a broker's sequence error refers to)."""
+        self.sequenced = False
+        """Given its place in the partition's sequence stream (at its first send)."""
+
+    def close(self) -> int:
+        """No more records; returns the batch's exact size in bytes (uncompressed)."""
+        self.closed = True
+        if self.builder is not None:
+            self.count = self.builder.record_count
+            return self.builder.size_in_bytes()
+        return len(self._payload or b"")
+
+    def payload(self) -> bytes:
+        """The bytes to send, carrying ``stamp``. Only once the batch is closed."""
+        if self._payload is None:
+            assert self.builder is not None and self.closed
+            self._payload = self.builder.build()
+            self.builder = None
+        if self.built_stamp != self.stamp:
+            self._payload = restamp(self._payload, self.stamp)
+            self.built_stamp = self.stamp
+        self.sent_stamp = self.stamp
+        return self._payload
+
+    @property
+    def size(self) -> int:
+        if self._payload is not None:
+            return len(self._payload)
+        assert self.builder is not None
+        return self.builder.size_in_bytes()
+
+    def fail(self, exc: BaseException) -> None:
+        self.result.done(-1, -1, exc)
+
+    def succeed(self, base_offset: int, log_append_time: int) -> None:
+        self.result.done(base_offset, log_append_time, None)
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerBatch({self.tp.topic}-{self.tp.partition} #{self.order}, {self.count} records, "
+            f"stamp={self.stamp}, attempts={self.attempts})"
+        )

@@ -1,0 +1,306 @@
+"""The sender: one thread that drains ready batches into Produce requests (Kafka's ``Sender``).
+
+Each turn of the loop refreshes metadata when asked or every ``metadata_max_age_ms``,
+takes what :meth:`RecordAccumulator.drain` says is ready, and sends one Produce RPC per
+request as a gRPC future, up to ``max_in_flight_requests_per_connection`` per broker.
+Responses are handled on gRPC's callback thread (``_on_response``), batch by batch:
+
+- success, or DUPLICATE_SEQUENCE_NUMBER (a retry of a batch the leader already wrote):
+  the batch's result is set with its base offset;
+- a retriable error (and ``delivery_timeout_ms`` not passed since the batch was made):
+  the batch goes back to its partition's queue for a retry after ``retry_backoff_ms``;
+  an ``invalid_metadata`` error, REQUEST_TIMED_OUT or a failed call also ask for a
+  metadata refresh (and the last two mark the broker failed, so the refresh asks
+  another broker first);
+- with idempotence, a sequence error about a batch last sent in an older epoch of its
+  stream is no gap: the batch is resent with its new stamp. OUT_OF_ORDER_SEQUENCE_NUMBER
+  for a batch behind another unresolved batch of its partition is retried (the earlier
+  one failed and is resent first); for the first unresolved batch it is a real gap (the
+  leader lost records it had acknowledged): the partition's stream restarts in a new
+  epoch and the batch is resent, as Kafka 2.5+'s idempotent producer does;
+- anything else fails the batch; with idempotence its partition's stream restarts.
+
+Ordering: with idempotence, batches of a partition are written in their send order
+even with several in flight and across retries (the leader refuses a batch that skips
+a sequence; retried batches are resent alone and in order). Without idempotence and
+with more than one request in flight, a retry can land after batches sent later, and
+the broker may also write concurrent requests of one partition in either order:
+set ``max_in_flight_requests_per_connection=1`` for strict order without idempotence.
+
+Thread safety: the loop runs on its own thread; the response handlers on gRPC's; the
+shared state is the accumulator's (under its lock) and ``requests_in_flight`` (also
+under the accumulator's lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from kclient.errors import (
+    DuplicateSequenceNumberError,
+    InvalidProducerEpochError,
+    KafkaError,
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+    UnknownProducerIdError,
+    for_code,
+)
+from kclient.metadata import ClusterMetadata
+from kclient.producer.accumulator import RecordAccumulator
+from kclient.producer.batch import ProducerBatch
+from kclient.producer.sequences import Sequences, fetch_producer_id
+from kclient.proto.kbroker.v1 import log_pb2
+from kclient.transport import Transport
+
+log = logging.getLogger(__name__)
+
+_DUPLICATE_SEQUENCE = DuplicateSequenceNumberError.errno
+_SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, InvalidProducerEpochError, UnknownProducerIdError)
+
+
+class Sender:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        accumulator: RecordAccumulator,
+        metadata: ClusterMetadata,
+        transport: Transport,
+        sequences: Sequences | None,
+        *,
+        acks: int,
+        request_timeout_ms: int,
+        delivery_timeout_ms: int,
+        retry_backoff_ms: int,
+        max_request_size: int,
+        max_in_flight: int,
+        on_metadata: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.accumulator = accumulator
+        self.metadata = metadata
+        self.transport = transport
+        self.sequences = sequences
+        self.acks = acks
+        self.request_timeout_s = request_timeout_ms / 1000.0
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout_s = delivery_timeout_ms / 1000.0
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.backoff_s = retry_backoff_ms / 1000.0
+        self.max_request_size = max_request_size
+        self.max_in_flight = max_in_flight
+        self.on_metadata = on_metadata
+        self.requests_in_flight: dict[str, int] = {}
+        self.aborted = False
+        """close() ran out of time: batches still undelivered fail."""
+        self._needs_metadata = threading.Event()
+        self._producer_id_retry_at = 0.0
+        self._thread = threading.Thread(target=self.run, name="kclient-producer-sender", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        acc = self.accumulator
+        while True:
+            seqs = self.sequences
+            if seqs is not None and seqs.awaiting_producer_id and time.monotonic() >= self._producer_id_retry_at:
+                self._renew_producer_id()
+            self._refresh_metadata()
+            expired: list[ProducerBatch] = []
+            with acc.lock:
+                if acc.closed and (self.aborted or not acc.pending):
+                    return
+                now = time.monotonic()
+                requests, wait, no_leader = acc.drain(
+                    now, self.metadata.leader_address, self.requests_in_flight, self.max_in_flight,
+                    self.max_request_size,
+                )  # fmt: skip
+                for b in no_leader:
+                    self._needs_metadata.set()
+                    if now - b.created > self.delivery_timeout_s or self.aborted:
+                        expired.append(b)
+                    else:
+                        b.retry_at = now + self.backoff_s
+                        wait = min(wait, self.backoff_s)
+                for addr, _ in requests:
+                    self.requests_in_flight[addr] = self.requests_in_flight.get(addr, 0) + 1
+                if not requests and not expired:
+                    acc.cond.wait(wait)
+                    continue
+            for b in expired:
+                b.fail(
+                    LeaderNotAvailableError(
+                        f"no leader known for {b.tp.topic}-{b.tp.partition} "
+                        f"(gave up after delivery_timeout_ms={self.delivery_timeout_ms})"
+                    )
+                )
+                acc.complete(b, in_flight=False)
+            for addr, batches in requests:
+                self._send(addr, batches)
+
+    def _refresh_metadata(self) -> None:
+        """Refresh when asked (a send failed) or every ``metadata_max_age_ms``."""
+        if self._needs_metadata.is_set():
+            self._needs_metadata.clear()
+            self.metadata.request_update()
+        if not self.metadata.needs_refresh(time.monotonic()):
+            return
+        if self.metadata.maybe_refresh(self.request_timeout_s):
+            self.on_metadata()
+        else:
+            log.warning("metadata refresh failed; retrying after retry_backoff_ms")
+
+    def _renew_producer_id(self) -> None:
+        """A new producer id for the partitions whose epoch ran out."""
+        acc = self.accumulator
+        assert self.sequences is not None
+        try:
+            pid, epoch = fetch_producer_id(self.call_any, time.monotonic(), self.backoff_s)
+        except KafkaError as exc:
+            log.warning("could not get a new producer id: %s", exc)
+            now = time.monotonic()
+            self._producer_id_retry_at = now + self.backoff_s
+            expired: list[ProducerBatch] = []
+            with acc.lock:
+                for tp in self.sequences.awaiting_producer_id:
+                    q = acc.queues.get(tp)
+                    while q and q.batches and now - q.batches[0].created > self.delivery_timeout_s:
+                        expired.append(q.batches[0])
+                        break
+            for b in expired:
+                b.fail(KafkaTimeoutError(f"batch for {b.tp.topic}-{b.tp.partition} expired waiting for a producer id"))
+                acc.complete(b, in_flight=False)
+            return
+        with acc.lock:
+            self.sequences.renew(pid, epoch)
+            acc.cond.notify_all()
+
+    def call_any(self, method: str, request: object) -> object:
+        return self.transport.call_any(method, request, self.metadata.broker_addresses())
+
+    # --- requests ------------------------------------------------------------------------
+
+    def _send(self, addr: str, batches: list[ProducerBatch]) -> None:
+        req = log_pb2.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms)
+        topics: dict[str, Any] = {}
+        for b in batches:
+            b.attempts += 1
+            t = topics.get(b.tp.topic)
+            if t is None:
+                t = topics[b.tp.topic] = req.topics.add(name=b.tp.topic)
+            t.partitions.add(index=b.tp.partition, records=b.payload())
+        try:
+            call = self.transport.stub(addr).Produce.future(req, timeout=self.request_timeout_s + 5)
+        except KafkaError as exc:
+            self._request_done(addr)
+            for b in batches:
+                self._failed(b, exc)
+            return
+        call.add_done_callback(lambda c: self._on_response(c, batches, addr))
+
+    def _request_done(self, addr: str) -> None:
+        acc = self.accumulator
+        with acc.lock:
+            n = self.requests_in_flight.get(addr, 0) - 1
+            if n > 0:
+                self.requests_in_flight[addr] = n
+            else:
+                self.requests_in_flight.pop(addr, None)
+            acc.cond.notify_all()
+
+    def _on_response(self, call: Any, batches: list[ProducerBatch], addr: str) -> None:
+        self._request_done(addr)
+        try:
+            resp = call.result()
+        except grpc.RpcError as exc:
+            err = self.transport.failed(addr, exc)
+            self._needs_metadata.set()
+            for b in batches:
+                self._failed(b, err)
+            return
+        except Exception as exc:  # pragma: no cover - cancelled at close
+            for b in batches:
+                self._failed(b, KafkaError(str(exc)))
+            return
+        acc = self.accumulator
+        if self.acks == 0:
+            # Nothing is acknowledged; the batch is done once the broker has it.
+            for b in batches:
+                b.succeed(-1, -1)
+                acc.complete(b)
+            return
+        by_tp = {(t.name, p.index): p for t in resp.topics for p in t.partitions}
+        for b in batches:
+            pr = by_tp.get((b.tp.topic, b.tp.partition))
+            if pr is None:
+                self._failed(b, KafkaError("partition missing from produce response"))
+            elif pr.error_code and pr.error_code != _DUPLICATE_SEQUENCE:
+                err = for_code(pr.error_code)(pr.error_message)
+                if isinstance(err, RequestTimedOutError):
+                    # The leader could not replicate in time: it may be cut off (from
+                    # ZooKeeper or its followers) while another broker leads now.
+                    self.transport.mark_failed(addr)
+                    self._needs_metadata.set()
+                elif err.invalid_metadata:
+                    self._needs_metadata.set()
+                self._failed(b, err)
+            else:
+                b.succeed(pr.base_offset, pr.log_append_time_ms)
+                acc.complete(b)
+
+    def _failed(self, b: ProducerBatch, err: KafkaError) -> None:
+        """Retry ``b`` or fail it (see the module docstring)."""
+        acc = self.accumulator
+        now = time.monotonic()
+        expired = now - b.created > self.delivery_timeout_s
+        seqs = self.sequences
+        if seqs is not None and isinstance(err, _SEQUENCE_ERRORS) and not expired and not acc.closed:
+            with acc.lock:
+                retry = seqs.is_stale(b)
+                if not retry and isinstance(err, OutOfOrderSequenceNumberError):
+                    retry = True
+                    if seqs.is_first_unresolved(b):
+                        log.warning(
+                            "%s-%d: out-of-order sequence for the first unacknowledged batch; "
+                            "restarting the partition's sequence in a new epoch",
+                            b.tp.topic,
+                            b.tp.partition,
+                        )
+                        seqs.restart(b.tp)
+            if retry:
+                acc.requeue(b, now + self.backoff_s)
+                return
+        if err.retriable and not expired and not acc.closed:
+            acc.requeue(b, now + self.backoff_s)
+            return
+        if self.aborted:
+            err = KafkaTimeoutError("the producer was closed before the batch was acknowledged")
+        elif expired and err.retriable:
+            # Report why it kept failing, not just that time ran out.
+            err = type(err)(f"{err.message} (gave up after delivery_timeout_ms={self.delivery_timeout_ms})")
+        if seqs is not None and b.sequenced:
+            with acc.lock:
+                seqs.resolved(b)
+                seqs.restart(b.tp)
+                log.info(
+                    "%s-%d: a batch failed; the partition's sequence restarts at 0 with producer id %d epoch %d",
+                    b.tp.topic,
+                    b.tp.partition,
+                    seqs.streams[b.tp].producer_id,
+                    seqs.streams[b.tp].epoch,
+                )
+        b.fail(err)
+        acc.complete(b)
