@@ -1,0 +1,650 @@
+"""``kctl perf produce`` and ``kctl perf consume``: kafka-producer-perf-test.sh and
+kafka-consumer-perf-test.sh for kbroker, against any running cluster.
+
+produce sends ``--num-records`` records of ``--record-size`` random bytes (a pool of
+payloads, cycled) to ``--topic``, unthrottled or at ``--throughput`` records/s, with
+``Producer.send`` or, with ``--bulk``, ``Producer.send_batch`` (``--bulk-size`` records a
+call). ``--producer-props`` takes Kafka's names (``acks=all linger.ms=0 batch.size=65536
+compression.type=lz4 ...``; a dot becomes an underscore, so any kclient producer setting
+works). Every 5 s it prints Kafka's window line, and at the end Kafka's summary::
+
+    1000000 records sent, 512345.6 records/sec (48.86 MB/sec), 3.10 ms avg latency, 18.40 ms max latency,
+    2.51 ms 50th, 7.02 ms 95th, 11.30 ms 99th, 16.83 ms 99.9th.
+
+(one line; percentiles in fractional ms since ours are below one). Latency runs from the
+call to the acknowledgement callback: per record for ``send`` -- measured on a sample of
+at most ``LATENCY_SAMPLES`` records spread evenly, because a callback on every record
+costs a Python producer a third of its rate; delivery errors are seen on that sample --
+and per call for ``--bulk`` (all of a call's futures done).
+
+consume assigns every partition of ``--topic`` (no group; ``--consumer-props`` takes
+Kafka's names, e.g. ``max.poll.records=10000``), starts at the earliest offset and reads until
+``--num-records`` records or ``--timeout-ms`` without one, then prints Kafka's CSV pair::
+
+    start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms,
+    fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+
+(each on one line; ``rebalance.time.ms`` is the time to find the partitions and their
+earliest offsets, as no group is joined; the fetch rates exclude it). ``--columnar`` reads with
+``Consumer.poll_columns`` or ``Consumer.poll_arrow`` instead of ``poll``.
+
+MB is 2**20 bytes, as Kafka's tools count. A missing feature (no ``send_batch``, no
+columnar poll) or bad input is one ``kctl: ...`` line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, parse_bool, parse_key_values
+from kbroker.cli.console import require_topic
+from kclient import Consumer, Producer, TopicPartition
+from kclient.errors import InvalidConfigError
+
+MB = 1024.0 * 1024.0
+REPORT_INTERVAL_S = 5.0
+LATENCY_SAMPLES = 20_000
+"""At most this many send() latencies are measured (every record of a smaller run)."""
+PAYLOAD_POOL = 1024
+DEFAULT_BULK_SIZE = 10_000
+DEFAULT_CONSUME_TIMEOUT_MS = 10_000
+POLL_MS = 100
+Report = Callable[[str], None]
+
+
+def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.ArgumentParser) -> None:
+    perf = nouns.add_parser("perf", help="throughput and latency tests (kafka-*-perf-test.sh)")
+    verbs = perf.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    produce = verbs.add_parser(
+        "produce", parents=[connection], help="send records as fast as asked and print Kafka's summary line"
+    )
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--num-records", type=int, required=True)
+    produce.add_argument("--record-size", type=int, default=100, help="value bytes (default 100)")
+    produce.add_argument("--throughput", type=float, default=-1, help="records/s, -1 unthrottled (default)")
+    produce.add_argument(
+        "--producer-props",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Kafka producer settings: acks=all linger.ms=5 batch.size=16384 compression.type=lz4 ...",
+    )
+    produce.add_argument("--bulk", action="store_true", help="send with Producer.send_batch")
+    produce.add_argument(
+        "--bulk-size", type=int, default=DEFAULT_BULK_SIZE, help=f"records per send_batch (default {DEFAULT_BULK_SIZE})"
+    )
+    produce.set_defaults(handler=produce_command)
+
+    consume = verbs.add_parser("consume", parents=[connection], help="read a topic from the start and print rates")
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--num-records", "--messages", type=int, required=True, dest="num_records")
+    consume.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=DEFAULT_CONSUME_TIMEOUT_MS,
+        help=f"stop after this long without a record (default {DEFAULT_CONSUME_TIMEOUT_MS})",
+    )
+    consume.add_argument(
+        "--consumer-props",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Kafka consumer settings: max.poll.records=10000 fetch.max.bytes=... ",
+    )
+    consume.add_argument(
+        "--columnar",
+        nargs="?",
+        const="auto",
+        choices=("auto", "columns", "arrow"),
+        help="poll_columns (auto: when present) or poll_arrow instead of poll",
+    )
+    consume.set_defaults(handler=consume_command)
+
+
+# --- settings ------------------------------------------------------------------------
+
+
+def client_config(items: Iterable[str], flag: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Kafka-named ``k=v`` settings as kclient keyword arguments, typed by kclient's defaults.
+
+    ``linger.ms`` becomes ``linger_ms``; a setting kclient does not have, or one that
+    takes a Python object (serializers, assignors), is a UsageError.
+    """
+    out: dict[str, Any] = {}
+    for name, text in parse_key_values(items, flag).items():
+        key = name.replace(".", "_").replace("-", "_")
+        if key not in defaults:
+            known = ", ".join(sorted(k.replace("_", ".") for k, v in defaults.items() if _settable(k, v)))
+            raise UsageError(f"unknown {flag} setting {name!r} (known: {known})")
+        default = defaults[key]
+        if not _settable(key, default):
+            raise UsageError(f"{flag} cannot set {name} (it takes a Python object)")
+        out[key] = _typed(text, default, name)
+    return out
+
+
+def _settable(key: str, default: Any) -> bool:
+    return "serializer" not in key and (default is None or isinstance(default, bool | int | float | str))
+
+
+def _typed(text: str, default: Any, name: str) -> Any:
+    if isinstance(default, bool):
+        return parse_bool(text, name)
+    try:
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except ValueError:
+        raise UsageError(f"property {name} must be a number, got {text!r}") from None
+    return text
+
+
+def _bootstrap(args: argparse.Namespace, config: dict[str, Any]) -> str:
+    if args.zookeeper is not None:
+        raise UsageError("perf talks to brokers: give --bootstrap-server, not --zookeeper")
+    servers = config.pop("bootstrap_servers", None) or args.bootstrap_server
+    if servers is None:
+        raise UsageError("perf needs --bootstrap-server HOST:PORT")
+    return check_bootstrap(servers)
+
+
+def _at_least(value: float, low: float, flag: str) -> None:
+    if value < low:
+        raise UsageError(f"{flag} must be at least {low:g}, got {value:g}")
+
+
+# --- statistics ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Latency figures in ms over the measured samples."""
+
+    count: int
+    avg: float
+    max: float
+    p50: float
+    p95: float
+    p99: float
+    p999: float
+
+    @classmethod
+    def of(cls, samples_ms: Sequence[float]) -> Latency:
+        if not samples_ms:
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        s = sorted(samples_ms)
+        n = len(s)
+
+        def pct(p: float) -> float:
+            return s[min(n - 1, int(p * n))]  # Kafka's ProducerPerformance.percentiles
+
+        return cls(n, sum(s) / n, s[-1], pct(0.5), pct(0.95), pct(0.99), pct(0.999))
+
+
+@dataclass(frozen=True)
+class ProduceSummary:
+    records: int
+    bytes: int
+    elapsed_s: float
+    latency: Latency
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def line(self) -> str:
+        lat = self.latency
+        return (
+            f"{self.records} records sent, {self.records_per_s:.1f} records/sec ({self.mb_per_s:.2f} MB/sec), "
+            f"{lat.avg:.2f} ms avg latency, {lat.max:.2f} ms max latency, {lat.p50:.2f} ms 50th, "
+            f"{lat.p95:.2f} ms 95th, {lat.p99:.2f} ms 99th, {lat.p999:.2f} ms 99.9th."
+        )
+
+
+class _ProduceStats:
+    """Latency samples and errors, fed from the producer's network thread (hence the lock)
+    and read by the sending thread for the 5-second window lines."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.samples: list[float] = []
+        self.errors = 0
+        self.first_error: BaseException | None = None
+        self._window: list[float] = []
+
+    def done(self, t0: float, error: BaseException | None) -> None:
+        ms = (time.perf_counter() - t0) * 1000.0
+        with self._lock:
+            if error is not None:
+                self.errors += 1
+                self.first_error = self.first_error or error
+                return
+            self.samples.append(ms)
+            self._window.append(ms)
+
+    def take_window(self) -> list[float]:
+        with self._lock:
+            window, self._window = self._window, []
+        return window
+
+
+class _Progress:
+    """Kafka's window line every ``REPORT_INTERVAL_S``: records handed to the producer in
+    the window, their rate, and the latency of the acknowledgements in it."""
+
+    def __init__(self, stats: _ProduceStats, record_size: int, report: Report | None) -> None:
+        self._stats = stats
+        self._size = record_size
+        self._report = report
+        self._start = self._next = time.perf_counter()
+        self._sent = 0
+        self._next += REPORT_INTERVAL_S
+
+    def tick(self, sent: int) -> None:
+        now = time.perf_counter()
+        if now < self._next or self._report is None:
+            return
+        took = now - (self._next - REPORT_INTERVAL_S)
+        n = sent - self._sent
+        window = self._stats.take_window()
+        avg = sum(window) / len(window) if window else 0.0
+        self._report(
+            f"{n} records sent, {n / took:.1f} records/sec ({n * self._size / MB / took:.2f} MB/sec), "
+            f"{avg:.1f} ms avg latency, {max(window, default=0.0):.1f} ms max latency."
+        )
+        self._sent = sent
+        self._next = now + REPORT_INTERVAL_S
+
+
+class _Throttle:
+    """Kafka's ThroughputThrottler: sleep whenever the sender is ahead of ``per_s``."""
+
+    def __init__(self, per_s: float) -> None:
+        self.per_s = per_s
+        self.start = time.perf_counter()
+
+    def wait(self, sent: int) -> None:
+        ahead = self.start + sent / self.per_s - time.perf_counter()
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def _payloads(size: int) -> list[bytes]:
+    """Random uppercase letters as Kafka's perf test sends, a pool cycled through."""
+    raw = bytes(65 + b % 26 for b in os.urandom(size * PAYLOAD_POOL))
+    return [raw[i * size : (i + 1) * size] for i in range(PAYLOAD_POOL)]
+
+
+def _on_done(future: Any, done: Callable[[BaseException | None], None]) -> None:
+    """Call ``done(error_or_None)`` once ``future`` completes (kclient's futures or
+    ``concurrent.futures``)."""
+    if hasattr(future, "add_callback") and hasattr(future, "add_errback"):
+        future.add_callback(lambda *_: done(None))
+        future.add_errback(lambda *a: done(a[-1] if a else RuntimeError("send failed")))
+    elif hasattr(future, "add_done_callback"):
+        future.add_done_callback(lambda f: done(f.exception()))
+    else:
+        raise CliError(f"send_batch returned {type(future).__name__}, not a future")
+
+
+def _futures(result: Any) -> list[Any]:
+    if isinstance(result, Mapping):
+        return list(result.values())
+    if isinstance(result, list | tuple):
+        return list(result)
+    return [result]
+
+
+class _AllDone:
+    """Completes once every future of one send_batch call has; then one latency sample."""
+
+    def __init__(self, stats: _ProduceStats, t0: float, futures: list[Any]) -> None:
+        self._stats = stats
+        self._t0 = t0
+        self._left = len(futures)
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        for f in futures:
+            _on_done(f, self._one)
+
+    def _one(self, error: BaseException | None) -> None:
+        with self._lock:
+            self._left -= 1
+            self._error = self._error or error
+            last = self._left == 0
+        if last:
+            self._stats.done(self._t0, self._error)
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    num_records: int,
+    record_size: int,
+    *,
+    throughput: float = -1,
+    bulk: bool = False,
+    bulk_size: int = DEFAULT_BULK_SIZE,
+    partition: int | None = None,
+    report: Report | None = None,
+) -> ProduceSummary:
+    """Send ``num_records`` records with ``producer`` and wait for every outcome.
+
+    Raises CliError when ``bulk`` and the producer has no ``send_batch``, or when a
+    measured record failed (after ``report`` got the summary line).
+    """
+    send_batch = getattr(producer, "send_batch", None)
+    if bulk and send_batch is None:
+        raise CliError("--bulk needs Producer.send_batch, which this kclient does not have")
+    payloads = _payloads(record_size)
+    stats = _ProduceStats()
+    progress = _Progress(stats, record_size, report)
+    throttle = _Throttle(throughput) if throughput > 0 else None
+    start = time.perf_counter()
+    if bulk:
+        assert send_batch is not None
+        values = tuple(payloads[i % PAYLOAD_POOL] for i in range(min(bulk_size, num_records)))
+        sent = 0
+        while sent < num_records:
+            k = min(len(values), num_records - sent)
+            if throttle:
+                throttle.wait(sent)
+            t0 = time.perf_counter()
+            _AllDone(
+                stats, t0, _futures(send_batch(topic, values if k == len(values) else values[:k], partition=partition))
+            )
+            sent += k
+            progress.tick(sent)
+    else:
+        _send_each(producer, topic, partition, num_records, payloads, stats, progress, throttle)
+    producer.flush()
+    elapsed = time.perf_counter() - start
+    summary = ProduceSummary(num_records, num_records * record_size, elapsed, Latency.of(stats.samples))
+    if report is not None:
+        report(summary.line())
+    if stats.errors:
+        raise CliError(f"{stats.errors} measured send(s) to {topic} failed: {stats.first_error}")
+    return summary
+
+
+def _send_each(
+    producer: Producer,
+    topic: str,
+    partition: int | None,
+    n: int,
+    payloads: list[bytes],
+    stats: _ProduceStats,
+    progress: _Progress,
+    throttle: _Throttle | None,
+) -> None:
+    send = producer.send
+    clock = time.perf_counter
+    sampling = max(1, -(-n // LATENCY_SAMPLES))
+    check = 1 if throttle else 1024
+    pool = len(payloads)
+    for i in range(n):
+        if throttle:
+            throttle.wait(i)
+        if i % sampling:
+            send(topic, payloads[i % pool], partition=partition)
+        else:
+            t0 = clock()
+            _on_done(send(topic, payloads[i % pool], partition=partition), functools.partial(stats.done, t0))
+        if not i % check:
+            progress.tick(i)
+
+
+def end_to_end_latency(producer: Producer, consumer: Consumer, topic: str, num_records: int, size: int) -> Latency:
+    """Kafka's EndToEndLatency: send one record, poll until it arrives, repeat. The
+    consumer must be assigned ``topic``'s partitions at their end; ``producer`` should
+    have ``linger_ms=0``."""
+    payloads = _payloads(size)
+    samples: list[float] = []
+    for i in range(num_records):
+        t0 = time.perf_counter()
+        producer.send(topic, payloads[i % PAYLOAD_POOL])
+        got = 0
+        deadline = t0 + 30.0
+        while not got:
+            if time.perf_counter() > deadline:
+                raise CliError(f"record {i} did not come back from {topic} within 30 s")
+            got = sum(len(recs) for recs in consumer.poll(timeout_ms=POLL_MS).values())
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        if got != 1:
+            raise CliError(f"expected one record back from {topic}, got {got}")
+    return Latency.of(samples)
+
+
+# --- consume -------------------------------------------------------------------------
+
+
+@dataclass
+class ConsumeSummary:
+    records: int = 0
+    bytes: int = 0
+    polls: int = 0
+    start_wall: float = field(default_factory=time.time)
+    elapsed_s: float = 0.0
+    setup_s: float = 0.0
+    """Seconds to find the partitions and their earliest offsets (Kafka's rebalance.time.ms slot)."""
+
+    HEADER = (
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
+    )
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def fetch_s(self) -> float:
+        return self.elapsed_s - self.setup_s
+
+    @property
+    def fetch_records_per_s(self) -> float:
+        return self.records / self.fetch_s if self.fetch_s > 0 else 0.0
+
+    def line(self) -> str:
+        def stamp(t: float) -> str:
+            return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S:%f")[:-3]
+
+        mb = self.bytes / MB
+        fetch = self.fetch_s
+        return (
+            f"{stamp(self.start_wall)}, {stamp(self.start_wall + self.elapsed_s)}, {mb:.4f}, "
+            f"{mb / self.elapsed_s if self.elapsed_s > 0 else 0.0:.4f}, {self.records}, {self.records_per_s:.4f}, "
+            f"{self.setup_s * 1000:.0f}, {fetch * 1000:.0f}, {mb / fetch if fetch > 0 else 0.0:.4f}, "
+            f"{self.fetch_records_per_s:.4f}"
+        )
+
+
+def _row_bytes(records: Iterable[Any]) -> int:
+    return sum(len(r.value or b"") + len(r.key or b"") for r in records)
+
+
+def _column_counts(result: Any) -> tuple[int, int]:
+    """(records, key + value bytes) of what a columnar poll returned: a pyarrow
+    RecordBatch or Table, a mapping of partition -> columns, or one columns object with
+    ``value``/``values`` (and ``key``/``keys``) as sequences or Arrow arrays."""
+    if result is None:
+        return 0, 0
+    if hasattr(result, "num_rows") and hasattr(result, "column"):
+        names = set(result.schema.names)
+        size = sum(_binary_bytes(result.column(c)) for c in ("key", "value") if c in names)
+        return int(result.num_rows), size
+    if isinstance(result, Mapping) and not any(k in result for k in ("value", "values")):
+        totals = [_column_counts(v) for v in result.values()]
+        return sum(t[0] for t in totals), sum(t[1] for t in totals)
+    values = _column(result, "value")
+    if values is None:
+        raise CliError(f"cannot count the records of a columnar poll result {type(result).__name__}")
+    keys = _column(result, "key")
+    return len(values), _binary_bytes(values) + (_binary_bytes(keys) if keys is not None else 0)
+
+
+def _column(columns: Any, name: str) -> Any:
+    for attr in (name, name + "s"):
+        if isinstance(columns, Mapping) and attr in columns:
+            return columns[attr]
+        if hasattr(columns, attr):
+            return getattr(columns, attr)
+    return None
+
+
+def _binary_bytes(column: Any) -> int:
+    if hasattr(column, "null_count"):  # a pyarrow array or chunked array
+        import pyarrow.compute as pc
+
+        total = pc.sum(pc.binary_length(column)).as_py()
+        return int(total or 0)
+    return sum(map(len, filter(None, column)))
+
+
+def columnar_poll(consumer: Consumer, kind: str) -> Callable[..., Any]:
+    """The consumer's columnar poll: ``poll_columns`` or ``poll_arrow`` (``kind`` auto
+    prefers ``poll_columns``); a CliError when this kclient has neither."""
+    names = {"auto": ("poll_columns", "poll_arrow"), "columns": ("poll_columns",), "arrow": ("poll_arrow",)}[kind]
+    for name in names:
+        poll = getattr(consumer, name, None)
+        if poll is not None:
+            return poll  # type: ignore[no-any-return]
+    raise CliError(f"--columnar needs Consumer.{' or Consumer.'.join(names)}, which this kclient does not have")
+
+
+def consume(
+    consumer: Consumer,
+    topic: str,
+    num_records: int,
+    *,
+    timeout_ms: int = DEFAULT_CONSUME_TIMEOUT_MS,
+    columnar: str | None = None,
+    report: Report | None = None,
+) -> ConsumeSummary:
+    """Read ``num_records`` records of every partition of ``topic`` from the earliest
+    offset (fewer when ``timeout_ms`` passes without a record: then a CliError after
+    ``report`` got the summary)."""
+    poll = columnar_poll(consumer, columnar) if columnar else None
+    summary = ConsumeSummary()
+    start = time.perf_counter()
+    partitions = consumer.partitions_for_topic(topic)
+    if not partitions:
+        raise CliError(f"topic {topic!r} does not exist")
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    for tp in tps:
+        consumer.position(tp)  # ListOffsets now: setup, not fetch time
+    summary.setup_s = time.perf_counter() - start
+    last_record = start + summary.setup_s
+    next_report = start + REPORT_INTERVAL_S
+    reported = (start, 0, 0)
+    while summary.records < num_records:
+        left = num_records - summary.records
+        if poll is not None:
+            n, size = _column_counts(poll(timeout_ms=POLL_MS, max_records=left))
+        else:
+            batch = consumer.poll(timeout_ms=POLL_MS, max_records=left)
+            n = size = 0
+            for records in batch.values():
+                n += len(records)
+                size += _row_bytes(records)
+        summary.polls += 1
+        now = time.perf_counter()
+        if n:
+            summary.records += n
+            summary.bytes += size
+            last_record = now
+        elif (now - last_record) * 1000 >= timeout_ms:
+            break
+        if report is not None and now >= next_report:
+            t, r, b = reported
+            report(
+                f"{summary.records - r} records read, {(summary.records - r) / (now - t):.1f} records/sec "
+                f"({(summary.bytes - b) / MB / (now - t):.2f} MB/sec), {summary.polls} polls."
+            )
+            reported = (now, summary.records, summary.bytes)
+            next_report = now + REPORT_INTERVAL_S
+    summary.elapsed_s = last_record - start
+    if report is not None:
+        report(ConsumeSummary.HEADER)
+        report(summary.line())
+    if summary.records < num_records:
+        raise CliError(
+            f"read {summary.records} of {num_records} records from {topic}: none for {timeout_ms} ms (--timeout-ms)"
+        )
+    return summary
+
+
+# --- commands ------------------------------------------------------------------------
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def produce_command(args: argparse.Namespace) -> int:
+    config = client_config(args.producer_props, "--producer-props", Producer.DEFAULT_CONFIG)
+    bootstrap = _bootstrap(args, config)
+    _at_least(args.num_records, 1, "--num-records")
+    _at_least(args.record_size, 0, "--record-size")
+    _at_least(args.bulk_size, 1, "--bulk-size")
+    if args.throughput <= 0 and args.throughput != -1:
+        raise UsageError(f"--throughput must be positive, or -1 for unthrottled, got {args.throughput:g}")
+    if args.bulk and not hasattr(Producer, "send_batch"):
+        raise CliError("--bulk needs Producer.send_batch, which this kclient does not have")
+    try:
+        producer = Producer(bootstrap_servers=bootstrap, **config)
+    except InvalidConfigError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        require_topic(bootstrap, args.topic)
+        produce(
+            producer,
+            args.topic,
+            args.num_records,
+            args.record_size,
+            throughput=args.throughput,
+            bulk=args.bulk,
+            bulk_size=args.bulk_size,
+            report=_print,
+        )
+    finally:
+        producer.close()
+    return 0
+
+
+def consume_command(args: argparse.Namespace) -> int:
+    config = client_config(args.consumer_props, "--consumer-props", Consumer.DEFAULT_CONFIG)
+    bootstrap = _bootstrap(args, config)
+    _at_least(args.num_records, 1, "--num-records")
+    _at_least(args.timeout_ms, 0, "--timeout-ms")
+    if config.get("group_id"):
+        raise UsageError("perf consume assigns every partition itself: group.id is not used")
+    config.setdefault("enable_auto_commit", False)
+    try:
+        consumer = Consumer(bootstrap_servers=bootstrap, **config)
+    except InvalidConfigError as exc:
+        raise UsageError(str(exc)) from None
+    with consumer:
+        if args.columnar:
+            columnar_poll(consumer, args.columnar)  # fail before reading, not after
+        require_topic(bootstrap, args.topic)
+        consume(
+            consumer, args.topic, args.num_records, timeout_ms=args.timeout_ms, columnar=args.columnar, report=_print
+        )
+    return 0
