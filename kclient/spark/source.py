@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,6 +50,7 @@ from pyspark.sql.types import (
 )
 
 from kclient.errors import KafkaError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from kclient.records import RecordColumns
 from kclient.spark.errors import DataLossError, KbrokerOptionError
 from kclient.spark.offsets import (
     EARLIEST,
@@ -289,24 +291,25 @@ class KbrokerInputPartition(InputPartition):
 
 
 def _arrow_batch(
-    records: Sequence[Any], topic: str, partition: int, schema: pa.Schema, headers: bool
+    cols: RecordColumns, n: int, topic: str, partition: int, schema: pa.Schema, headers: bool
 ) -> pa.RecordBatch:
+    """The first ``n`` records of ``cols`` as Spark's Kafka rows (no per-row Python objects)."""
     import pyarrow as pa
 
-    n = len(records)
-    # ConsumerRecord: topic, partition, offset, timestamp, timestamp_type, key, value, headers
-    cols = list(zip(*records, strict=True))
+    def first(values: list[Any]) -> list[Any]:
+        return values if n == len(values) else values[:n]
+
     arrays = [
-        pa.array(cols[5], type=pa.binary()),
-        pa.array(cols[6], type=pa.binary()),
+        pa.array(first(cols.keys), type=pa.binary()),
+        pa.array(first(cols.values), type=pa.binary()),
         pa.repeat(pa.scalar(topic, type=pa.string()), n),
         pa.repeat(pa.scalar(partition, type=pa.int32()), n),
-        pa.array(cols[2], type=pa.int64()),
-        pa.array(cols[3], type=pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
-        pa.array(cols[4], type=pa.int32()),
+        pa.array(first(cols.offsets), type=pa.int64()),
+        pa.array(first(cols.timestamps), type=pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
+        pa.array(first(cols.timestamp_types), type=pa.int32()),
     ]
     if headers:
-        arrays.append(pa.array(cols[7], type=schema.field("headers").type))
+        arrays.append(pa.array(first(cols.headers), type=schema.field("headers").type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -329,14 +332,15 @@ def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordB
         deadline = time.monotonic() + opts.poll_timeout_ms / 1000.0
         while position < end:
             try:
-                polled = consumer.poll(timeout_ms=500, max_records=min(end - position, 100_000))
+                polled = consumer.poll_columns(timeout_ms=500, max_records=min(end - position, 100_000))
             except OffsetOutOfRangeError:
                 position = _recover_out_of_range(opts, consumer, tp, position, end, where)
                 if position < end:
                     consumer.seek(tp, position)
                 continue
-            records = polled.get(tp)
-            if not records:
+            cols = polled.get(tp)
+            offsets = cols.offsets if cols is not None else []
+            if not offsets:
                 if time.monotonic() > deadline:
                     raise KafkaError(
                         f"kbroker: reading {where} made no progress at offset {position} for "
@@ -344,17 +348,16 @@ def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordB
                     )
                 continue
             deadline = time.monotonic() + opts.poll_timeout_ms / 1000.0
-            if records[0].offset > position:  # a gap: records we expected are gone
+            assert cols is not None
+            if offsets[0] > position:  # a gap: records we expected are gone
                 report_data_loss(
                     opts.fail_on_data_loss,
-                    f"offsets {position} to {records[0].offset - 1} of {tp.topic}-{tp.partition} are missing",
+                    f"offsets {position} to {offsets[0] - 1} of {tp.topic}-{tp.partition} are missing",
                 )
-            if records[-1].offset >= end:
-                records = [r for r in records if r.offset < end]
-                position = end
-            if records:
-                position = max(position, records[-1].offset + 1)
-                yield _arrow_batch(records, tp.topic, tp.partition, schema, opts.include_headers)
+            n = len(offsets) if offsets[-1] < end else bisect_left(offsets, end)
+            position = end if n < len(offsets) else max(position, offsets[-1] + 1)
+            if n:
+                yield _arrow_batch(cols, n, tp.topic, tp.partition, schema, opts.include_headers)
     finally:
         consumer.close()
 
