@@ -1,0 +1,211 @@
+"""Fakes for the producer's unit tests: an in-process leader behind a fake transport.
+
+``FakeLeader`` keeps one log per partition and checks idempotent batches as a leader
+does (kbroker.storage.producer_state): duplicates of the last 5 batches answered with
+their offsets, OUT_OF_ORDER_SEQUENCE_NUMBER for a gap, a newer epoch must start at 0.
+Produce calls can be held (``hold = True``) and completed one by one in any order, and
+errors can be injected per call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
+from kclient.records import decode_batch, read_header
+from kclient.structs import TopicPartition
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+NOT_LEADER_OR_FOLLOWER = 6
+ADDRESS = "fake:9092"
+
+
+class FakeCall:
+    """A Produce call in flight: ``complete()`` answers it (callbacks run on the caller)."""
+
+    def __init__(self, leader: FakeLeader, request: log_pb2.ProduceRequest) -> None:
+        self.leader = leader
+        self.request = request
+        self.response: log_pb2.ProduceResponse | None = None
+        self.callbacks: list[Callable[[Any], None]] = []
+        self.lock = threading.Lock()
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        with self.lock:
+            if self.response is None:
+                self.callbacks.append(fn)
+                return
+        fn(self)
+
+    def result(self) -> log_pb2.ProduceResponse:
+        assert self.response is not None
+        return self.response
+
+    def complete(self, error_code: int = 0) -> None:
+        """Answer the call: append its batches, or refuse every one with ``error_code``."""
+        resp = self.leader.handle(self.request, error_code)
+        with self.lock:
+            self.response = resp
+            callbacks, self.callbacks = self.callbacks, []
+        for fn in callbacks:
+            fn(self)
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return [(t.name, p.index) for t in self.request.topics for p in t.partitions]
+
+
+class _ProducerEntry:
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.last_seq = -1
+        self.batches: deque[tuple[int, int, int]] = deque(maxlen=5)  # first seq, last seq, base offset
+
+
+class FakeLeader:
+    """Leader of every partition, in process."""
+
+    def __init__(self, partitions: int = 1) -> None:
+        self.partitions = partitions
+        self.logs: dict[tuple[str, int], list[bytes | None]] = {}
+        self.batch_headers: dict[tuple[str, int], list[Any]] = {}
+        self.state: dict[tuple[str, int, int], _ProducerEntry] = {}
+        self.hold = False
+        self.held: list[FakeCall] = []
+        self.calls: list[FakeCall] = []
+        self.max_held = 0
+        self.out_of_order = 0
+        """OUT_OF_ORDER_SEQUENCE_NUMBER answers given."""
+        self.lock = threading.Lock()
+
+    def produce(self, request: log_pb2.ProduceRequest) -> FakeCall:
+        call = FakeCall(self, request)
+        with self.lock:
+            self.calls.append(call)
+            if self.hold:
+                self.held.append(call)
+                self.max_held = max(self.max_held, len(self.held))
+                return call
+        call.complete()
+        return call
+
+    def take(self, i: int = 0) -> FakeCall:
+        with self.lock:
+            return self.held.pop(i)
+
+    def handle(self, request: log_pb2.ProduceRequest, error_code: int) -> log_pb2.ProduceResponse:
+        resp = log_pb2.ProduceResponse()
+        with self.lock:
+            for t in request.topics:
+                tr = resp.topics.add(name=t.name)
+                for p in t.partitions:
+                    code, base = (error_code, -1) if error_code else self._append((t.name, p.index), p.records)
+                    self.out_of_order += code == OUT_OF_ORDER_SEQUENCE_NUMBER and not error_code
+                    tr.partitions.add(index=p.index, error_code=code, base_offset=base, log_append_time_ms=-1)
+        return resp
+
+    def _append(self, tp: tuple[str, int], records: bytes) -> tuple[int, int]:
+        log = self.logs.setdefault(tp, [])
+        header = read_header(records)
+        if header.producer_id >= 0:
+            key = (*tp, header.producer_id)
+            entry = self.state.get(key)
+            first, last = header.base_sequence, header.base_sequence + header.record_count - 1
+            if entry is not None:
+                if header.producer_epoch < entry.epoch:
+                    return INVALID_PRODUCER_EPOCH, -1
+                if header.producer_epoch == entry.epoch:
+                    for f, l_, base in entry.batches:
+                        if (f, l_) == (first, last):
+                            return DUPLICATE_SEQUENCE_NUMBER, base
+                    if first != entry.last_seq + 1:
+                        return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+                elif first != 0:
+                    return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+            if entry is None or header.producer_epoch > entry.epoch:
+                entry = self.state[key] = _ProducerEntry(header.producer_epoch)
+            entry.last_seq = last
+            entry.batches.append((first, last, len(log)))
+        base = len(log)
+        _, recs = decode_batch(records)
+        log.extend(r.value for r in recs)
+        self.batch_headers.setdefault(tp, []).append(header)
+        return 0, base
+
+
+class FakeStub:
+    def __init__(self, leader: FakeLeader) -> None:
+        self.Produce = self
+        self.leader = leader
+
+    def future(self, request: log_pb2.ProduceRequest, timeout: float | None = None) -> FakeCall:
+        return self.leader.produce(request)
+
+
+class FakeTransport:
+    leader: FakeLeader
+
+    def __init__(self, bootstrap_servers: Any, request_timeout_ms: int = 30000) -> None:
+        self.closed = False
+
+    def stub(self, address: str) -> FakeStub:
+        return FakeStub(self.leader)
+
+    def call_any(self, method: str, request: Any, addresses: Any = (), **_kw: Any) -> Any:
+        assert method == "InitProducerId"
+        return cluster_pb2.InitProducerIdResponse(producer_id=7, producer_epoch=0)
+
+    def failed(self, address: str, exc: BaseException) -> Exception:
+        raise AssertionError(f"unexpected failure {exc}")
+
+    def mark_failed(self, address: str) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeMetadata:
+    leader: FakeLeader
+
+    def __init__(self, transport: Any, metadata_max_age_ms: int = 0, retry_backoff_ms: int = 0) -> None:
+        pass
+
+    def wait_for_partitions(self, topic: str, timeout_s: float) -> set[int]:
+        return set(range(self.leader.partitions))
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.leader.partitions))
+
+    def leader_address(self, tp: TopicPartition) -> str:
+        return ADDRESS
+
+    def broker_addresses(self) -> list[str]:
+        return [ADDRESS]
+
+    def needs_refresh(self, now: float) -> bool:
+        return False
+
+    def request_update(self) -> None:
+        pass
+
+    def maybe_refresh(self, timeout_s: float | None = None) -> bool:
+        return True
+
+
+def install_fake_leader(monkeypatch: pytest.MonkeyPatch) -> FakeLeader:
+    """A FakeLeader of 1 partition; Producers made afterwards in the test talk to it."""
+    from kclient.producer import producer as module
+
+    fake = FakeLeader()
+    FakeTransport.leader = fake
+    FakeMetadata.leader = fake
+    monkeypatch.setattr(module, "Transport", FakeTransport)
+    monkeypatch.setattr(module, "ClusterMetadata", FakeMetadata)
+    return fake
