@@ -1,7 +1,8 @@
 """Single-consumer throughput on a local one-broker cluster, records produced first.
 
     .venv/bin/python tests/bench/bench_consumer.py [--records 1000000] [--value-size 100]
-        [--rounds 3] [--modes poll,columns,arrow] [--max-records 10000] [--profile SECONDS]
+        [--rounds 3] [--modes poll,columns,arrow] [--max-records 10000] [--partition-fetch-bytes 1048576]
+        [--profile SECONDS]
 
 Starts a real ZooKeeper and one broker under a temporary directory, produces the records
 once, then reads them all ``--rounds`` times per mode with a fresh consumer and prints the
@@ -33,9 +34,14 @@ def produce(bootstrap: str, n: int, size: int) -> None:
     print(f"produced {n} records in {took:.1f} s")
 
 
-def consume_once(bootstrap: str, n: int, mode: str, max_records: int) -> float:
+def consume_once(bootstrap: str, n: int, mode: str, max_records: int, fetch_bytes: int = 1048576) -> float:
     """Seconds to read ``n`` records from the beginning with one consumer."""
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", max_poll_records=max_records) as c:
+    with Consumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        max_poll_records=max_records,
+        max_partition_fetch_bytes=fetch_bytes,
+    ) as c:
         tp = TopicPartition(TOPIC, 0)
         c.assign([tp])
         c.seek(tp, 0)
@@ -60,6 +66,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="poll,columns,arrow")
     ap.add_argument("--max-records", type=int, default=10000)
+    ap.add_argument("--partition-fetch-bytes", type=int, default=1048576, help="max_partition_fetch_bytes")
     ap.add_argument("--profile", type=float, default=0.0, help="only loop poll() this many seconds (for py-spy)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,16 +82,18 @@ def main() -> None:
                 until = time.monotonic() + args.profile
                 mode = args.modes.split(",")[0]
                 while time.monotonic() < until:
-                    consume_once(cluster.bootstrap, args.records, mode, args.max_records)
+                    consume_once(cluster.bootstrap, args.records, mode, args.max_records, args.partition_fetch_bytes)
                 return
             for mode in args.modes.split(","):
                 best = min(
-                    consume_once(cluster.bootstrap, args.records, mode, args.max_records) for _ in range(args.rounds)
+                    consume_once(cluster.bootstrap, args.records, mode, args.max_records, args.partition_fetch_bytes)
+                    for _ in range(args.rounds)
                 )
                 n = args.records
                 print(
                     f"consume {mode:8s}: {n / best:12,.0f} records/s  {n * args.value_size / best / 1e6:7.1f} MB/s "
-                    f"(best of {args.rounds}, max_records={args.max_records})"
+                    f"(best of {args.rounds}, max_records={args.max_records}, "
+                    f"max_partition_fetch_bytes={args.partition_fetch_bytes})"
                 )
         finally:
             cluster.stop()
