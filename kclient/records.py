@@ -50,13 +50,16 @@ path of the whole system and are written for speed in pure Python: precompiled
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any, ClassVar, NamedTuple
 
 import lz4.frame as _lz4f
 import zstandard as _zstd
@@ -93,6 +96,7 @@ __all__ = [
     "read_header",
     "record_size_in_bytes",
     "stamp_batch",
+    "walk_records",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -519,30 +523,10 @@ def _decompress(codec: int, data: memoryview) -> bytes:
 # ---------------------------------------------------------------------------
 
 
-def _decode_records(buf: Buffer, pos: int, header: BatchHeader) -> list[Record]:
-    """The records of a batch whose shape has been checked."""
-    size = header.batch_length + LOG_OVERHEAD
-    codec = header.attributes & _CODEC_MASK
-    data: bytes
-    if codec:
-        with memoryview(buf) as view:
-            data = _decompress(codec, view[pos + HEADER_SIZE : pos + size])
-        p = 0
-        end = len(data)
-    elif type(buf) is bytes:
-        data = buf
-        p = pos + HEADER_SIZE
-        end = pos + size
-    else:
-        with memoryview(buf) as view:
-            data = view[pos + HEADER_SIZE : pos + size].tobytes()
-        p = 0
-        end = len(data)
-
-    base_offset = header.base_offset
-    first_ts = header.first_timestamp
-    count = header.record_count
-
+def _py_decode_records(
+    data: bytes, p: int, end: int, count: int, base_offset: int, first_ts: int, log_append_ts: int | None
+) -> list[Record]:
+    """The ``count`` records in ``data[p:end]`` of a checked batch (LOG_APPEND_TIME when ``log_append_ts``)."""
     records: list[Record] = []
     add = records.append
     new = _tuple_new
@@ -639,9 +623,8 @@ def _decode_records(buf: Buffer, pos: int, header: BatchHeader) -> list[Record]:
         raise CorruptRecordError(
             f"batch at base offset {base_offset}: {count} records decoded but {end - p:+d} bytes remain"
         )
-    if header.attributes & _TIMESTAMP_TYPE_MASK:  # LOG_APPEND_TIME: the broker's time
-        max_ts = header.max_timestamp
-        records = [new(record_type, (r[0], max_ts, r[2], r[3], r[4])) for r in records]
+    if log_append_ts is not None:  # LOG_APPEND_TIME: the broker's time
+        records = [new(record_type, (r[0], log_append_ts, r[2], r[3], r[4])) for r in records]
     return records
 
 
@@ -868,7 +851,9 @@ def decode_consumer_records(
     None) batch by batch, so when a batch raises CorruptRecordError the records of
     the batches before it are in ``out``.
     """
-    return _py_decode_consumer_records(buf, topic, partition, start_offset, key_deserializer, value_deserializer, out)
+    return _CODEC.decode_consumer_records(
+        buf, topic, partition, start_offset, key_deserializer, value_deserializer, [] if out is None else out
+    )
 
 
 def decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None = None) -> RecordColumns:
@@ -877,7 +862,42 @@ def decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None
     Same checks and skips; appends to ``out``'s lists when given (batch by batch, so
     a CorruptRecordError leaves the columns of the batches before it).
     """
-    return _py_decode_columns(buf, start_offset, out)
+    return _CODEC.decode_columns(buf, start_offset, out)
+
+
+def _records_of(codec: _Codec, buf: Buffer, pos: int, header: BatchHeader) -> list[Record]:
+    """The records of the checked batch at ``pos``, decoded by ``codec``."""
+    attributes = header.attributes
+    if attributes & _CODEC_MASK or not codec.reads_buffers:
+        data, start, end = _batch_body(buf, pos, header)
+    else:
+        data, start, end = buf, pos + HEADER_SIZE, pos + header.batch_length + LOG_OVERHEAD  # type: ignore[assignment]
+    return codec.decode_records(
+        data, start, end, header.record_count, header.base_offset, header.first_timestamp,
+        header.max_timestamp if attributes & _TIMESTAMP_TYPE_MASK else None,
+    )  # fmt: skip
+
+
+def _decode_batch(
+    codec: _Codec, buf: Buffer, pos: int = 0, *, check_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    header = read_header(buf, pos)
+    if check_crc:
+        check_batch(buf, pos, header)
+    else:
+        _check_shape(buf, pos, header)
+    return header, _records_of(codec, buf, pos, header)
+
+
+def _decode_batches(
+    codec: _Codec, buf: Buffer, *, check_crc: bool = True
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    for pos, header in iter_headers(buf):
+        if check_crc:
+            check_batch(buf, pos, header)
+        else:
+            _check_shape(buf, pos, header)
+        yield header, _records_of(codec, buf, pos, header)
 
 
 def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
@@ -887,22 +907,70 @@ def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[
     only magic and bounds are checked. Compressed and control batches decode too.
     Raises CorruptRecordError (or UnsupportedCodecError for snappy without a library).
     """
-    header = read_header(buf, pos)
-    if check_crc:
-        check_batch(buf, pos, header)
-    else:
-        _check_shape(buf, pos, header)
-    return header, _decode_records(buf, pos, header)
+    return _decode_batch(_CODEC, buf, pos, check_crc=check_crc)
 
 
 def decode_batches(buf: Buffer, *, check_crc: bool = True) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """decode_batch over every complete batch of ``buf`` (an incomplete tail is ignored)."""
-    for pos, header in iter_headers(buf):
-        if check_crc:
-            check_batch(buf, pos, header)
-        else:
-            _check_shape(buf, pos, header)
-        yield header, _decode_records(buf, pos, header)
+    return _decode_batches(_CODEC, buf, check_crc=check_crc)
+
+
+def walk_records(data: Buffer, start: int, end: int, count: int) -> int:
+    """Walk ``count`` records from ``start`` without decoding them (the broker's check of a
+    producer's batch); returns the position after the last record.
+
+    Checks that record ``i`` has offsetDelta ``i``, that each record's length covers
+    exactly its fields, and that header keys are non-null UTF-8. Raises ValueError
+    (the message says what is wrong) for a malformed record or one running past ``end``.
+    """
+    return _CODEC.walk_records(data, start, end, count)
+
+
+def _py_walk_records(data: Buffer, p: int, end: int, count: int) -> int:
+    slow = _read_zigzag
+    i = 0
+    try:
+        for i in range(count):
+            if p >= end:
+                raise ValueError(f"the records end after {i} of {count}")
+            zl, q = slow(data, p)
+            if q >= end:
+                raise IndexError
+            _, r = slow(data, q + 1)  # attributes, timestampDelta
+            z, r = slow(data, r)
+            if z != i << 1:
+                raise ValueError(f"record {i} has offsetDelta {(z >> 1) ^ -(z & 1)}")
+            for _ in range(2):  # key, value
+                z, r = slow(data, r)
+                if not z & 1:
+                    r += z >> 1
+            if r >= end:
+                raise IndexError
+            z, r = slow(data, r)
+            if z & 1:
+                raise ValueError(f"a negative header count {(z >> 1) ^ -1}")
+            for _ in range(z >> 1):
+                z, r = slow(data, r)
+                if z & 1:
+                    raise ValueError("a record header with a null key")
+                key_end = r + (z >> 1)
+                if key_end > end:
+                    raise IndexError
+                try:
+                    bytes(data[r:key_end]).decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError("a record header key that is not UTF-8") from None
+                z, r = slow(data, key_end)
+                if not z & 1:
+                    r += z >> 1
+            if r > end:
+                raise IndexError
+            if (r - q) << 1 != zl:
+                raise ValueError(f"record {i} declares {(zl >> 1) ^ -(zl & 1)} bytes but its fields take {r - q}")
+            p = r
+    except (IndexError, CorruptRecordError):
+        raise ValueError(f"record {i} runs past the end of the batch") from None
+    return p
 
 
 # ---------------------------------------------------------------------------
@@ -975,6 +1043,7 @@ class BatchBuilder:
         "_producer_id",
         "_write_limit",
     )
+    _codec: ClassVar[_Codec]
 
     def __init__(
         self,
@@ -1062,7 +1131,7 @@ class BatchBuilder:
             return True
         if timestamp_ms is None:
             timestamp_ms = _now_ms()
-        size = record_size_in_bytes(count, timestamp_ms - self._first_ts, key, value, headers)
+        size: int = self._codec.record_size(count, timestamp_ms - self._first_ts, key, value, headers)
         return len(self._buf) + size <= limit
 
     def try_append(
@@ -1073,11 +1142,8 @@ class BatchBuilder:
         headers: Sequence[Header] = (),
     ) -> int | None:
         """``append`` if the record fits (see has_room_for); its offset delta, or None if not."""
-        if self._built is None and self._count and self._write_limit is not None:
-            size = record_size_in_bytes(self._count, timestamp_ms - self._first_ts, key, value, headers)
-            if len(self._buf) + size > self._write_limit:
-                return None
-        return self.append(timestamp_ms, key, value, headers)
+        limit = self._write_limit
+        return self._append(timestamp_ms, key, value, headers, -1 if limit is None or not self._count else limit)
 
     def append(
         self,
@@ -1087,42 +1153,45 @@ class BatchBuilder:
         headers: Sequence[Header] = (),
     ) -> int:
         """Add a record; returns its offset delta in the batch."""
+        delta = self._append(timestamp_ms, key, value, headers, -1)
+        assert delta is not None
+        return delta
+
+    def _append(
+        self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Sequence[Header], limit: int
+    ) -> int | None:
         if self._built is not None:
             raise IllegalStateError("cannot append to a batch that has been built")
         delta = self._count
         if delta:
-            ts_delta = timestamp_ms - self._first_ts
-            if timestamp_ms > self._max_ts:
-                self._max_ts = timestamp_ms
+            first_ts = self._first_ts
+            max_ts = self._max_ts
+            if timestamp_ms > max_ts:
+                max_ts = timestamp_ms
         else:
-            self._first_ts = self._max_ts = timestamp_ms
-            ts_delta = 0
-        table = _VARINTS
-        limit = _VARINT_TABLE_SIZE
-        z = (ts_delta << 1) ^ (ts_delta >> 63)
-        ts_b = table[z] if z < limit else _encode_zigzag(z)
-        z = delta << 1
-        off_b = table[z] if z < limit else _encode_zigzag(z)
-        if key is None:
-            key = b""
-            key_b = b"\x01"
-        else:
-            z = len(key) << 1
-            key_b = table[z] if z < limit else _encode_zigzag(z)
-        if value is None:
-            value = b""
-            value_b = b"\x01"
-        else:
-            z = len(value) << 1
-            value_b = table[z] if z < limit else _encode_zigzag(z)
-        headers_b = _encode_headers(headers) if headers else b"\x00"
-        body = b"".join((b"\x00", ts_b, off_b, key_b, key, value_b, value, headers_b))
-        z = len(body) << 1
-        buf = self._buf
-        buf += table[z] if z < limit else _encode_zigzag(z)
-        buf += body
+            first_ts = max_ts = timestamp_ms
+        if not self._codec.append_record(self._buf, delta, timestamp_ms - first_ts, key, value, headers, limit):
+            return None
+        self._first_ts = first_ts
+        self._max_ts = max_ts
         self._count = delta + 1
         return delta
+
+    def _extend(
+        self,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[Header]] | None,
+        timestamps: Sequence[int] | None,
+        base_timestamp: int,
+    ) -> None:
+        """Append len(values) records at once (lengths already checked)."""
+        if self._built is not None:
+            raise IllegalStateError("cannot append to a batch that has been built")
+        self._first_ts, self._max_ts = self._codec.encode_records(
+            self._buf, self._count, self._first_ts, self._max_ts, values, keys, headers, timestamps, base_timestamp
+        )
+        self._count += len(values)
 
     def build(self) -> bytes:
         """The finished batch (compressed if asked, CRC set)."""
@@ -1154,6 +1223,70 @@ class BatchBuilder:
         self._built = built
         self._buf = bytearray()
         return built
+
+
+def _py_append_record(
+    buf: bytearray,
+    delta: int,
+    ts_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    limit: int,
+) -> bool:
+    """Append one record to ``buf`` unless ``limit`` >= 0 and it would grow past it."""
+    table = _VARINTS
+    size = _VARINT_TABLE_SIZE
+    z = (ts_delta << 1) ^ (ts_delta >> 63)
+    ts_b = table[z] if z < size else _encode_zigzag(z)
+    z = delta << 1
+    off_b = table[z] if z < size else _encode_zigzag(z)
+    if key is None:
+        key = b""
+        key_b = b"\x01"
+    else:
+        z = len(key) << 1
+        key_b = table[z] if z < size else _encode_zigzag(z)
+    if value is None:
+        value = b""
+        value_b = b"\x01"
+    else:
+        z = len(value) << 1
+        value_b = table[z] if z < size else _encode_zigzag(z)
+    headers_b = _encode_headers(headers) if headers else b"\x00"
+    body = b"".join((b"\x00", ts_b, off_b, key_b, key, value_b, value, headers_b))
+    z = len(body) << 1
+    length_b = table[z] if z < size else _encode_zigzag(z)
+    if limit >= 0 and len(buf) + len(length_b) + len(body) > limit:
+        return False
+    buf += length_b
+    buf += body
+    return True
+
+
+def _py_encode_records(
+    buf: bytearray,
+    count: int,
+    first_ts: int,
+    max_ts: int,
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Sequence[Header]] | None,
+    timestamps: Sequence[int] | None,
+    base_ts: int,
+) -> tuple[int, int]:
+    """Append the records to ``buf`` (offset deltas from ``count``); the new (first_ts, max_ts)."""
+    append = _py_append_record
+    for i, value in enumerate(values):
+        ts = base_ts if timestamps is None else timestamps[i]
+        if count == 0:
+            first_ts = max_ts = ts
+        elif ts > max_ts:
+            max_ts = ts
+        append(buf, count, ts - first_ts, None if keys is None else keys[i], value,
+               () if headers is None else headers[i], -1)  # fmt: skip
+        count += 1
+    return first_ts, max_ts
 
 
 def _encode_headers(headers: Sequence[Header]) -> bytes:
@@ -1194,10 +1327,41 @@ def encode_batch(
     The bytes equal those of a BatchBuilder fed the same records. Raises
     IllegalStateError for no values, ValueError for sequences of different lengths.
     """
-    return _py_encode_batch(
-        values, keys, headers, timestamps, base_timestamp, compression,
+    return _encode_batch(
+        BatchBuilder, values, keys, headers, timestamps, base_timestamp, compression,
         producer_id, producer_epoch, base_sequence, is_transactional, partition_leader_epoch, base_offset,
     )  # fmt: skip
+
+
+def _encode_batch(
+    builder_type: type[BatchBuilder],
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Sequence[Header]] | None,
+    timestamps: Sequence[int] | None,
+    base_timestamp: int | None,
+    compression: Compression,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+    partition_leader_epoch: int,
+    base_offset: int,
+) -> bytes:
+    n = _check_lengths(values, keys, headers, timestamps)
+    builder = builder_type(
+        compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        partition_leader_epoch=partition_leader_epoch,
+        base_offset=base_offset,
+    )
+    if not n:
+        raise IllegalStateError("cannot build an empty record batch")
+    builder._extend(values, keys, headers, timestamps, _now_ms() if base_timestamp is None else base_timestamp)
+    return builder.build()
 
 
 def _check_lengths(
@@ -1213,42 +1377,149 @@ def _check_lengths(
     return n
 
 
-def _py_encode_batch(
-    values: Sequence[bytes | None],
-    keys: Sequence[bytes | None] | None,
-    headers: Sequence[Sequence[Header]] | None,
-    timestamps: Sequence[int] | None,
-    base_timestamp: int | None,
-    compression: Compression,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    is_transactional: bool,
-    partition_leader_epoch: int,
-    base_offset: int,
-) -> bytes:
-    n = _check_lengths(values, keys, headers, timestamps)
-    builder = BatchBuilder(
-        compression,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-        partition_leader_epoch=partition_leader_epoch,
-        base_offset=base_offset,
+# ---------------------------------------------------------------------------
+# The two implementations: compiled (kclient._crecords) and pure Python
+# ---------------------------------------------------------------------------
+
+
+class _Codec(NamedTuple):
+    """The hot loops of one implementation (signatures as in kclient/_crecords.c)."""
+
+    name: str
+    reads_buffers: bool  # decode_records takes any buffer (else bytes only)
+    append_record: Callable[..., bool]
+    record_size: Callable[..., int]
+    encode_records: Callable[..., tuple[int, int]]
+    decode_records: Callable[..., list[Record]]
+    decode_consumer_records: Callable[..., list[ConsumerRecord]]
+    decode_columns: Callable[[Buffer, int, RecordColumns | None], RecordColumns]
+    walk_records: Callable[[Buffer, int, int, int], int]
+
+
+_PY_CODEC = _Codec(
+    "python",
+    False,
+    _py_append_record,
+    record_size_in_bytes,
+    _py_encode_records,
+    _py_decode_records,
+    _py_decode_consumer_records,
+    _py_decode_columns,
+    _py_walk_records,
+)
+
+
+def _load_extension() -> _Codec | None:
+    if os.environ.get("KBROKER_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        c = importlib.import_module("kclient._crecords")
+    except ImportError:
+        return None
+    global _crc32c
+    _crc32c = c.crc32c
+    c.configure(Record, ConsumerRecord, CorruptRecordError, _decompress)
+
+    def decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None = None) -> RecordColumns:
+        cols = RecordColumns([], [], [], [], [], []) if out is None else out
+        c.decode_columns(buf, start_offset, *cols)
+        return cols
+
+    return _Codec(
+        "c",
+        True,
+        c.append_record,
+        c.record_size,
+        c.encode_records,
+        c.decode_records,
+        c.decode_consumer_records,
+        decode_columns,
+        c.walk_records,
     )
-    if not n:
-        raise IllegalStateError("cannot build an empty record batch")
-    append = builder.append
-    if timestamps is None:
-        ts = _now_ms() if base_timestamp is None else base_timestamp
-        if keys is None and headers is None:
-            for value in values:
-                append(ts, None, value)
-        else:
-            for i in range(n):
-                append(ts, None if keys is None else keys[i], values[i], () if headers is None else headers[i])
-    else:
-        for i in range(n):
-            append(timestamps[i], None if keys is None else keys[i], values[i], () if headers is None else headers[i])
-    return builder.build()
+
+
+_C_CODEC = _load_extension()
+_CODEC = _C_CODEC or _PY_CODEC
+BatchBuilder._codec = _CODEC
+IMPLEMENTATION = _CODEC.name
+"""Which codec is in use: "c" (kclient._crecords) or "python" (KBROKER_NO_EXTENSIONS=1, or not built)."""
+
+
+class CodecAPI(NamedTuple):
+    """The codec's entry points bound to one implementation (for tests and benchmarks)."""
+
+    name: str
+    BatchBuilder: type[BatchBuilder]
+    encode_batch: Callable[..., bytes]
+    decode_batch: Callable[..., tuple[BatchHeader, list[Record]]]
+    decode_batches: Callable[..., Iterator[tuple[BatchHeader, list[Record]]]]
+    decode_consumer_records: Callable[..., list[ConsumerRecord]]
+    decode_columns: Callable[..., RecordColumns]
+    walk_records: Callable[[Buffer, int, int, int], int]
+    record_size_in_bytes: Callable[..., int]
+
+
+def _api(codec: _Codec) -> CodecAPI:
+    builder_type = type("BatchBuilder", (BatchBuilder,), {"__slots__": (), "_codec": codec})
+
+    def encode(
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Sequence[Header]] | None = None,
+        timestamps: Sequence[int] | None = None,
+        *,
+        base_timestamp: int | None = None,
+        compression: Compression = Compression.NONE,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+        base_sequence: int = NO_SEQUENCE,
+        is_transactional: bool = False,
+        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+        base_offset: int = 0,
+    ) -> bytes:
+        return _encode_batch(
+            builder_type, values, keys, headers, timestamps, base_timestamp, compression,
+            producer_id, producer_epoch, base_sequence, is_transactional, partition_leader_epoch, base_offset,
+        )  # fmt: skip
+
+    def consumer_records(
+        buf: Buffer,
+        topic: str,
+        partition: int,
+        start_offset: int = 0,
+        key_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = None,
+        out: list[ConsumerRecord] | None = None,
+    ) -> list[ConsumerRecord]:
+        return codec.decode_consumer_records(
+            buf, topic, partition, start_offset, key_deserializer, value_deserializer, [] if out is None else out
+        )
+
+    def columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None = None) -> RecordColumns:
+        return codec.decode_columns(buf, start_offset, out)
+
+    def size(
+        offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None, headers: Sequence[Header] = ()
+    ) -> int:
+        return codec.record_size(offset_delta, timestamp_delta, key, value, headers)
+
+    return CodecAPI(
+        codec.name,
+        builder_type,
+        encode,
+        partial(_decode_batch, codec),
+        partial(_decode_batches, codec),
+        consumer_records,
+        columns,
+        codec.walk_records,
+        size,
+    )
+
+
+def implementations() -> dict[str, CodecAPI]:
+    """Every available implementation by name: always "python", and "c" when the extension
+    is built and not disabled."""
+    out = {"python": _api(_PY_CODEC)}
+    if _C_CODEC is not None:
+        out["c"] = _api(_C_CODEC)
+    return out

@@ -1,0 +1,297 @@
+"""The compiled codec (kclient._crecords) and the pure-Python one are twins.
+
+Property tests (hypothesis): for any records, both build byte-identical batches (one
+record at a time and in bulk), decode them to identical records, agree with the
+input, and on corrupted input raise the same error class. Every test runs each
+implementation available, so a run without the extension (KBROKER_NO_EXTENSIONS=1)
+still checks the pure-Python path against the input.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import pytest
+from crc32c import crc32c
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from kbroker.storage import record_checks
+from kclient import records as rec
+from kclient.errors import CorruptRecordError
+from kclient.records import HEADER_SIZE, CodecAPI, Compression, RecordColumns, stamp_batch
+from kclient.structs import ConsumerRecord
+
+IMPLS = rec.implementations()
+PY = IMPLS["python"]
+OTHERS = list(IMPLS.values())
+CODECS = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
+
+Hdrs = list[tuple[str, bytes | None]]
+Input = tuple[int, bytes | None, bytes | None, Hdrs]
+
+SETTINGS = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+blobs = st.one_of(
+    st.none(),
+    st.binary(max_size=40),
+    st.builds(lambda n, b: b * n, st.integers(60, 70), st.binary(min_size=1, max_size=3)),  # 2-byte varints
+    st.builds(lambda n: bytes(range(256)) * 32 + b"x" * n, st.integers(-2, 2)),  # the 2/3-byte boundary
+)
+header_lists = st.lists(st.tuples(st.text(max_size=12), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
+BASE_TS = 1_700_000_000_000
+timestamps = st.one_of(
+    st.integers(BASE_TS - 100, BASE_TS + 100),
+    st.integers(0, 2**50),
+    st.integers(-(2**40), 2**40),
+)
+inputs = st.lists(st.tuples(timestamps, blobs, blobs, header_lists), min_size=1, max_size=30)
+producer_fields: st.SearchStrategy[dict[str, Any]] = st.one_of(
+    st.just({}),
+    st.fixed_dictionaries(
+        {
+            "producer_id": st.integers(0, 2**63 - 1),
+            "producer_epoch": st.integers(0, 2**15 - 1),
+            "base_sequence": st.integers(0, 2**31 - 1),
+            "is_transactional": st.booleans(),
+        }
+    ),
+)
+
+
+def build(api: CodecAPI, records: Sequence[Input], codec: Compression, fields: dict[str, Any]) -> bytes:
+    builder = api.BatchBuilder(codec, **fields)
+    for i, (ts, key, value, headers) in enumerate(records):
+        assert builder.append(ts, key, value, headers) == i
+    return builder.build()
+
+
+def bulk(api: CodecAPI, records: Sequence[Input], codec: Compression, fields: dict[str, Any]) -> bytes:
+    return api.encode_batch(
+        [r[2] for r in records],
+        [r[1] for r in records],
+        [r[3] for r in records],
+        [r[0] for r in records],
+        compression=codec,
+        **fields,
+    )
+
+
+def outcome(func: Callable[[], Any]) -> Any:
+    """The result, or the class of the exception raised."""
+    try:
+        result = func()
+        if isinstance(result, RecordColumns):
+            return tuple(result)
+        if not isinstance(result, (list, tuple, int)):
+            return list(result)
+        return result
+    except Exception as exc:
+        return type(exc)
+
+
+def set_log_append_time(batch: bytes, max_ts: int) -> bytes:
+    """The batch with the LOG_APPEND_TIME bit and maxTimestamp set, as a leader stamps it."""
+    out = bytearray(batch)
+    (attributes,) = struct.unpack_from(">h", out, 21)
+    struct.pack_into(">h", out, 21, attributes | 0x08)
+    struct.pack_into(">q", out, 35, max_ts)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def test_the_extension_is_built_unless_disabled() -> None:
+    disabled = os.environ.get("KBROKER_NO_EXTENSIONS", "") not in ("", "0")
+    assert rec.IMPLEMENTATION == ("python" if disabled else "c")
+    assert set(IMPLS) == ({"python"} if disabled else {"python", "c"})
+
+
+@SETTINGS
+@given(records=inputs, codec=st.sampled_from(CODECS), fields=producer_fields)
+def test_every_implementation_builds_the_same_bytes(
+    records: list[Input], codec: Compression, fields: dict[str, Any]
+) -> None:
+    expected = build(PY, records, Compression.NONE, fields)
+    for api in OTHERS:
+        assert build(api, records, Compression.NONE, fields) == expected, api.name
+        assert bulk(api, records, Compression.NONE, fields) == expected, api.name
+    if codec != Compression.NONE:  # compressed bytes: same compressor, same input
+        compressed = build(PY, records, codec, fields)
+        for api in OTHERS:
+            assert build(api, records, codec, fields) == compressed, api.name
+            assert bulk(api, records, codec, fields) == compressed, api.name
+
+
+@SETTINGS
+@given(records=inputs, fields=producer_fields)
+def test_sizes_are_exact_and_agree(records: list[Input], fields: dict[str, Any]) -> None:
+    for api in OTHERS:
+        builder = api.BatchBuilder(**fields)
+        first = records[0][0]
+        for i, (ts, key, value, headers) in enumerate(records):
+            size = api.record_size_in_bytes(i, ts - first, key, value, headers)
+            assert size == PY.record_size_in_bytes(i, ts - first, key, value, headers)
+            before = builder.size_in_bytes()
+            builder.append(ts, key, value, headers)
+            assert builder.size_in_bytes() - before == size
+        assert len(builder.build()) == builder.size_in_bytes()
+
+
+@SETTINGS
+@given(
+    records=inputs,
+    limit=st.integers(HEADER_SIZE, 4000),
+    codec=st.sampled_from(CODECS),
+)
+def test_try_append_fills_to_the_limit_identically(records: list[Input], limit: int, codec: Compression) -> None:
+    results = []
+    for api in OTHERS:
+        builder = api.BatchBuilder(codec, write_limit=limit)
+        taken = []
+        for ts, key, value, headers in records:
+            room = builder.has_room_for(key, value, headers, timestamp_ms=ts)
+            delta = builder.try_append(ts, key, value, headers)
+            assert (delta is not None) == room
+            taken.append(delta)
+        assert taken[0] == 0
+        assert builder.record_count == 1 or builder.size_in_bytes() <= limit
+        results.append((taken, builder.build()))
+    assert all(r == results[0] for r in results)
+
+
+@SETTINGS
+@given(
+    batches=st.lists(st.tuples(inputs, st.sampled_from(CODECS), st.booleans(), st.booleans()), min_size=1, max_size=4),
+    start=st.integers(0, 80),
+    tail=st.integers(0, 70),
+)
+def test_every_implementation_decodes_the_same_records(
+    batches: list[tuple[list[Input], Compression, bool, bool]], start: int, tail: int
+) -> None:
+    buf = bytearray()
+    expected: list[ConsumerRecord] = []
+    offset = 0
+    for records, codec, log_append, control in batches:
+        raw = bytearray(build(PY, records, codec, {"producer_id": 5} if control else {}))
+        stamp_batch(raw, 0, offset, 3)
+        if control:  # a control batch: attributes bit 5 (no real control records inside, ignored anyway)
+            (attributes,) = struct.unpack_from(">h", raw, 21)
+            struct.pack_into(">h", raw, 21, attributes | 0x20)
+            struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+        batch = set_log_append_time(bytes(raw), 42) if log_append else bytes(raw)
+        for i, (ts, key, value, headers) in enumerate(records):
+            if not control and offset + i >= start:
+                expected.append(
+                    ConsumerRecord("t", 1, offset + i, 42 if log_append else ts, int(log_append), key, value, headers)
+                )
+        buf += batch
+        offset += len(records)
+    buf += buf[:tail]  # an incomplete tail (or a whole batch's head) is ignored
+    data = bytes(buf)
+    for api in OTHERS:
+        for view in (data, bytearray(data), memoryview(data)):
+            assert api.decode_consumer_records(view, "t", 1, start) == expected, api.name
+            cols = api.decode_columns(view, start)
+            assert tuple(cols) == (
+                [r.offset for r in expected],
+                [r.timestamp for r in expected],
+                [r.timestamp_type for r in expected],
+                [r.key for r in expected],
+                [r.value for r in expected],
+                [r.headers for r in expected],
+            ), api.name
+        decoded = [(h, recs) for h, recs in api.decode_batches(data)]
+        assert decoded == list(PY.decode_batches(data)), api.name
+        assert api.decode_batch(memoryview(data)) == PY.decode_batch(data), api.name
+    lengths = [(len(b[0]) if not b[3] else 0) for b in batches]
+    assert len(expected) <= sum(lengths)
+
+
+@SETTINGS
+@given(records=inputs)
+def test_deserializers_apply_to_non_null_keys_and_values(records: list[Input]) -> None:
+    data = build(PY, records, Compression.NONE, {})
+    for api in OTHERS:
+        got = api.decode_consumer_records(data, "t", 0, 0, len, lambda v: v[:1])
+        assert [(r.key, r.value) for r in got] == [
+            (None if k is None else len(k), None if v is None else v[:1]) for _, k, v, _ in records
+        ]
+
+
+@SETTINGS
+@given(
+    records=inputs,
+    codec=st.sampled_from(CODECS),
+    where=st.integers(0, 10**6),
+    byte=st.integers(0, 255),
+    fix_crc=st.booleans(),
+    cut=st.integers(-1, 10**6),
+)
+def test_corrupt_input_raises_the_same_error_class(
+    records: list[Input], codec: Compression, where: int, byte: int, fix_crc: bool, cut: int
+) -> None:
+    good = build(PY, records, codec, {})
+    bad = bytearray(good)
+    pos = 21 + where % (len(bad) - 21) if fix_crc else where % len(bad)
+    assume(bad[pos] != byte)
+    bad[pos] = byte
+    if fix_crc:  # corrupt the records, not just the checksum
+        struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+    if cut >= 0:
+        bad = bad[: cut % (len(bad) + 1)]
+    data = bytes(bad)
+    calls: list[Callable[[CodecAPI], Any]] = [
+        lambda a: a.decode_consumer_records(data, "t", 0),
+        lambda a: a.decode_columns(data),
+        lambda a: list(a.decode_batches(data)),
+        lambda a: list(a.decode_batches(data, check_crc=False)),
+        lambda a: a.decode_batch(data, check_crc=False),
+    ]
+    for call in calls:
+        results = [outcome(partial(call, api)) for api in OTHERS]
+        assert all(r == results[0] for r in results), [api.name for api in OTHERS]
+        if isinstance(results[0], type):
+            assert issubclass(results[0], CorruptRecordError)
+
+
+def broker_walk(data: bytes, count: int) -> Any:
+    try:
+        return record_checks._walk(data, 0, len(data), count)
+    except Exception:
+        return ValueError
+
+
+@SETTINGS
+@given(records=inputs, where=st.integers(0, 10**6), byte=st.integers(0, 255), extra=st.integers(-2, 2))
+def test_walk_records_agrees_with_the_broker_walk(records: list[Input], where: int, byte: int, extra: int) -> None:
+    body = build(PY, records, Compression.NONE, {})[HEADER_SIZE:]
+    count = len(records)
+    for api in OTHERS:
+        assert api.walk_records(body, 0, len(body), count) == len(body)
+        padded = b"xyz" + body + b"abc"
+        assert api.walk_records(padded, 3, 3 + len(body), count) == 3 + len(body)
+    bad = bytearray(body)
+    pos = where % len(bad)
+    bad[pos] = byte
+    data = bytes(bad)
+    n = max(count + extra, 0)
+    expected = broker_walk(data, n)
+    for api in OTHERS:
+        assert outcome(partial(api.walk_records, data, 0, len(data), n)) == expected, api.name
+
+
+def test_walk_records_errors_say_what_is_wrong() -> None:
+    body = build(PY, [(0, None, b"v", [])] * 3, Compression.NONE, {})[HEADER_SIZE:]
+    for api in OTHERS:
+        with pytest.raises(ValueError, match="end after 3 of 4"):
+            api.walk_records(body, 0, len(body), 4)
+        with pytest.raises(ValueError, match="runs past the end"):
+            api.walk_records(body, 0, len(body) - 1, 3)
+        with pytest.raises(ValueError, match="offsetDelta"):
+            api.walk_records(body[8:], 0, len(body) - 8, 2)
