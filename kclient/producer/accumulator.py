@@ -322,7 +322,7 @@ class RecordAccumulator:
         """``b`` has its outcome: release its memory and its place."""
         with self.lock:
             if in_flight:
-                self.queues[b.tp].in_flight -= 1
+                self.complete_locked(b)
             else:
                 q = self.queues[b.tp]
                 if q.open is b:
@@ -331,11 +331,17 @@ class RecordAccumulator:
                     q.batches.remove(b)
                 except ValueError:
                     pass
-            self.buffered -= b.reserved
-            self.pending -= 1
-            if self.sequences is not None:
-                self.sequences.resolved(b)
+                self.complete_locked(b, in_flight=False)
             self.cond.notify_all()
+
+    def complete_locked(self, b: ProducerBatch, in_flight: bool = True) -> None:
+        """``complete`` with the lock held (the caller notifies)."""
+        if in_flight:
+            self.queues[b.tp].in_flight -= 1
+        self.buffered -= b.reserved
+        self.pending -= 1
+        if self.sequences is not None:
+            self.sequences.resolved(b)
 
     def take_queued(self) -> list[ProducerBatch]:
         """Every batch not in flight (closing): their queues are emptied."""

@@ -373,25 +373,23 @@ class Producer:
         bound of each (from the lengths: exact enough to fill a batch to ~99 %)."""
         whole = type(indices) is range and len(indices) == len(values)
         vals = values if whole else [values[i] for i in indices]
-        lens = [0 if v is None else len(v) for v in vals] if None in vals else list(map(len, vals))  # type: ignore[arg-type]
+        try:
+            lens: list[int] | None = None
+            max_value, min_value = max(map(len, vals)), min(map(len, vals))  # type: ignore[arg-type]
+        except TypeError:  # null values
+            lens = [0 if v is None else len(v) for v in vals]
+            max_value, min_value = max(lens), -1
         klens: list[int] | None = None
         if keys is not None:
             ks = keys if whole else [keys[i] for i in indices]
             klens = [0 if k is None else len(k) for k in ks]
         hbounds = None if headers is None else [_headers_bound(headers[i]) for i in indices]
-        max_value = max(lens)
         max_key = max(klens) if klens else 0
         max_headers = max(hbounds) if hbounds else 1
         ts_size = 1 if timestamps is None else 10
         key_size = 1 if keys is None else _varint_size(max_key << 1)
         body = 1 + ts_size + 3 + key_size + max_key + _varint_size(max_value << 1) + max_value + max_headers
         fixed = _varint_size(body << 1) + body - max_value - max_key - (max_headers if hbounds is not None else 0)
-        sizes: Any = map(operator.add, lens, itertools.repeat(fixed))
-        if klens is not None:
-            sizes = map(operator.add, sizes, klens)
-        if hbounds is not None:
-            sizes = map(operator.add, sizes, hbounds)
-        cum = list(itertools.accumulate(sizes))
         biggest = fixed + max_value + max_key + (max_headers if hbounds is not None else 0)
         if HEADER_SIZE + biggest > self._max_request_size:
             raise MessageSizeTooLargeError(
@@ -400,7 +398,22 @@ class Producer:
             )
         limit = self._bulk_limit - HEADER_SIZE
         out: list[tuple[Sequence[int], int]] = []
-        start, base, n = 0, 0, len(cum)
+        n = len(vals)
+        if min_value == max_value and klens is None and hbounds is None:
+            # Every record has the same bound: cut by count, no running sums.
+            per = max(limit // biggest, 1)
+            for start in range(0, n, per):
+                end = min(start + per, n)
+                chunk = range(indices[start], indices[end - 1] + 1) if type(indices) is range else indices[start:end]
+                out.append((chunk, HEADER_SIZE + (end - start) * biggest))
+            return out
+        sizes: Any = map(operator.add, lens if lens is not None else map(len, vals), itertools.repeat(fixed))  # type: ignore[arg-type]
+        if klens is not None:
+            sizes = map(operator.add, sizes, klens)
+        if hbounds is not None:
+            sizes = map(operator.add, sizes, hbounds)
+        cum = list(itertools.accumulate(sizes))
+        start, base = 0, 0
         while start < n:
             end = max(bisect.bisect_right(cum, base + limit, lo=start), start + 1)
             size = HEADER_SIZE + cum[end - 1] - base

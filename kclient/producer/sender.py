@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -211,7 +211,9 @@ class Sender:
             return
         call.add_done_callback(lambda c: self._on_response(c, batches, addr))
 
-    def _request_done(self, addr: str) -> None:
+    def _request_done(self, addr: str, completed: Sequence[ProducerBatch] = ()) -> None:
+        """The request to ``addr`` is answered; ``completed`` (their results set) are released.
+        One lock acquisition per response."""
         acc = self.accumulator
         with acc.lock:
             n = self.requests_in_flight.get(addr, 0) - 1
@@ -219,34 +221,38 @@ class Sender:
                 self.requests_in_flight[addr] = n
             else:
                 self.requests_in_flight.pop(addr, None)
+            for b in completed:
+                acc.complete_locked(b)
             acc.cond.notify_all()
 
     def _on_response(self, call: Any, batches: list[ProducerBatch], addr: str) -> None:
-        self._request_done(addr)
         try:
             resp = call.result()
         except grpc.RpcError as exc:
+            self._request_done(addr)
             err = self.transport.failed(addr, exc)
             self._needs_metadata.set()
             for b in batches:
                 self._failed(b, err)
             return
         except Exception as exc:  # pragma: no cover - cancelled at close
+            self._request_done(addr)
             for b in batches:
                 self._failed(b, KafkaError(str(exc)))
             return
-        acc = self.accumulator
         if self.acks == 0:
             # Nothing is acknowledged; the batch is done once the broker has it.
             for b in batches:
                 b.succeed(-1, -1)
-                acc.complete(b)
+            self._request_done(addr, batches)
             return
         by_tp = {(t.name, p.index): p for t in resp.topics for p in t.partitions}
+        completed: list[ProducerBatch] = []
+        failed: list[tuple[ProducerBatch, KafkaError]] = []
         for b in batches:
             pr = by_tp.get((b.tp.topic, b.tp.partition))
             if pr is None:
-                self._failed(b, KafkaError("partition missing from produce response"))
+                failed.append((b, KafkaError("partition missing from produce response")))
             elif pr.error_code and pr.error_code != _DUPLICATE_SEQUENCE:
                 err = for_code(pr.error_code)(pr.error_message)
                 if isinstance(err, RequestTimedOutError):
@@ -256,10 +262,13 @@ class Sender:
                     self._needs_metadata.set()
                 elif err.invalid_metadata:
                     self._needs_metadata.set()
-                self._failed(b, err)
+                failed.append((b, err))
             else:
                 b.succeed(pr.base_offset, pr.log_append_time_ms)
-                acc.complete(b)
+                completed.append(b)
+        self._request_done(addr, completed)
+        for b, err in failed:
+            self._failed(b, err)
 
     def _failed(self, b: ProducerBatch, err: KafkaError) -> None:
         """Retry ``b`` or fail it (see the module docstring)."""
