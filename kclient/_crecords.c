@@ -803,7 +803,9 @@ static PyObject *py_decode_records(PyObject *self, PyObject *const *args, Py_ssi
         return NULL;
     }
     const uint8_t *base = (const uint8_t *)view.buf;
+    int was_enabled = PyGC_Disable(); /* see decode_all */
     int rc = decode_body(base + start, base + end, count, base_offset, first_ts, log_append, max_ts, &s);
+    if (was_enabled) PyGC_Enable();
     PyBuffer_Release(&view);
     Py_XDECREF(s.last_ts_obj);
     if (rc < 0) {
@@ -828,7 +830,19 @@ static int sink_truncate(Sink *s, Py_ssize_t n) {
 
 /* The batch loop of decode_consumer_records / decode_columns: shape, CRC, skip control
  * batches and batches below start_offset, decode the rest. */
+static int decode_all_gc(PyObject *bufobj, Sink *s);
+
+/* The cyclic GC is paused while records are made: they hold no cycles, and a
+ * collection every few hundred new tuples (a full one now and then, over every
+ * record the application still holds) costs more than the decoding itself. */
 static int decode_all(PyObject *bufobj, Sink *s) {
+    int was_enabled = PyGC_Disable();
+    int rc = decode_all_gc(bufobj, s);
+    if (was_enabled) PyGC_Enable();
+    return rc;
+}
+
+static int decode_all_gc(PyObject *bufobj, Sink *s) {
     Py_buffer view;
     if (get_read_buffer(bufobj, &view) < 0) return -1;
     const uint8_t *b = (const uint8_t *)view.buf;

@@ -50,6 +50,7 @@ path of the whole system and are written for speed in pure Python: precompiled
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import struct
@@ -59,7 +60,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
 from functools import partial
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import lz4.frame as _lz4f
 import zstandard as _zstd
@@ -100,6 +101,7 @@ __all__ = [
 ]
 
 Buffer = bytes | bytearray | memoryview
+_T = TypeVar("_T")
 Header = tuple[str, bytes | None]
 
 HEADER_SIZE = 61
@@ -834,6 +836,28 @@ def _py_decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | 
     return cols
 
 
+def _gc_paused(func: Callable[..., _T]) -> Callable[..., _T]:
+    """``func`` with the cyclic GC paused (the compiled decoders do the same): decoded
+    records hold no cycles, and collections while thousands are made cost more than
+    the decoding."""
+
+    def paused(*args: Any) -> _T:
+        if not gc.isenabled():
+            return func(*args)
+        gc.disable()
+        try:
+            return func(*args)
+        finally:
+            gc.enable()
+
+    return paused
+
+
+_py_decode_records = _gc_paused(_py_decode_records)
+_py_decode_consumer_records = _gc_paused(_py_decode_consumer_records)
+_py_decode_columns = _gc_paused(_py_decode_columns)
+
+
 def decode_consumer_records(
     buf: Buffer,
     topic: str,
@@ -1142,8 +1166,23 @@ class BatchBuilder:
         headers: Sequence[Header] = (),
     ) -> int | None:
         """``append`` if the record fits (see has_room_for); its offset delta, or None if not."""
-        limit = self._write_limit
-        return self._append(timestamp_ms, key, value, headers, -1 if limit is None or not self._count else limit)
+        if self._built is not None:
+            raise IllegalStateError("cannot append to a batch that has been built")
+        delta = self._count
+        if delta:
+            first_ts = self._first_ts
+            limit = self._write_limit
+            if not self._codec.append_record(
+                self._buf, delta, timestamp_ms - first_ts, key, value, headers, -1 if limit is None else limit
+            ):
+                return None
+            if timestamp_ms > self._max_ts:
+                self._max_ts = timestamp_ms
+        else:
+            self._codec.append_record(self._buf, 0, 0, key, value, headers, -1)
+            self._first_ts = self._max_ts = timestamp_ms
+        self._count = delta + 1
+        return delta
 
     def append(
         self,
@@ -1153,27 +1192,16 @@ class BatchBuilder:
         headers: Sequence[Header] = (),
     ) -> int:
         """Add a record; returns its offset delta in the batch."""
-        delta = self._append(timestamp_ms, key, value, headers, -1)
-        assert delta is not None
-        return delta
-
-    def _append(
-        self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Sequence[Header], limit: int
-    ) -> int | None:
         if self._built is not None:
             raise IllegalStateError("cannot append to a batch that has been built")
         delta = self._count
         if delta:
-            first_ts = self._first_ts
-            max_ts = self._max_ts
-            if timestamp_ms > max_ts:
-                max_ts = timestamp_ms
+            self._codec.append_record(self._buf, delta, timestamp_ms - self._first_ts, key, value, headers, -1)
+            if timestamp_ms > self._max_ts:
+                self._max_ts = timestamp_ms
         else:
-            first_ts = max_ts = timestamp_ms
-        if not self._codec.append_record(self._buf, delta, timestamp_ms - first_ts, key, value, headers, limit):
-            return None
-        self._first_ts = first_ts
-        self._max_ts = max_ts
+            self._codec.append_record(self._buf, 0, 0, key, value, headers, -1)
+            self._first_ts = self._max_ts = timestamp_ms
         self._count = delta + 1
         return delta
 

@@ -1,17 +1,24 @@
-"""Throughput of the RecordBatch v2 codec (kclient.records), single thread.
+"""Throughput of the RecordBatch v2 codec (kclient.records), single thread, per implementation.
 
-Run: ``python tests/bench/bench_records.py [--seconds S] [--codecs none,lz4,...]``
+Run: ``python tests/bench/bench_records.py [--seconds S] [--codecs none,lz4,...] [--impls c,python]``
 
 Records carry a 100-byte value and no key, as ``kafka-producer-perf-test.sh
 --record-size 100`` sends them (its payload is random upper-case letters, so it
 compresses a little). Batches are either ~16 KiB (the producer's default
-``batch.size`` = 16384, about 130 records) or 1000 records. For each codec:
+``batch.size`` = 16384, about 130 records) or 1000 records. For each implementation
+("c": kclient._crecords, "python": the fallback) and codec:
 
-- encode: BatchBuilder.append per record + build (compression, CRC)
-- decode: decode_batch with the CRC check (what a consumer does)
-- broker: iter_headers + check_batch over a buffer of batches (what a leader or a
-  follower does; no record decoding)
+- append:   BatchBuilder.append per record + build (compression, CRC)
+- fill:     BatchBuilder(write_limit).try_append per record + build (the producer's send())
+- bulk:     encode_batch(values) (the producer's send_batch)
+- decode:   decode_batch with the CRC check (Record objects)
+- old-poll: decode_batches + one ConsumerRecord per Record (the consumer before issue 9)
+- records:  decode_consumer_records (the consumer's poll)
+- columns:  decode_columns (the columnar poll)
+- broker:   iter_headers + check_batch over a buffer of batches (a leader's or follower's check)
+- walk:     walk_records over each batch's records (the leader's record check; uncompressed only)
 
+Every figure is the best of at least 3 timed runs (more within ``--seconds``).
 MB/s counts value bytes (payload), as Kafka's perf tools do; "wire" is the batch
 size per record. This is a script, not a pytest test.
 """
@@ -24,14 +31,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from kclient.records import (
-    HEADER_SIZE,
-    BatchBuilder,
-    Compression,
-    check_batch,
-    decode_batch,
-    iter_headers,
-)
+from kclient import records
+from kclient.records import HEADER_SIZE, CodecAPI, Compression, check_batch, iter_headers
+from kclient.structs import ConsumerRecord
 
 VALUE_SIZE = 100
 BATCH_BYTES = 16384
@@ -44,26 +46,16 @@ def make_values(n: int, seed: int = 0) -> list[bytes]:
     return [bytes(rng.choices(letters, k=VALUE_SIZE)) for _ in range(n)]
 
 
-def records_per_16k() -> int:
-    builder = BatchBuilder()
+def records_per_16k(api: CodecAPI) -> int:
+    builder = api.BatchBuilder(write_limit=BATCH_BYTES)
     count = 0
-    while True:
-        builder.append(TIMESTAMP, None, b"x" * VALUE_SIZE)
-        if builder.estimated_size() > BATCH_BYTES:
-            return count
+    while builder.try_append(TIMESTAMP, None, b"x" * VALUE_SIZE) is not None:
         count += 1
-
-
-def build(codec: Compression, values: list[bytes]) -> bytes:
-    builder = BatchBuilder(codec)
-    append = builder.append
-    for value in values:
-        append(TIMESTAMP, None, value)
-    return builder.build()
+    return count
 
 
 def measure(func: Callable[[], object], seconds: float) -> float:
-    """Best time of one call to ``func`` over repeated runs lasting ~``seconds``."""
+    """Best time of one call to ``func`` over repeated runs (at least 3) lasting ~``seconds``."""
     best = float("inf")
     deadline = time.perf_counter() + seconds
     runs = 0
@@ -75,53 +67,117 @@ def measure(func: Callable[[], object], seconds: float) -> float:
     return best
 
 
+def operations(
+    api: CodecAPI, codec: Compression, value_sets: list[list[bytes]]
+) -> list[tuple[str, Callable[[], object]]]:
+    builder_type = api.BatchBuilder
+
+    def build(values: list[bytes]) -> bytes:
+        builder = builder_type(codec)
+        append = builder.append
+        for value in values:
+            append(TIMESTAMP, None, value)
+        return builder.build()
+
+    batches = [build(values) for values in value_sets]
+    log = b"".join(batches)
+
+    def append() -> None:
+        for values in value_sets:
+            build(values)
+
+    def fill() -> None:
+        for values in value_sets:
+            builder = builder_type(codec, write_limit=1 << 30)
+            try_append = builder.try_append
+            for value in values:
+                try_append(TIMESTAMP, None, value)
+            builder.build()
+
+    def bulk() -> None:
+        for values in value_sets:
+            api.encode_batch(values, base_timestamp=TIMESTAMP, compression=codec)
+
+    def decode() -> None:
+        for batch in batches:
+            api.decode_batch(batch)
+
+    def old_poll() -> None:
+        out = []
+        for header, recs in api.decode_batches(log):
+            ts_type = header.timestamp_type
+            out.extend(
+                [ConsumerRecord("t", 0, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers) for r in recs]
+            )
+
+    def consumer_records() -> None:
+        api.decode_consumer_records(log, "t", 0)
+
+    def columns() -> None:
+        api.decode_columns(log)
+
+    def broker() -> None:
+        for pos, h in iter_headers(log):
+            check_batch(log, pos, h)
+
+    ops: list[tuple[str, Callable[[], object]]] = [
+        ("append", append),
+        ("fill", fill),
+        ("bulk", bulk),
+        ("decode", decode),
+        ("old-poll", old_poll),
+        ("records", consumer_records),
+        ("columns", columns),
+        ("broker", broker),
+    ]
+    if codec == Compression.NONE:
+        bodies = [(b, len(b), records.read_header(b).record_count) for b in batches]
+
+        def walk() -> None:
+            for b, end, count in bodies:
+                api.walk_records(b, HEADER_SIZE, end, count)
+
+        ops.append(("walk", walk))
+    return ops
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
     parser.add_argument("--codecs", default="none,lz4,zstd,gzip")
+    parser.add_argument("--impls", default=",".join(records.implementations()), help="c,python")
+    parser.add_argument("--sizes", default="16KiB,1000rec")
     args = parser.parse_args(argv)
     codecs = [Compression.from_name(name) for name in args.codecs.split(",")]
+    impls = records.implementations()
+    apis = [impls[name] for name in args.impls.split(",")]
 
-    per_16k = records_per_16k()
-    sizes = [("16KiB", per_16k), ("1000rec", 1000)]
+    per_16k = records_per_16k(apis[0])
+    sizes = [s for s in [("16KiB", per_16k), ("1000rec", 1000)] if s[0] in args.sizes.split(",")]
     batches_per_run = 20  # records per timed run: 20 batches
     print(
         f"python {sys.version.split()[0]}, value {VALUE_SIZE} B, no key; "
-        f"16 KiB batch = {per_16k} records; best of runs over {args.seconds:.1f}s each"
+        f"16 KiB batch = {per_16k} records; best of >= 3 runs over {args.seconds:.1f}s each"
     )
-    header = f"{'codec':<6} {'batch':<8} {'op':<7} {'records/s':>12} {'MB/s':>9} {'us/batch':>10} {'wire B/rec':>10}"
+    header = (
+        f"{'impl':<7} {'codec':<6} {'batch':<8} {'op':<9} {'records/s':>12} {'MB/s':>9} {'us/batch':>10} "
+        f"{'wire B/rec':>10}"
+    )
     print(header)
     print("-" * len(header))
-    for codec in codecs:
-        for label, count in sizes:
-            value_sets = [make_values(count, seed) for seed in range(batches_per_run)]
-            batches = [build(codec, values) for values in value_sets]
-            wire = sum(len(b) for b in batches) / (count * batches_per_run)
-            total_records = count * batches_per_run
-
-            def encode(vs: list[list[bytes]] = value_sets, c: Compression = codec) -> None:
-                for values in vs:
-                    build(c, values)
-
-            def decode(bs: list[bytes] = batches) -> None:
-                for batch in bs:
-                    decode_batch(batch)
-
-            log = b"".join(batches)
-
-            def broker(buf: bytes = log) -> None:
-                for pos, h in iter_headers(buf):
-                    check_batch(buf, pos, h)
-
-            for op, func in (("encode", encode), ("decode", decode), ("broker", broker)):
-                elapsed = measure(func, args.seconds)
-                rate = total_records / elapsed
-                mbps = rate * VALUE_SIZE / 1e6
-                per_batch = elapsed / batches_per_run * 1e6
-                print(
-                    f"{codec.name.lower():<6} {label:<8} {op:<7} {rate:>12,.0f} {mbps:>9.1f} "
-                    f"{per_batch:>10.1f} {wire:>10.1f}"
-                )
+    for api in apis:
+        for codec in codecs:
+            for label, count in sizes:
+                value_sets = [make_values(count, seed) for seed in range(batches_per_run)]
+                total_records = count * batches_per_run
+                wire = sum(len(api.encode_batch(v, compression=codec)) for v in value_sets) / total_records
+                for op, func in operations(api, codec, value_sets):
+                    elapsed = measure(func, args.seconds)
+                    rate = total_records / elapsed
+                    print(
+                        f"{api.name:<7} {codec.name.lower():<6} {label:<8} {op:<9} {rate:>12,.0f} "
+                        f"{rate * VALUE_SIZE / 1e6:>9.1f} {elapsed / batches_per_run * 1e6:>10.1f} {wire:>10.1f}"
+                    )
     print(f"(wire B/rec includes the {HEADER_SIZE}-byte batch header share)")
     return 0
 
