@@ -52,6 +52,7 @@ _RECORD_BOUND = HEADER_SIZE + 21
 """Bytes a record may need beyond its key, value and headers, batch header included."""
 _REQUEST_OVERHEAD = 1024
 """Room left in a request for everything but the batch (topic names, framing)."""
+_time_ns = time.time_ns
 _BYTES_TYPES = frozenset((bytes, bytearray, memoryview, type(None)))
 
 
@@ -160,6 +161,8 @@ class Producer:
             max_in_flight=max_in_flight,
             on_metadata=self._metadata_refreshed,
         )
+        self._append = self._accumulator.append
+        self._needs_producer_id = idempotent
         self._sender.start()
 
     # --- public API ----------------------------------------------------------------------
@@ -207,10 +210,10 @@ class Producer:
         elif key is not None:
             partition = partition_for_key(key if type(key) is bytes else bytes(key), len(parts))
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        if self._sequences is not None and self._sequences.needs_producer_id:
+            timestamp_ms = _time_ns() // 1_000_000
+        if self._needs_producer_id:
             self._init_producer_id()
-        return self._accumulator.append(topic, partition, parts, timestamp_ms, key, value, headers or (), size)
+        return self._append(topic, partition, parts, timestamp_ms, key, value, headers or (), size)
 
     def send_batch(
         self,
@@ -256,7 +259,7 @@ class Producer:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
         if not n:
             return FutureBatchMetadata(topic, 0, [])
-        if self._sequences is not None and self._sequences.needs_producer_id:
+        if self._needs_producer_id:
             self._init_producer_id()
         groups: list[tuple[int | None, Sequence[int]]]
         if partition is not None or keys is None:
@@ -359,6 +362,7 @@ class Producer:
             pid, epoch = fetch_producer_id(self._sender.call_any, deadline, self.config["retry_backoff_ms"] / 1000.0)
             with self._accumulator.lock:
                 seqs.set_producer_id(pid, epoch)
+            self._needs_producer_id = False
             log.debug("idempotent producer: producer id %d, epoch %d", pid, epoch)
 
     def _chunks(

@@ -161,3 +161,36 @@ def test_send_batch_checks_its_input(leader: FakeLeader) -> None:
         meta = p.send_batch("t", [b"a", None], headers=[[("h", b"1")], None], timestamps=[5, 6]).get(5)
     assert meta.timestamps == [5, 6]
     assert leader.logs[("t", 0)] == [b"a", None]
+
+
+def test_partition_lists_are_cached_and_follow_metadata_refreshes(leader: FakeLeader) -> None:
+    """send() reads a cached partition list; a metadata refresh (here: due by age) rebuilds it."""
+    with Producer(bootstrap_servers="x:1", acks=1, linger_ms=0) as p:
+        assert p.send("t", b"a", key=b"k").get(5).partition == 0
+        leader.partitions = 4
+        assert p.send("t", b"b", key=b"k").get(5).partition == 0  # still the cached single partition
+        leader.refresh_due = True
+        wait_until(lambda: leader.refreshes == 1)
+        wait_until(lambda: p.send("t", b"c", key=b"k").get(5).partition == partition_for_key(b"k", 4))
+
+
+def test_concurrent_senders_keep_each_threads_order(leader: FakeLeader) -> None:
+    import threading
+
+    with Producer(bootstrap_servers="x:1", batch_size=2048, linger_ms=1) as p:
+
+        def run(name: str) -> None:
+            for i in range(2000):
+                p.send("t", f"{name}-{i}".encode(), partition=0)
+
+        threads = [threading.Thread(target=run, args=(str(n),)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        p.flush(10)
+    log = leader.logs[("t", 0)]
+    assert len(log) == 8000
+    for n in range(4):
+        mine = [int(v.split(b"-")[1]) for v in log if v is not None and v.startswith(f"{n}-".encode())]
+        assert mine == list(range(2000))

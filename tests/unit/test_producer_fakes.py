@@ -81,6 +81,9 @@ class FakeLeader:
         self.calls: list[FakeCall] = []
         self.max_held = 0
         self.out_of_order = 0
+        self.refresh_due = False
+        """Set to make the producer's metadata due for a refresh (``refreshes`` counts them)."""
+        self.refreshes = 0
         """OUT_OF_ORDER_SEQUENCE_NUMBER answers given."""
         self.lock = threading.Lock()
 
@@ -190,13 +193,15 @@ class FakeMetadata:
         return [ADDRESS]
 
     def needs_refresh(self, now: float) -> bool:
-        return False
+        return self.leader.refresh_due
+
+    def maybe_refresh(self, timeout_s: float | None = None) -> bool:
+        self.leader.refresh_due = False
+        self.leader.refreshes += 1
+        return True
 
     def request_update(self) -> None:
         pass
-
-    def maybe_refresh(self, timeout_s: float | None = None) -> bool:
-        return True
 
 
 def install_fake_leader(monkeypatch: pytest.MonkeyPatch) -> FakeLeader:
