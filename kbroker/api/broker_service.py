@@ -190,8 +190,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 else:
                     entries.append((tp, p.records))
         if self._auto_create:
-            await self._offload(self._create_missing, {tp[0] for tp, _ in entries})
-        results = await self._replicas.append_async(self._offload, acks, timeout_ms, entries)
+            known = self._metadata.snapshot().topics
+            missing = {tp[0] for tp, _ in entries if tp[0] not in known}
+            if missing:
+                await self._offload(self._create_missing, missing)
+        # No await before this: appends are queued in the order requests arrived.
+        results = await self._replicas.append_async(acks, timeout_ms, entries)
         resp = log_pb2.ProduceResponse()
         for t in request.topics:
             tr = resp.topics.add(name=t.name)

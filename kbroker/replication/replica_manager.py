@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,9 @@ def as_response_error(exc: Exception) -> BrokerResponseError:
     return UnknownError(f"{type(exc).__name__}: {exc}")
 
 
+APPEND_LANES = 4
+"""Single-threaded append executors; a partition always appends on the same one."""
+
 FENCE_CHECK_S = 0.25
 """How often, while ZooKeeper is out of reach, parked produce requests re-check fencing."""
 
@@ -154,6 +158,7 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._configs: dict[str, LogConfig] = {}
         self.purgatory = Purgatory()
+        self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"append-{i}") for i in range(APPEND_LANES)]
         # Fencing: with ZooKeeper out of reach and the ISR followers gone quiet for this
         # long, this broker has most likely been deposed (see :meth:`fenced`).
         self._quiet_ms = max(2 * replica_fetch_wait_max_ms, 1000)
@@ -431,14 +436,30 @@ class ReplicaManager:
         return results
 
     async def append_async(
-        self, offload: Offload, acks: int, timeout_ms: int, entries: list[tuple[TopicPartition, bytes]]
+        self, acks: int, timeout_ms: int, entries: list[tuple[TopicPartition, bytes]]
     ) -> dict[TopicPartition, ProduceResult]:
-        """:meth:`append`, then an acks=all wait parked in the purgatory (no thread held)."""
-        results, pending = await offload(self.append, acks, entries)
+        """:meth:`append` on the partitions' append lanes, then an acks=all wait parked in
+        the purgatory (no thread held).
+
+        Each partition always appends on the same single-threaded lane, and this method
+        queues its appends there before its first ``await``: so requests are appended
+        to a partition in the order the event loop received them, as Kafka processes a
+        connection's requests in order, even with several in flight.
+        """
+        loop = asyncio.get_running_loop()
+        by_lane: dict[int, list[tuple[TopicPartition, bytes]]] = {}
+        for tp, records in entries:
+            by_lane.setdefault(hash(tp) % len(self._lanes), []).append((tp, records))
+        parts = [loop.run_in_executor(self._lanes[i], self.append, acks, group) for i, group in by_lane.items()]
+        results: dict[TopicPartition, ProduceResult] = {}
+        pending = PendingAcks()
+        for part_results, part_pending in await asyncio.gather(*parts):
+            results.update(part_results)
+            pending.partitions.update(part_pending.partitions)
         if pending.partitions:
             await self._park(list(pending.partitions), lambda: self.acks_ready(pending), timeout_ms)
             self.finish_acks(pending, results, timeout_ms)
-        return results  # type: ignore[no-any-return]
+        return results
 
     async def _park(self, keys: list[TopicPartition], ready: Callable[[], bool], timeout_ms: int) -> None:
         w = self.purgatory.watch(keys, ready, asyncio.get_running_loop())
@@ -582,6 +603,8 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._stopped.set()
+        for lane in self._lanes:
+            lane.shutdown(wait=True, cancel_futures=True)
         self.fetchers.shutdown()
         self.purgatory.close()
         if self._thread.is_alive():
