@@ -7,8 +7,7 @@ from kclient.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from kclient.consumer import Consumer
-from kclient.coordinator import ConsumerRebalanceListener
+from kclient.consumer import Consumer, ConsumerRebalanceListener
 from kclient.errors import (
     CommitFailedError,
     CorruptRecordError,
