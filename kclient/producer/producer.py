@@ -53,7 +53,6 @@ _RECORD_BOUND = HEADER_SIZE + 21
 _REQUEST_OVERHEAD = 1024
 """Room left in a request for everything but the batch (topic names, framing)."""
 _time_ns = time.time_ns
-_BYTES_TYPES = frozenset((bytes, bytearray, memoryview, type(None)))
 
 
 def _acks(value: Any) -> int:
@@ -248,10 +247,6 @@ class Producer:
         if keys is not None and self._key_serializer is not None:
             kser = self._key_serializer
             keys = [None if k is None else kser(k) for k in keys]
-        for name, seq in (("values", values), ("keys", keys)):
-            if seq is not None and not set(map(type, seq)) <= _BYTES_TYPES:
-                bad = next(type(v).__name__ for v in seq if type(v) not in _BYTES_TYPES)
-                raise TypeError(f"{name} must be bytes or None (or set a serializer), got {bad}")
         parts = self._partitions.get(topic)
         if parts is None:
             parts = self._load_partitions(topic)
@@ -378,11 +373,12 @@ class Producer:
         whole = type(indices) is range and len(indices) == len(values)
         vals = values if whole else [values[i] for i in indices]
         try:
-            lens: list[int] | None = None
-            max_value, min_value = max(map(len, vals)), min(map(len, vals))  # type: ignore[arg-type]
-        except TypeError:  # null values
+            lens = list(map(len, vals))  # type: ignore[arg-type]
+            min_value = min(lens)
+        except TypeError:  # null values (anything else but bytes fails in the encoder)
             lens = [0 if v is None else len(v) for v in vals]
-            max_value, min_value = max(lens), -1
+            min_value = -1
+        max_value = max(lens)
         klens: list[int] | None = None
         if keys is not None:
             ks = keys if whole else [keys[i] for i in indices]
@@ -411,7 +407,7 @@ class Producer:
                 chunk = range(indices[start], indices[end - 1] + 1) if type(indices) is range else indices[start:end]
                 out.append((chunk, HEADER_SIZE + (end - start) * biggest))
             return out
-        sizes: Any = map(operator.add, lens if lens is not None else map(len, vals), itertools.repeat(fixed))  # type: ignore[arg-type]
+        sizes: Any = map(operator.add, lens, itertools.repeat(fixed))
         if klens is not None:
             sizes = map(operator.add, sizes, klens)
         if hbounds is not None:
