@@ -1005,6 +1005,13 @@ static PyObject *walk_error(const char *fmt, ...) {
 }
 
 /* walk_records(data, start, end, count) -> position after the last record; ValueError if malformed */
+#define WALK_VARINT(ptr, out)                          \
+    do {                                               \
+        int r_ = get_varint(&(ptr), end, &(out));      \
+        if (r_ == -2) goto long_varint;                \
+        if (r_ < 0) goto past;                         \
+    } while (0)
+
 static PyObject *py_walk_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "walk_records takes 4 arguments");
@@ -1029,35 +1036,37 @@ static PyObject *py_walk_records(PyObject *self, PyObject *const *args, Py_ssize
             walk_error("the records end after %lld of %lld", (long long)i, (long long)count);
             goto done;
         }
-        if (get_varint(&p, end, &zl) < 0) goto past;
+        int vr = get_varint(&p, end, &zl);
+        if (vr == -2) goto long_varint;
+        if (vr < 0) goto past;
         const uint8_t *q = p;
         if (q >= end) goto past;
         q++; /* attributes */
-        if (get_varint(&q, end, &z) < 0) goto past; /* timestampDelta */
-        if (get_varint(&q, end, &z) < 0) goto past;
+        WALK_VARINT(q, z); /* timestampDelta */
+        WALK_VARINT(q, z);
         if (z != (uint64_t)i << 1) {
             walk_error("record %lld has offsetDelta %lld", (long long)i, (long long)unzigzag(z));
             goto done;
         }
-        if (get_varint(&q, end, &z) < 0) goto past;
+        WALK_VARINT(q, z);
         if (!(z & 1)) {
             if ((z >> 1) > (uint64_t)(end - q)) goto past;
             q += z >> 1;
         }
-        if (get_varint(&q, end, &z) < 0) goto past;
+        WALK_VARINT(q, z);
         if (!(z & 1)) {
             if ((z >> 1) > (uint64_t)(end - q)) goto past;
             q += z >> 1;
         }
         if (q >= end) goto past;
         if (*q) {
-            if (get_varint(&q, end, &z) < 0) goto past;
+            WALK_VARINT(q, z);
             if (z & 1) {
                 walk_error("a negative header count %lld", (long long)unzigzag(z));
                 goto done;
             }
             for (uint64_t h = 0, nh = z >> 1; h < nh; h++) {
-                if (get_varint(&q, end, &z) < 0) goto past;
+                WALK_VARINT(q, z);
                 if (z & 1) {
                     walk_error("a record header with a null key");
                     goto done;
@@ -1067,13 +1076,13 @@ static PyObject *py_walk_records(PyObject *self, PyObject *const *args, Py_ssize
                 if (!k) {
                     if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                         PyErr_Clear();
-                        walk_error("a record header key that is not UTF-8");
+                        walk_error("a record header key that is not valid utf-8");
                     }
                     goto done;
                 }
                 Py_DECREF(k);
                 q += z >> 1;
-                if (get_varint(&q, end, &z) < 0) goto past;
+                WALK_VARINT(q, z);
                 if (!(z & 1)) {
                     if ((z >> 1) > (uint64_t)(end - q)) goto past;
                     q += z >> 1;
@@ -1092,7 +1101,10 @@ static PyObject *py_walk_records(PyObject *self, PyObject *const *args, Py_ssize
     result = PyLong_FromSsize_t((Py_ssize_t)(p - base));
     goto done;
 past:
-    walk_error("record %lld runs past the end of the batch", (long long)i);
+    walk_error("record %lld is a record running past the end of the batch", (long long)i);
+    goto done;
+long_varint:
+    walk_error("record %lld has a varint longer than 10 bytes", (long long)i);
 done:
     PyBuffer_Release(&view);
     return result;

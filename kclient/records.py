@@ -983,7 +983,7 @@ def _py_walk_records(data: Buffer, p: int, end: int, count: int) -> int:
                 try:
                     bytes(data[r:key_end]).decode("utf-8")
                 except UnicodeDecodeError:
-                    raise ValueError("a record header key that is not UTF-8") from None
+                    raise ValueError("a record header key that is not valid utf-8") from None
                 z, r = slow(data, key_end)
                 if not z & 1:
                     r += z >> 1
@@ -992,8 +992,10 @@ def _py_walk_records(data: Buffer, p: int, end: int, count: int) -> int:
             if (r - q) << 1 != zl:
                 raise ValueError(f"record {i} declares {(zl >> 1) ^ -(zl & 1)} bytes but its fields take {r - q}")
             p = r
-    except (IndexError, CorruptRecordError):
-        raise ValueError(f"record {i} runs past the end of the batch") from None
+    except IndexError:
+        raise ValueError(f"record {i} is a record running past the end of the batch") from None
+    except CorruptRecordError:
+        raise ValueError(f"record {i} has a varint longer than 10 bytes") from None
     return p
 
 

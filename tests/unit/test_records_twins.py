@@ -291,7 +291,7 @@ def test_walk_records_errors_say_what_is_wrong() -> None:
     for api in OTHERS:
         with pytest.raises(ValueError, match="end after 3 of 4"):
             api.walk_records(body, 0, len(body), 4)
-        with pytest.raises(ValueError, match="runs past the end"):
+        with pytest.raises(ValueError, match="running past the end"):
             api.walk_records(body, 0, len(body) - 1, 3)
         with pytest.raises(ValueError, match="offsetDelta"):
             api.walk_records(body[8:], 0, len(body) - 8, 2)
