@@ -234,6 +234,13 @@ class Producer:
         nor ``batch_size`` holds them back). Returns one :class:`FutureBatchMetadata`
         whose value gives every record's partition and offset (``.partitions``,
         ``.offsets``, or item ``i`` as a RecordMetadata).
+
+        Checked before anything is queued: the lengths of keys/headers/timestamps, the
+        partition, and that no record exceeds ``max_request_size``. A value or key that
+        is not bytes (or None) raises TypeError from the encoder, after the batches made
+        from the records before it were queued. A batch the topic refuses as too large
+        (its ``max.message.bytes`` below ``max_request_size``) fails with
+        MessageSizeTooLargeError; it is not split again as Kafka's producer does.
         """
         if self._closed:
             raise IllegalStateError("send after close")
