@@ -1070,6 +1070,7 @@ class BatchBuilder:
         "_write_limit",
     )
     _codec: ClassVar[_Codec]
+    _append_record: ClassVar[Callable[..., bool]]  # _codec.append_record, looked up once per call
 
     def __init__(
         self,
@@ -1174,14 +1175,14 @@ class BatchBuilder:
         if delta:
             first_ts = self._first_ts
             limit = self._write_limit
-            if not self._codec.append_record(
+            if not self._append_record(
                 self._buf, delta, timestamp_ms - first_ts, key, value, headers, -1 if limit is None else limit
             ):
                 return None
             if timestamp_ms > self._max_ts:
                 self._max_ts = timestamp_ms
         else:
-            self._codec.append_record(self._buf, 0, 0, key, value, headers, -1)
+            self._append_record(self._buf, 0, 0, key, value, headers, -1)
             self._first_ts = self._max_ts = timestamp_ms
         self._count = delta + 1
         return delta
@@ -1198,11 +1199,11 @@ class BatchBuilder:
             raise IllegalStateError("cannot append to a batch that has been built")
         delta = self._count
         if delta:
-            self._codec.append_record(self._buf, delta, timestamp_ms - self._first_ts, key, value, headers, -1)
+            self._append_record(self._buf, delta, timestamp_ms - self._first_ts, key, value, headers, -1)
             if timestamp_ms > self._max_ts:
                 self._max_ts = timestamp_ms
         else:
-            self._codec.append_record(self._buf, 0, 0, key, value, headers, -1)
+            self._append_record(self._buf, 0, 0, key, value, headers, -1)
             self._first_ts = self._max_ts = timestamp_ms
         self._count = delta + 1
         return delta
@@ -1471,6 +1472,7 @@ def _load_extension() -> _Codec | None:
 _C_CODEC = _load_extension()
 _CODEC = _C_CODEC or _PY_CODEC
 BatchBuilder._codec = _CODEC
+BatchBuilder._append_record = staticmethod(_CODEC.append_record)  # type: ignore[assignment]
 IMPLEMENTATION = _CODEC.name
 """Which codec is in use: "c" (kclient._crecords) or "python" (KBROKER_NO_EXTENSIONS=1, or not built)."""
 
@@ -1490,7 +1492,11 @@ class CodecAPI(NamedTuple):
 
 
 def _api(codec: _Codec) -> CodecAPI:
-    builder_type = type("BatchBuilder", (BatchBuilder,), {"__slots__": (), "_codec": codec})
+    builder_type = type(
+        "BatchBuilder",
+        (BatchBuilder,),
+        {"__slots__": (), "_codec": codec, "_append_record": staticmethod(codec.append_record)},
+    )
 
     def encode(
         values: Sequence[bytes | None],
