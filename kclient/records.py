@@ -42,10 +42,12 @@ Record offsets are ``baseOffset + offsetDelta``; timestamps are
 ``firstTimestamp + timestampDelta``, or ``maxTimestamp`` for every record when the
 batch's timestamp type is LOG_APPEND_TIME.
 
-Encoding (:class:`BatchBuilder`) and decoding (:func:`decode_batch`) are the hot
-path of the whole system and are written for speed in pure Python: precompiled
-``struct.Struct`` objects, a precomputed table of every 1- and 2-byte varint, one
-``bytes.join`` per record, inlined varint decoding, and the C ``crc32c`` library.
+Encoding (:class:`BatchBuilder`, :func:`encode_batch`) and decoding (:func:`decode_batch`,
+:func:`decode_consumer_records`, :func:`decode_columns`) are the hot path of the whole
+system. Their loops run in the compiled twin ``kclient._crecords`` (kclient/_crecords.c,
+built by ``pip install``); the pure-Python code here is the fallback, used when the
+module is missing or ``KBROKER_NO_EXTENSIONS=1``, and produces the same bytes and
+records (tests/unit/test_records_twins.py). :data:`IMPLEMENTATION` says which one runs.
 """
 
 from __future__ import annotations
