@@ -118,6 +118,10 @@ def _bytes(v: Any) -> bytes | None:
     return bytes(v)
 
 
+def _headers(hdrs: Any) -> list[tuple[str, bytes | None]] | None:
+    return [(h["key"], _bytes(h["value"])) for h in hdrs] if hdrs else None
+
+
 class _Acks:
     """Counts the outcomes of a task's records (callbacks run on the producer's thread)."""
 
@@ -128,11 +132,12 @@ class _Acks:
         self.first_error: BaseException | None = None
         self.per_partition: dict[str, int] = {}
 
-    def ok(self, meta: Any) -> None:
-        key = f"{meta.topic}-{meta.partition}"
+    def ok_batch(self, meta: Any) -> None:
         with self._lock:
-            self.acked += 1
-            self.per_partition[key] = self.per_partition.get(key, 0) + 1
+            for partition, _base, count in meta.runs:
+                key = f"{meta.topic}-{partition}"
+                self.acked += count
+                self.per_partition[key] = self.per_partition.get(key, 0) + count
 
     def error(self, exc: BaseException) -> None:
         with self._lock:
@@ -154,24 +159,26 @@ def write_rows(opts: SinkOptions, layout: _Layout, batches: Iterator[pa.RecordBa
                 break
             cols = batch.to_pydict()
             n = batch.num_rows
-            values = cols[layout.value]
-            keys = cols[layout.key] if layout.key else [None] * n
             topics = cols[layout.topic] if layout.topic else [opts.topic] * n
             parts = cols[layout.partition] if layout.partition else [None] * n
-            headers = cols[layout.headers] if layout.headers else [None] * n
-            for value, key, topic, partition, hdrs in zip(values, keys, topics, parts, headers, strict=True):
-                if topic is None:
-                    raise KbrokerOptionError("a row has a null 'topic': set the 'topic' option or fill the column")
-                fut = producer.send(
+            if None in topics:
+                raise KbrokerOptionError("a row has a null 'topic': set the 'topic' option or fill the column")
+            # One send_batch per (topic, partition) of the Arrow batch (usually just one).
+            groups: dict[tuple[str, int | None], list[int]] = {}
+            for i, where in enumerate(zip(topics, parts, strict=True)):
+                groups.setdefault(where, []).append(i)
+            values, keys, headers = cols[layout.value], cols.get(layout.key or ""), cols.get(layout.headers or "")
+            for (topic, partition), rows in groups.items():
+                fut = producer.send_batch(
                     topic,
-                    _bytes(value),
-                    key=_bytes(key),
+                    [_bytes(values[i]) for i in rows],
+                    keys=[_bytes(keys[i]) for i in rows] if keys is not None else None,
                     partition=partition,
-                    headers=[(h["key"], _bytes(h["value"])) for h in hdrs] if hdrs else None,
+                    headers=[_headers(headers[i]) for i in rows] if headers is not None else None,
                 )
-                fut.add_callback(acks.ok)
+                fut.add_callback(acks.ok_batch)
                 fut.add_errback(acks.error)
-                sent += 1
+                sent += len(rows)
         producer.flush()
     finally:
         producer.close(timeout=30)
