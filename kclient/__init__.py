@@ -15,7 +15,8 @@ from kclient.errors import (
     KafkaTimeoutError,
     NoBrokersAvailable,
 )
-from kclient.producer import FutureRecordMetadata, Producer
+from kclient.producer import BatchMetadata, FutureBatchMetadata, FutureRecordMetadata, Producer
+from kclient.records import RecordColumns
 from kclient.structs import (
     BrokerMetadata,
     ConsumerRecord,
@@ -29,8 +30,10 @@ from kclient.structs import (
 __all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     # clients
     "AdminClient",
+    "BatchMetadata",
     "Consumer",
     "ConsumerRebalanceListener",
+    "FutureBatchMetadata",
     "FutureRecordMetadata",
     "NewTopic",
     "Producer",
@@ -52,6 +55,7 @@ __all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionMetadata",
+    "RecordColumns",
     "RecordMetadata",
     "TopicPartition",
 ]

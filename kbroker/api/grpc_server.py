@@ -56,36 +56,43 @@ class InFlightBytes:
 
 
 class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Wraps every unary handler: refuse a request while the byte budget is spent."""
+    """Wraps every unary handler: refuse a request while the byte budget is spent, and
+    answer an undecodable one without gRPC's traceback. The wrappers are made once per
+    method (this runs for every call)."""
 
     def __init__(self, budget: InFlightBytes) -> None:
         self._budget = budget
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
+        wrapped = self._wrapped.get(details.method)
+        if wrapped is None:
+            handler = await continuation(details)
+            if handler is None or handler.unary_unary is None:
+                return handler
+            wrapped = self._wrapped[details.method] = self._wrap(details.method, handler)
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         budget = self._budget
         decode = handler.request_deserializer
 
-        def safe_decode(data: bytes) -> Any:
+        def sized_decode(data: bytes) -> tuple[Any, int]:
             try:
-                return decode(data)
+                return decode(data), len(data)
             except Exception as exc:
-                return _Undecodable(details.method, len(data), exc)
+                return _Undecodable(method, len(data), exc), len(data)
 
-        async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if isinstance(request, _Undecodable):
-                _GARBAGE.report(request)
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {request.method} message"
-                )
-            size = request.ByteSize()
+        async def behaviour(request: tuple[Any, int], context: grpc.aio.ServicerContext) -> Any:
+            message, size = request
+            if isinstance(message, _Undecodable):
+                _GARBAGE.report(message)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {method} message")
             if not budget.try_acquire(size):
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -93,13 +100,13 @@ class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     f"{budget.limit}); retry after a back-off",
                 )
             try:
-                return await inner(request, context)
+                return await inner(message, context)
             finally:
                 budget.release(size)
 
         return grpc.unary_unary_rpc_method_handler(
             behaviour,
-            request_deserializer=safe_decode,
+            request_deserializer=sized_decode,
             response_serializer=handler.response_serializer,
         )
 
