@@ -55,7 +55,12 @@ def netns_cluster(tmp_path: Path, brokers: int, **overrides: str) -> Iterator[Ne
     try:
         zk = ZooKeeperEnsemble(tmp_path / "zookeeper", 1, [net.add_host("zk")])
         zk.start()
-        cluster = LocalCluster(tmp_path / "cluster", zk.connect_string + "/kbroker", overrides, network=net)
+        cluster = LocalCluster(
+            tmp_path / "cluster",
+            zk.connect_string + "/kbroker",
+            {"controlled.shutdown.retry.backoff.ms": "200", **overrides},
+            network=net,
+        )
         cluster.start(brokers)
         yield NetCluster(net, zk, cluster)
     except BaseException:
