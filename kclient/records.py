@@ -531,105 +531,16 @@ def _py_decode_records(
     data: bytes, p: int, end: int, count: int, base_offset: int, first_ts: int, log_append_ts: int | None
 ) -> list[Record]:
     """The ``count`` records in ``data[p:end]`` of a checked batch (LOG_APPEND_TIME when ``log_append_ts``)."""
-    records: list[Record] = []
-    add = records.append
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[list[Header]] = []
+    _py_records_into(
+        data, p, end, count, base_offset, first_ts, log_append_ts, -1, offsets, timestamps, keys, values, headers
+    )
     new = _tuple_new
-    record_type = Record
-    slow = _read_zigzag
-    # Varints are zigzag: z is the raw value, (z >> 1) ^ -(z & 1) the number. The
-    # 1- and 2-byte cases are inlined: a function call per field would double the cost.
-    try:
-        for _ in range(count):
-            # length
-            zl = data[p]
-            if zl < 0x80:
-                p += 1
-            else:
-                b = data[p + 1]
-                if b < 0x80:
-                    zl = (zl & 0x7F) | (b << 7)
-                    p += 2
-                else:
-                    zl, p = slow(data, p)
-            start = p
-            # attributes (unused, skipped) then timestampDelta
-            z = data[p + 1]
-            if z < 0x80:
-                p += 2
-            else:
-                b = data[p + 2]
-                if b < 0x80:
-                    z = (z & 0x7F) | (b << 7)
-                    p += 3
-                else:
-                    z, p = slow(data, p + 1)
-            timestamp = first_ts + ((z >> 1) ^ -(z & 1))
-            # offsetDelta
-            z = data[p]
-            if z < 0x80:
-                p += 1
-            else:
-                b = data[p + 1]
-                if b < 0x80:
-                    z = (z & 0x7F) | (b << 7)
-                    p += 2
-                else:
-                    z, p = slow(data, p)
-            offset = base_offset + ((z >> 1) ^ -(z & 1))
-            # key
-            z = data[p]
-            if z < 0x80:
-                p += 1
-            else:
-                b = data[p + 1]
-                if b < 0x80:
-                    z = (z & 0x7F) | (b << 7)
-                    p += 2
-                else:
-                    z, p = slow(data, p)
-            if z & 1:  # negative length: null
-                key = None
-            else:
-                z >>= 1
-                key = data[p : p + z]
-                p += z
-            # value
-            z = data[p]
-            if z < 0x80:
-                p += 1
-            else:
-                b = data[p + 1]
-                if b < 0x80:
-                    z = (z & 0x7F) | (b << 7)
-                    p += 2
-                else:
-                    z, p = slow(data, p)
-            if z & 1:
-                value = None
-            else:
-                z >>= 1
-                value = data[p : p + z]
-                p += z
-            # headers
-            if data[p]:
-                headers, p = _decode_headers(data, p)
-            else:
-                p += 1
-                headers = []
-            if (p - start) << 1 != zl:
-                raise CorruptRecordError(
-                    f"record at offset {offset} declares {(zl >> 1) ^ -(zl & 1)} bytes but holds {p - start}"
-                )
-            add(new(record_type, (offset, timestamp, key, value, headers)))
-    except (IndexError, UnicodeDecodeError) as exc:
-        raise CorruptRecordError(f"malformed record in batch at base offset {base_offset}: {exc}") from exc
-    if p != end:
-        raise CorruptRecordError(
-            f"batch at base offset {base_offset}: {count} records decoded but {end - p:+d} bytes remain"
-        )
-    if log_append_ts is not None:  # LOG_APPEND_TIME: the broker's time
-        records = [new(record_type, (r[0], log_append_ts, r[2], r[3], r[4])) for r in records]
-    return records
+    return [new(Record, r) for r in zip(offsets, timestamps, keys, values, headers, strict=True)]
 
 
 def _decode_headers(data: bytes, p: int) -> tuple[list[Header], int]:
@@ -684,9 +595,31 @@ def _decode_columns_into(
 ) -> None:
     """Append the records of a checked batch with offset >= start_offset to the columns."""
     data, p, end = _batch_body(buf, pos, header)
-    base_offset = header.base_offset
-    first_ts = header.first_timestamp
-    count = header.record_count
+    log_append_ts = header.max_timestamp if header.attributes & _TIMESTAMP_TYPE_MASK else None
+    _py_records_into(
+        data, p, end, header.record_count, header.base_offset, header.first_timestamp, log_append_ts,
+        start_offset, offsets, timestamps, keys, values, headers_out,
+    )  # fmt: skip
+
+
+def _py_records_into(
+    data: bytes,
+    p: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    first_ts: int,
+    log_append_ts: int | None,
+    start_offset: int,
+    offsets: list[int],
+    timestamps: list[int],
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    headers_out: list[list[Header]],
+) -> None:
+    """Decode the ``count`` records in ``data[p:end]`` of a checked batch, appending those
+    with offset >= ``start_offset`` to the columns (all or, on CorruptRecordError, none).
+    LOG_APPEND_TIME batches (``log_append_ts``) read as the broker's time."""
     first = len(offsets)
     add_offset = offsets.append
     add_ts = timestamps.append
@@ -787,8 +720,10 @@ def _decode_columns_into(
         raise CorruptRecordError(
             f"batch at base offset {base_offset}: {count} records decoded but {end - p:+d} bytes remain"
         )
-    if header.attributes & _TIMESTAMP_TYPE_MASK:  # LOG_APPEND_TIME: the broker's time
-        timestamps[first:] = [header.max_timestamp] * (len(timestamps) - first)
+    if log_append_ts is not None:  # LOG_APPEND_TIME: the broker's time
+        timestamps[first:] = [log_append_ts] * (len(timestamps) - first)
+
+
 
 
 def _py_decode_consumer_records(
