@@ -42,6 +42,7 @@ from kclient.errors import (
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import RecordColumns
+from kclient.retry import retry
 from kclient.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kclient.transport import Transport
 
@@ -354,11 +355,13 @@ class Consumer:
         out: dict[TopicPartition, tuple[int, int]] = {}
         deadline = time.monotonic() + self._timeout_s(timeout_ms)
         pending = list(tps)
-        last: KafkaError | None = None
-        backoff = self.config["retry_backoff_ms"] / 1000.0
-        while True:
+
+        def lookup() -> dict[TopicPartition, tuple[int, int]]:
+            """One round at the leaders; the partitions still without an answer stay pending."""
+            nonlocal pending
+            last: KafkaError | None = None
             by_leader: dict[str, list[TopicPartition]] = {}
-            retry: list[TopicPartition] = []
+            retry_later: list[TopicPartition] = []
             for tp in pending:
                 addr = self._metadata.leader_address(tp)
                 if addr is None:
@@ -368,7 +371,7 @@ class Consumer:
                     code = self._metadata.topic_error(tp.topic)
                     if code and not for_code(code).retriable:
                         raise for_code(code)(f"topic {tp.topic!r}")
-                    retry.append(tp)
+                    retry_later.append(tp)
                     continue
                 by_leader.setdefault(addr, []).append(tp)
             for addr, group in by_leader.items():
@@ -384,7 +387,7 @@ class Consumer:
                     if not exc.retriable:
                         raise
                     last = exc
-                    retry.extend(group)
+                    retry_later.extend(group)
                     continue
                 for t in resp.topics:
                     for p in t.partitions:
@@ -394,18 +397,27 @@ class Consumer:
                             if not err.retriable:
                                 raise err
                             last = err
-                            retry.append(tp)
+                            retry_later.append(tp)
                         else:
                             out[tp] = (p.offset, p.timestamp)
-            pending = retry
-            if not pending:
-                return out
-            if time.monotonic() + backoff >= deadline:
+            pending = retry_later
+            if pending:
                 names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in pending)
-                raise KafkaTimeoutError(f"offsets of {names} not found within the timeout (last error: {last})")
-            time.sleep(backoff)
-            self._metadata.request_update()
-            self._metadata.maybe_refresh(max(deadline - time.monotonic(), 0.05))
+                raise KafkaTimeoutError(f"no offsets yet for {names} (last error: {last})")
+            return out
+
+        def refresh(err: KafkaError) -> None:
+            if err.retriable:  # leaders may have moved
+                self._metadata.request_update()
+                self._metadata.maybe_refresh(max(deadline - time.monotonic(), 0.05))
+
+        return retry(
+            lookup,
+            what="offsets not found within the timeout",
+            deadline=deadline,
+            backoff_s=self.config["retry_backoff_ms"] / 1000.0,
+            on_error=refresh,
+        )
 
     def _update_positions(self, deadline: float) -> None:
         """Start positioning the partitions that have none: committed offset first (with a

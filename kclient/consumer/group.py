@@ -58,12 +58,13 @@ from kclient.errors import (
     InvalidConfigError,
     KafkaConnectionError,
     KafkaError,
-    KafkaTimeoutError,
     MemberIdRequiredError,
     RebalanceInProgressError,
     for_code,
+    raise_for_code,
 )
 from kclient.proto.kbroker.v1 import group_pb2
+from kclient.retry import retry
 from kclient.structs import TopicPartition
 from kclient.transport import map_rpc_error
 
@@ -176,33 +177,31 @@ class ConsumerCoordinator:
 
     def ensure_coordinator(self, deadline: float) -> str:
         """The coordinator's address, asking FindCoordinator until it answers or ``deadline``."""
-        while True:
+
+        def find() -> str:
             addr = self.coordinator()
             if addr is not None:
                 return addr
-            err: KafkaError
-            try:
-                timeout = max(min(self._request_timeout_s, deadline - time.monotonic()), 0.2)
-                resp = self._transport.call_any(
-                    "FindCoordinator",
-                    group_pb2.FindCoordinatorRequest(group_id=self.group_id),
-                    self._metadata.broker_addresses(),
-                    timeout_s=timeout,
-                )
-                if not resp.error_code:
-                    addr = f"{resp.host}:{resp.port}"
-                    with self._lock:
-                        self._coordinator = addr
-                    log.debug("group %s: coordinator is broker %d at %s", self.group_id, resp.node_id, addr)
-                    return addr
-                err = for_code(resp.error_code)(resp.error_message)
-            except KafkaError as exc:
-                err = exc
-            if not err.retriable:
-                raise err
-            if time.monotonic() + self._retry_backoff_s >= deadline:
-                raise KafkaTimeoutError(f"no coordinator found for group {self.group_id!r}: {err}") from err
-            time.sleep(self._retry_backoff_s)
+            timeout = max(min(self._request_timeout_s, deadline - time.monotonic()), 0.2)
+            resp = self._transport.call_any(
+                "FindCoordinator",
+                group_pb2.FindCoordinatorRequest(group_id=self.group_id),
+                self._metadata.broker_addresses(),
+                timeout_s=timeout,
+            )
+            raise_for_code(resp.error_code, resp.error_message)
+            addr = f"{resp.host}:{resp.port}"
+            with self._lock:
+                self._coordinator = addr
+            log.debug("group %s: coordinator is broker %d at %s", self.group_id, resp.node_id, addr)
+            return addr
+
+        return retry(
+            find,
+            what=f"no coordinator found for group {self.group_id!r}",
+            deadline=deadline,
+            backoff_s=self._retry_backoff_s,
+        )
 
     # --- the poll hook -------------------------------------------------------------
 

@@ -28,8 +28,10 @@ from kclient.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
     for_code,
+    raise_for_code,
 )
 from kclient.proto.kbroker.v1 import group_pb2
+from kclient.retry import retry
 from kclient.structs import OffsetAndMetadata, TopicPartition
 from kclient.transport import map_rpc_error
 
@@ -177,28 +179,30 @@ class GroupOffsets:
         if not offsets:
             return
         member = self._member
-        while True:
+
+        def commit() -> None:
             generation, member_id = member.commit_identity()
-            err: KafkaError | None
-            try:
-                addr = member.ensure_coordinator(deadline)
-                req = self._commit_request(offsets, generation, member_id)
-                timeout = min(self._request_timeout_s, max(deadline - time.monotonic(), 0.1))
-                resp = self._transport.call(addr, "CommitOffsets", req, timeout_s=timeout)
-                err = self._commit_result(resp, offsets)
-            except KafkaError as exc:
-                err = exc
-            if err is None:
-                return
-            if isinstance(err, FENCED):
-                raise self._commit_failed(err, generation) from err
+            addr = member.ensure_coordinator(deadline)
+            req = self._commit_request(offsets, generation, member_id)
+            timeout = min(self._request_timeout_s, max(deadline - time.monotonic(), 0.1))
+            resp = self._transport.call(addr, "CommitOffsets", req, timeout_s=timeout)
+            err = self._commit_result(resp, offsets)
+            if err is not None:
+                if isinstance(err, FENCED):
+                    raise self._commit_failed(err, generation) from err
+                raise err
+
+        def on_error(err: KafkaError) -> None:
             if isinstance(err, COORDINATOR_ERRORS):
                 member.mark_coordinator_dead(err)
-            elif not err.retriable:
-                raise err
-            if time.monotonic() + self._retry_backoff_s >= deadline:
-                raise KafkaTimeoutError(f"commit to group {self.group_id!r} did not complete: {err}") from err
-            time.sleep(self._retry_backoff_s)
+
+        retry(
+            commit,
+            what=f"commit to group {self.group_id!r} did not complete",
+            deadline=deadline,
+            backoff_s=self._retry_backoff_s,
+            on_error=on_error,
+        )
 
     def commit_async(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], callback: CommitCallback | None = None
@@ -296,41 +300,32 @@ class GroupOffsets:
         for topic, parts in by_topic.items():
             req.topics.add(name=topic, partitions=parts)
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._request_timeout_s)
-        while True:
-            err: KafkaError | None = None
-            try:
-                addr = self._member.coordinator()
-                timeout = min(self._request_timeout_s, max(deadline - time.monotonic(), 0.1))
-                if addr is not None:
-                    resp = self._transport.call(addr, "FetchOffsets", req, timeout)
-                else:
-                    resp = self._transport.call_any("FetchOffsets", req, self._metadata.broker_addresses(), timeout)
-                if resp.error_code:
-                    err = for_code(resp.error_code)(resp.error_message)
-                else:
-                    found: dict[TopicPartition, OffsetAndMetadata | None] = {}
-                    for t in resp.topics:
-                        for p in t.partitions:
-                            if p.error_code:
-                                e = for_code(p.error_code)(f"{t.name}-{p.index}")
-                                if not e.retriable:
-                                    raise e
-                                err = e
-                            else:
-                                found[TopicPartition(t.name, p.index)] = (
-                                    OffsetAndMetadata(p.offset, p.metadata) if p.offset >= 0 else None
-                                )
-                    if err is None:
-                        return {tp: found.get(tp) for tp in tps}
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                err = exc
-            assert err is not None
-            if not err.retriable:
-                raise err
+
+        def fetch() -> dict[TopicPartition, OffsetAndMetadata | None]:
+            addr = self._member.coordinator()
+            timeout = min(self._request_timeout_s, max(deadline - time.monotonic(), 0.1))
+            if addr is not None:
+                resp = self._transport.call(addr, "FetchOffsets", req, timeout)
+            else:
+                resp = self._transport.call_any("FetchOffsets", req, self._metadata.broker_addresses(), timeout)
+            raise_for_code(resp.error_code, resp.error_message)
+            found: dict[TopicPartition, OffsetAndMetadata | None] = {}
+            for t in resp.topics:
+                for p in t.partitions:
+                    raise_for_code(p.error_code, f"{t.name}-{p.index}")
+                    found[TopicPartition(t.name, p.index)] = (
+                        OffsetAndMetadata(p.offset, p.metadata) if p.offset >= 0 else None
+                    )
+            return {tp: found.get(tp) for tp in tps}
+
+        def on_error(err: KafkaError) -> None:
             if isinstance(err, COORDINATOR_ERRORS):
                 self._member.mark_coordinator_dead(err)
-            if time.monotonic() + self._retry_backoff_s >= deadline:
-                raise KafkaTimeoutError(f"committed offsets of group {self.group_id!r} not fetched: {err}") from err
-            time.sleep(self._retry_backoff_s)
+
+        return retry(
+            fetch,
+            what=f"committed offsets of group {self.group_id!r} not fetched",
+            deadline=deadline,
+            backoff_s=self._retry_backoff_s,
+            on_error=on_error,
+        )
