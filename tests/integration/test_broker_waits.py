@@ -16,7 +16,7 @@ import pytest
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, NewTopic
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, group_pb2, log_pb2, metadata_pb2
-from kclient.records import BatchBuilder, decode_batches
+from kclient.records import BatchBuilder
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -171,25 +171,3 @@ def test_garbage_requests_are_refused_with_one_log_line(cluster: LocalCluster) -
     lines = [line for line in logged.splitlines() if "undecodable" in line]
     assert len(lines) == 1 and "kbroker.v1.Broker/Produce" in lines[0]
 
-
-def test_requests_in_flight_are_appended_in_the_order_they_arrived(cluster: LocalCluster) -> None:
-    """Several Produce requests in flight on one connection land in the log in the order
-    they were sent (Kafka processes a connection's requests in order), although the
-    broker serves requests concurrently."""
-    make_topics(cluster, "ordered")
-    stub = broker_pb2_grpc.BrokerStub(grpc.insecure_channel(cluster.bootstrap))
-    for _ in range(5):  # warm the connection
-        stub.Produce(produce_request("ordered", records()), timeout=10)
-    sent = []
-    for round_ in range(10):
-        calls = []
-        for i in range(50):
-            b = BatchBuilder()
-            b.append(int(time.time() * 1000), None, f"{round_}-{i}".encode())
-            calls.append(stub.Produce.future(produce_request("ordered", b.build(), acks=1), timeout=30))
-            sent.append(f"{round_}-{i}".encode())
-        assert all(c.result().topics[0].partitions[0].error_code == 0 for c in calls)
-    resp = stub.Fetch(fetch_request("ordered", 5, 0), timeout=10)
-    data = resp.topics[0].partitions[0].records
-    got = [r.value for _, recs in decode_batches(data) for r in recs if r.offset >= 5]
-    assert got == sent
