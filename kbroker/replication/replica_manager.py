@@ -9,8 +9,10 @@ shrinks the ISR of led partitions whose followers lag more than
 ``replication-offset-checkpoint`` in the data directory (read back at start-up).
 
 Thread safety: the partition map is guarded by a lock; each :class:`Partition`
-guards itself. gRPC request threads call ``append``/``fetch``; the metadata thread
-calls the ``on_*`` listeners.
+guards itself. Appends run on per-partition single-threaded lanes (``append_async``),
+reads on the server's request pool; waits park in ``purgatory`` and hold no thread.
+The metadata thread calls the ``on_*`` listeners. While ZooKeeper is out of reach, a
+leader whose in-sync followers went quiet is fenced (:meth:`fenced`).
 """
 
 from __future__ import annotations
