@@ -20,6 +20,7 @@ from kclient.errors import (
 )
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, group_pb2
+from kclient.retry import retry
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.topic_name import validate_topic_name
 from kclient.transport import Transport
@@ -193,20 +194,30 @@ class AdminClient:
         return f"{resp.host}:{resp.port}"
 
     def _at_coordinator(self, group_id: str, method: str, request: Any, error_of: Callable[[Any], int]) -> Any:
-        """``method`` at the group's coordinator; found again and retried once if it moved."""
-        for attempt in (1, 2):
+        """``method`` at the group's coordinator, found again while it moves (until the
+        admin timeout; then the last error)."""
+
+        def at_current_coordinator() -> Any:
             address = self.find_coordinator(group_id)
-            try:
-                resp = self._transport.call(address, method, request, self._timeout_ms / 1000.0 + 5)
-            except (KafkaConnectionError, KafkaTimeoutError, NotCoordinatorError, CoordinatorNotAvailableError):
-                if attempt == 2:
-                    raise
-            else:
-                if attempt == 2 or error_of(resp) not in _COORDINATOR_MOVED:
-                    return resp
-            self._metadata.refresh()
-            time.sleep(_COORDINATOR_RETRY_BACKOFF_S)
-        raise AssertionError("unreachable")
+            resp = self._transport.call(address, method, request, self._timeout_ms / 1000.0 + 5)
+            code = error_of(resp)
+            if code in _COORDINATOR_MOVED:
+                raise for_code(code)(f"{method} for group {group_id!r}")
+            return resp
+
+        def on_error(err: KafkaError) -> None:  # the coordinator's broker may be gone
+            if err.retriable:
+                self._metadata.request_update()
+                self._metadata.maybe_refresh()
+
+        return retry(
+            at_current_coordinator,
+            what=f"{method} for group {group_id!r}",
+            deadline=time.monotonic() + self._timeout_ms / 1000.0,
+            backoff_s=_COORDINATOR_RETRY_BACKOFF_S,
+            on_error=on_error,
+            raise_last=True,
+        )
 
     def list_consumer_groups(self) -> list[tuple[str, str]]:
         """``(group id, state)`` of every group with state in ZooKeeper, sorted by id.

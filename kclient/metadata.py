@@ -19,11 +19,11 @@ from collections.abc import Iterable
 from kclient.errors import (
     KafkaError,
     KafkaTimeoutError,
-    LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
     for_code,
 )
 from kclient.proto.kbroker.v1 import metadata_pb2
+from kclient.retry import retry
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.transport import Transport
 
@@ -166,35 +166,25 @@ class ClusterMetadata:
     def wait_for_partitions(self, topic: str, timeout_s: float) -> set[int]:
         """The topic's partitions, refreshing until they are known or time is up.
 
-        Brokers that do not answer are retried (``retry_backoff_ms`` apart) until
-        ``timeout_s``, then KafkaTimeoutError (with the last error) is raised.
+        Brokers that do not answer and topics still being created are retried until
+        ``timeout_s``; then the last error is raised: NoBrokersAvailable,
+        UnknownTopicOrPartitionError, or KafkaTimeoutError when metadata had no answer.
         """
         self.add_topics([topic])
         deadline = time.monotonic() + timeout_s
-        last: KafkaError | None = None
-        while True:
+
+        def known_partitions() -> set[int]:
             parts = self.partitions_for(topic)
-            if parts:
-                return parts
-            if time.monotonic() >= deadline:
-                code = self.topic_error(topic)
-                if code and code != UNKNOWN_TOPIC_OR_PARTITION:
-                    raise for_code(code)(f"topic {topic!r}")
-                if code:
-                    raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-                reason = f": {last}" if last is not None else ""
-                raise KafkaTimeoutError(f"no metadata for topic {topic!r} within {timeout_s:.1f}s{reason}")
-            try:
+            if not parts:
                 self.refresh([topic], deadline=deadline)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                last = exc
-                continue
-            parts = self.partitions_for(topic)
+                parts = self.partitions_for(topic)
             if parts:
                 return parts
             code = self.topic_error(topic)
-            if code and for_code(code) not in (UnknownTopicOrPartitionError, LeaderNotAvailableError):
+            if code == UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+            if code:
                 raise for_code(code)(f"topic {topic!r}")
-            time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
+            raise KafkaTimeoutError(f"no metadata for topic {topic!r} within {timeout_s:.1f}s")
+
+        return retry(known_partitions, what=f"topic {topic!r}", deadline=deadline, backoff_s=0.1, raise_last=True)

@@ -29,6 +29,7 @@ def retry(
     deadline: float,
     backoff_s: float,
     on_error: Callable[[KafkaError], None] = _ignore,
+    raise_last: bool = False,
 ) -> T:
     """``attempt()``'s result, calling it again while it raises retriable KafkaErrors.
 
@@ -36,7 +37,9 @@ def retry(
     refresh metadata) or raise something else instead (e.g. CommitFailedError). A
     non-retriable error is raised as it is; a retriable one is retried ``backoff_s``
     later, unless that would pass ``deadline`` (``time.monotonic()``): then
-    KafkaTimeoutError("<what>: <the last error>").
+    KafkaTimeoutError("<what>: <the last error>"), or the last error itself with
+    ``raise_last`` (for errors that already say what failed: NoBrokersAvailable, an
+    unknown topic).
     """
     while True:
         try:
@@ -46,5 +49,7 @@ def retry(
             if not err.retriable:
                 raise
             if time.monotonic() + backoff_s >= deadline:
+                if raise_last:
+                    raise
                 raise KafkaTimeoutError(f"{what}: {err}") from err
             time.sleep(backoff_s)

@@ -43,6 +43,7 @@ from kclient.errors import (
     for_code,
 )
 from kclient.proto.kbroker.v1 import broker_pb2_grpc
+from kclient.retry import retry
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +196,10 @@ class Transport:
         Raises NoBrokersAvailable when none answered.
         """
         tried: list[str] = []
-        last: KafkaError | None = None
         addresses = list(addresses)
-        while True:
+
+        def one_round() -> Any:
+            last: KafkaError | None = None
             for address in self.candidates(addresses):
                 if address not in tried:
                     tried.append(address)
@@ -210,9 +212,11 @@ class Transport:
                     last = exc
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-            if deadline is None or time.monotonic() + backoff_s >= deadline:
-                raise NoBrokersAvailable(f"no broker answered among {tried}: {last}")
-            time.sleep(backoff_s)
+            raise NoBrokersAvailable(f"no broker answered among {tried}: {last}")
+
+        if deadline is None:
+            return one_round()
+        return retry(one_round, what=method, deadline=deadline, backoff_s=backoff_s, raise_last=True)
 
     def close(self) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ from kclient.errors import (
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
+    NoBrokersAvailable,
     NotCoordinatorError,
 )
 from kclient.retry import retry
@@ -54,3 +55,14 @@ def test_other_errors_pass_at_once_and_on_error_may_replace_them() -> None:
     with pytest.raises(CommitFailedError):
         retry(lambda: (_ for _ in ()).throw(NotCoordinatorError()), what="x", deadline=time.monotonic() + 5,
               backoff_s=1, on_error=fenced)  # fmt: skip
+
+
+def test_raise_last_ends_with_the_last_error_itself() -> None:
+    errors = iter([NotCoordinatorError("moved"), NoBrokersAvailable("none answered")] * 50)
+
+    def attempt() -> None:
+        raise next(errors)
+
+    with pytest.raises((NotCoordinatorError, NoBrokersAvailable)) as info:
+        retry(attempt, what="x", deadline=time.monotonic() + 0.2, backoff_s=0.05, raise_last=True)
+    assert not isinstance(info.value, KafkaTimeoutError)
