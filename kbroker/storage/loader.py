@@ -66,6 +66,69 @@ def _remove_leftovers(dir: Path) -> list[int]:
     return sorted(bases)
 
 
+def _complete_swaps(dir: Path, config: LogConfig, now_ms: int) -> None:
+    """Finish the log cleaner's swaps that a crash interrupted (Kafka's LogLoader rule).
+
+    A ``<base>.log.swap`` file is a complete cleaned segment that replaces every live
+    segment whose base offset lies in [base, the swap's next offset): those are
+    deleted, then the swap files are renamed live (indexes are rebuilt from the data).
+    ``.cleaned`` files (a cleaning that did not reach the swap) are left to
+    :func:`_remove_leftovers`, which deletes them, and so is a swap without a valid batch.
+    """
+    swap_tail = files.LOG_SUFFIX + files.SWAP_SUFFIX
+    for path in sorted(dir.glob("*" + swap_tail)):
+        try:
+            base = files.offset_from_filename(path.name)
+        except ValueError:
+            continue
+        for index in (
+            files.offset_index_file(dir, base, files.SWAP_SUFFIX),
+            files.time_index_file(dir, base, files.SWAP_SUFFIX),
+        ):
+            index.unlink(missing_ok=True)
+        segment = LogSegment.open(
+            dir,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            now_ms=now_ms,
+            suffix=files.SWAP_SUFFIX,
+        )
+        try:
+            segment.recover()
+            if segment.is_empty:
+                # A cleaned segment always holds at least the last batch of what it replaces.
+                logger.warning("%s: removing swap segment %d: it holds no valid batch", dir.name, base)
+                segment.delete()
+                continue
+            end = segment.next_offset
+            replaced = []
+            for live in dir.glob("*" + files.LOG_SUFFIX):
+                try:
+                    live_base = files.offset_from_filename(live.name)
+                except ValueError:
+                    continue
+                if base <= live_base < end:
+                    replaced.append(live_base)
+                    for doomed in (
+                        live,
+                        files.offset_index_file(dir, live_base),
+                        files.time_index_file(dir, live_base),
+                    ):
+                        doomed.unlink(missing_ok=True)
+            files.fsync_dir(dir)
+            segment.rename_with_suffix("")
+            files.fsync_dir(dir)
+            logger.info(
+                "%s: finished an interrupted swap of cleaned segment %d (replacing segments %s)",
+                dir.name,
+                base,
+                sorted(replaced),
+            )
+        finally:
+            segment.close()
+
+
 def _is_segment_name(name: str) -> bool:
     try:
         files.offset_from_filename(name)
@@ -115,7 +178,8 @@ def load_log(
 ) -> LoadedLog:
     """Open (or create) the log in ``dir``.
 
-    - removes ``.deleted``/``.cleaned``/``.swap``/``.tmp`` leftovers and orphaned indexes;
+    - finishes an interrupted cleaner swap (``.swap`` files replace the segments they
+      cover), then removes ``.deleted``/``.cleaned``/``.tmp`` leftovers and orphaned indexes;
     - opens every segment; indexes that are missing or fail their sanity check are
       rebuilt from the data;
     - unless ``clean_shutdown``, recovers every segment from the one holding
@@ -127,6 +191,7 @@ def load_log(
       ``.snapshot`` and the batch headers after it (see :mod:`.producer_state`).
     """
     dir.mkdir(parents=True, exist_ok=True)
+    _complete_swaps(dir, config, now_ms)
     bases = _remove_leftovers(dir)
     try:
         epoch_cache = LeaderEpochCache.load(dir)

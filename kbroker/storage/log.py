@@ -156,6 +156,10 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
         self._offline_reason: str | None = None
+        self.cleaner_upper_bound: Callable[[], int] | None = None
+        """The log cleaner never cleans at or above the offset this returns: the replica
+        layer sets it to the partition's high watermark. None: no bound but the active
+        segment (a log that is not replicated)."""
 
     @classmethod
     def open(
@@ -323,7 +327,12 @@ class Log:
             raise ValueError(f"leader epoch must be >= 0, not {leader_epoch}")
         now = _now_ms() if now_ms is None else now_ms
         config = self._config
-        batches = validate_batches(records, as_leader=True, max_message_bytes=config.max_message_bytes)
+        batches = validate_batches(
+            records,
+            as_leader=True,
+            max_message_bytes=config.max_message_bytes,
+            require_keys=config.compact_enabled,
+        )
         if len(records) > config.segment_bytes:
             raise RecordListTooLargeError(
                 f"{len(records)} bytes of batches are more than segment.bytes={config.segment_bytes} of {self.name}"
@@ -380,7 +389,8 @@ class Log:
         with self._lock:
             self._ensure_open()
             first_offset = summary.first_offset
-            if first_offset != self._next_offset:
+            # A compacted leader log has gaps: the next batch may start after the end.
+            if first_offset < self._next_offset:
                 raise OffsetOutOfRangeError(
                     f"{self.name}: follower append starts at offset {first_offset} but the log "
                     f"end offset is {self._next_offset}"
@@ -794,6 +804,62 @@ class Log:
         with _storage_errors(f"deleting segments of {self.name}"):
             for segment in due:
                 segment.delete()
+
+    # ------------------------------------------------------------------ cleaning (compaction)
+
+    def last_producer_batches(self) -> set[tuple[int, int]]:
+        """(producer id, last offset) of the last batch of every producer in the log: the
+        cleaner keeps those batches (empty if need be) so producer state survives."""
+        with self._lock:
+            return {(pid, entry.last_offset) for pid, entry in self._producer_state.producers.items()}
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment], pause: Callable[[str], None]) -> bool:
+        """Put ``cleaned`` (files ``<base>.*.cleaned``, complete and fsynced) in place of
+        the consecutive segments ``old``, crash-safely (Kafka's replaceSegments):
+
+        1. ``.cleaned`` -> ``.swap`` (from now on a restart finishes the swap: see
+           :func:`~kbroker.storage.loader.load_log`);
+        2. every old segment -> ``.deleted`` (removed after file.delete.delay.ms;
+           reads in flight keep their descriptors);
+        3. ``.swap`` -> live, and the segment list holds ``cleaned`` instead of ``old``.
+
+        The directory is fsynced after each step; ``pause(stage)`` is called after
+        step 1 (``"after-swap"``) and step 2 (``"after-delete"``), the test hook.
+        Returns False (and changes nothing) if ``old`` are no longer consecutive
+        segments of this log (a truncation or retention ran meanwhile), or the log is
+        closed or offline: the caller discards ``cleaned``.
+        """
+        with self._flush_lock, self._lock:
+            if self._closed or self._offline_reason is not None or not old:
+                return False
+            try:
+                i = next(n for n, s in enumerate(self._segments) if s is old[0])
+            except StopIteration:
+                return False
+            if i + len(old) >= len(self._segments) or any(
+                a is not b for a, b in zip(self._segments[i : i + len(old)], old, strict=True)
+            ):
+                return False  # gone, or it would replace the active segment
+            with self._offline_on_error(f"replacing segments of {self.name}"):
+                cleaned.rename_with_suffix(files.SWAP_SUFFIX)
+                files.fsync_dir(self._dir)
+                pause("after-swap")
+                for segment in old:
+                    segment.rename_with_suffix(files.DELETED_SUFFIX)
+                files.fsync_dir(self._dir)
+                pause("after-delete")
+                cleaned.rename_with_suffix("")
+                files.fsync_dir(self._dir)
+            self._segments[i : i + len(old)] = [cleaned]
+            self._bases[i : i + len(old)] = [cleaned.base_offset]
+            now = _now_ms()
+            delay = self._config.file_delete_delay_ms
+            for segment in old:
+                if delay <= 0:
+                    segment.delete()
+                else:
+                    self._pending_deletes.append((now + delay, segment))
+            return True
 
     # ------------------------------------------------------------------ lifecycle
 

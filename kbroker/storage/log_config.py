@@ -19,6 +19,8 @@ DEFAULT_INDEX_INTERVAL_BYTES = 4096
 DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
 DEFAULT_FILE_DELETE_DELAY_MS = 60_000
+DEFAULT_MIN_CLEANABLE_DIRTY_RATIO = 0.5
+DEFAULT_DELETE_RETENTION_MS = 24 * 60 * 60 * 1000
 
 CLEANUP_POLICIES = ("compact", "delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -35,9 +37,14 @@ class LogConfig:
     - ``flush_messages`` / ``flush_ms``: None (Kafka: Long.MAX_VALUE / unset) leaves
       flushing to the OS page cache.
     - ``retention_ms`` / ``retention_bytes``: -1 means unlimited.
-    - ``cleanup_policy``: ``"delete"``, ``"compact"`` or ``"compact,delete"``. It is
-      accepted and stored; only deletion is implemented (a ``compact``-only log keeps
-      everything).
+    - ``cleanup_policy``: ``"delete"``, ``"compact"`` or ``"compact,delete"``: retention
+      deletes old segments, the log cleaner keeps the latest record of every key
+      (see :mod:`kbroker.storage.cleaner`), or both.
+    - compaction: ``min_cleanable_dirty_ratio`` (a log is cleaned once its dirty part is
+      at least this share of it), ``min_compaction_lag_ms`` (records younger than this
+      are not cleaned), ``max_compaction_lag_ms`` (a log whose oldest dirty record is
+      older than this is cleaned whatever its ratio; Kafka's Long.MAX_VALUE means never),
+      ``delete_retention_ms`` (how long tombstones are kept once clean).
     - ``min_insync_replicas`` and ``unclean_leader_election_enable`` are read by the
       replication layer, not by the log.
     """
@@ -56,6 +63,10 @@ class LogConfig:
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     message_timestamp_type: str = "CreateTime"
+    min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -128,6 +139,10 @@ CONFIG_NAMES: dict[str, str] = {
     "min_insync_replicas": "min.insync.replicas",
     "unclean_leader_election_enable": "unclean.leader.election.enable",
     "message_timestamp_type": "message.timestamp.type",
+    "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
+    "min_compaction_lag_ms": "min.compaction.lag.ms",
+    "max_compaction_lag_ms": "max.compaction.lag.ms",
+    "delete_retention_ms": "delete.retention.ms",
 }
 """Python field name -> Kafka topic config name."""
 
@@ -151,6 +166,13 @@ def _int_range(lo: int, hi: int) -> Callable[[str, Any], None]:
             raise _bad(name, value, f"must be between {lo} and {hi}")
 
     return check
+
+
+def _ratio(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(name, value, "not a number")
+    if not 0.0 <= value <= 1.0:
+        raise _bad(name, value, "must be between 0 and 1")
 
 
 def _optional_positive(name: str, value: Any) -> None:
@@ -199,6 +221,10 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "min_insync_replicas": _int_range(1, _INT_MAX),
     "unclean_leader_election_enable": _bool,
     "message_timestamp_type": _timestamp_type,
+    "min_cleanable_dirty_ratio": _ratio,
+    "min_compaction_lag_ms": _int_range(0, _LONG_MAX),
+    "max_compaction_lag_ms": _int_range(1, _LONG_MAX),
+    "delete_retention_ms": _int_range(0, _LONG_MAX),
 }
 
 
@@ -207,6 +233,16 @@ def _parse_int(name: str, raw: str) -> int:
         return int(raw, 10)
     except ValueError:
         raise _bad(name, raw, "not an integer") from None
+
+
+def _parse_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "not a number") from None
+    if value != value:  # NaN
+        raise _bad(name, raw, "not a number")
+    return value
 
 
 def _parse_flush(name: str, raw: str) -> int | None:
@@ -254,6 +290,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
             "unclean_leader_election_enable": _parse_bool,
             "cleanup_policy": _parse_policy,
             "message_timestamp_type": _parse_str,
+            "min_cleanable_dirty_ratio": _parse_float,
         }.get(field, _parse_int),
     )
     for field in CONFIG_NAMES

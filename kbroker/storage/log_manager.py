@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kbroker.storage import files
+from kbroker.storage.cleaner_manager import CleanerConfig, LogCleaner
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import IllegalStateError, KafkaStorageError
@@ -62,6 +63,10 @@ class LogManager:
     no clean-shutdown marker (the next start recovers). As Kafka takes a log
     directory offline; here each partition has its own directory.
 
+    Log cleaner: :class:`LogCleaner` threads compact the logs whose cleanup.policy
+    includes ``compact`` (``cleaner_config``: the broker's log.cleaner.* settings);
+    they start with :meth:`startup` and stop first in :meth:`shutdown`.
+
     Background thread (daemon): retention every ``retention_check_interval_ms``,
     ``flush_if_due`` every ``flush_check_interval_ms``, checkpoints every
     ``checkpoint_interval_ms``. A failing task is logged and retried next time.
@@ -78,6 +83,7 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         flush_check_interval_ms: int = 1000,
         checkpoint_interval_ms: int = 60_000,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         for name, value in (
             ("retention_check_interval_ms", retention_check_interval_ms),
@@ -103,6 +109,7 @@ class LogManager:
         except OSError as exc:
             raise KafkaStorageError(f"cannot create data directory {self._data_dir}: {exc}") from exc
         self._lock_fd = self._acquire_dir_lock()
+        self._cleaner = LogCleaner(self._data_dir, self.logs, cleaner_config or CleanerConfig())
 
     def _acquire_dir_lock(self) -> int:
         path = self._data_dir / files.LOCK_FILE
@@ -219,6 +226,7 @@ class LogManager:
                 files.fsync_dir(self._data_dir)
             self._thread = threading.Thread(target=self._run, name=f"log-manager-{self._data_dir.name}", daemon=True)
             self._thread.start()
+            self._cleaner.startup()
 
     def shutdown(self) -> None:
         """Stop the background thread, flush and close every log, write the checkpoints
@@ -229,6 +237,7 @@ class LogManager:
             self._shut_down = True
             thread = self._thread
         self._stop.set()
+        self._cleaner.shutdown()
         if thread is not None:
             thread.join()
         with self._lock:
@@ -330,6 +339,7 @@ class LogManager:
                 return True
             except OSError as exc:
                 raise KafkaStorageError(f"cannot delete {dir}: {exc}") from exc
+        self._cleaner.forget((topic, partition))
         try:
             shutil.rmtree(target)
         except OSError as exc:  # finished at the next startup
@@ -345,6 +355,18 @@ class LogManager:
     def _ensure_running(self) -> None:
         if self._shut_down:
             raise KafkaStorageError(f"the log manager of {self._data_dir} is shut down")
+
+    # ------------------------------------------------------------------ compaction
+
+    @property
+    def cleaner(self) -> LogCleaner:
+        """The log cleaner (compaction) of this directory."""
+        return self._cleaner
+
+    def cleaner_state(self) -> dict[TopicPartition, dict[str, object]]:
+        """Per compacted partition: dirty ratio, last cleaned offset, bytes cleaned,
+        uncleanable reason (see :meth:`LogCleaner.state`)."""
+        return self._cleaner.state()
 
     # ------------------------------------------------------------------ periodic tasks
 

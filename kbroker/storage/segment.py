@@ -133,15 +133,18 @@ class LogSegment:
         max_index_size: int,
         create: bool = False,
         now_ms: int = 0,
+        suffix: str = "",
     ) -> LogSegment:
         """Open the segment files in ``dir`` (create a new empty segment if ``create``).
 
         An existing segment is opened as is: call :meth:`load` (trust the files) or
-        :meth:`recover` (validate every batch) before using it.
+        :meth:`recover` (validate every batch) before using it. ``suffix`` names files
+        such as ``<base>.log.cleaned`` (the log cleaner's; :meth:`rename_with_suffix`
+        with ``""`` makes them live).
         """
-        log_path = files.log_file(dir, base_offset)
-        index_path = files.offset_index_file(dir, base_offset)
-        time_path = files.time_index_file(dir, base_offset)
+        log_path = files.log_file(dir, base_offset, suffix)
+        index_path = files.offset_index_file(dir, base_offset, suffix)
+        time_path = files.time_index_file(dir, base_offset, suffix)
         if create:
             try:
                 fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -168,6 +171,7 @@ class LogSegment:
             os.close(fd)
             raise
         segment = cls(dir, base_offset, fd, offset_index, time_index, index_interval_bytes, now_ms)
+        segment._log_path = log_path
         return segment
 
     def sanity_check(self) -> None:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from kbroker.storage.batch_filter import has_null_key
 from kbroker.storage.record_checks import check_records
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import (
@@ -71,7 +72,7 @@ def summarize(batches: list[tuple[int, BatchHeader]]) -> BatchSummary:
 
 
 def validate_batches(
-    records: Buffer, *, as_leader: bool, max_message_bytes: int | None
+    records: Buffer, *, as_leader: bool, max_message_bytes: int | None, require_keys: bool = False
 ) -> list[tuple[int, BatchHeader]]:
     """(position, header) of every batch in ``records``, each one checked.
 
@@ -83,6 +84,8 @@ def validate_batches(
     offset deltas 0..n-1, record lengths, the decompressed size). From a leader
     (follower side) offsets must increase from batch to batch, and fewer records
     than offsets are allowed (compacted batches); the leader checked the records.
+    With ``require_keys`` (a compacted topic), a producer's record without a key is
+    an InvalidRecordError, as Kafka's "Compacted topic cannot accept message without key".
 
     Raises, naming the batch's position, as Kafka does: CorruptRecordError for bytes
     that are not a valid batch (framing, CRC, undecompressable body);
@@ -136,6 +139,10 @@ def validate_batches(
             if header.attributes & _CONTROL_MASK:
                 raise InvalidRecordError(f"batch at position {pos} is a control batch: clients cannot write those")
             check_records(records, pos, header, max_message_bytes)
+            if require_keys and has_null_key(records, pos, header):
+                raise InvalidRecordError(
+                    f"batch at position {pos}: a compacted topic cannot accept a record without a key"
+                )
         else:
             if count > delta + 1:
                 raise CorruptRecordError(

@@ -1,0 +1,245 @@
+"""Records of a stored batch, read raw, and batches rebuilt from some of them (for the log cleaner).
+
+The cleaner never re-encodes a record: a record's bytes hold its offset and timestamp
+as deltas from the batch's base offset and first timestamp, and a rebuilt batch keeps
+both (and its lastOffsetDelta, producer id, epoch and base sequence), so the bytes of
+the records it keeps are copied as they are. Compressed bodies are decompressed and
+the kept records recompressed with the same codec (kclient's codec functions).
+
+What a rebuilt batch changes: recordCount, batchLength and the CRC; a batch left with
+no record becomes an *empty batch*: header only, no codec, recordCount 0, its offsets
+and producer fields kept (Kafka's ``DefaultRecordBatch.writeEmptyHeader``), which is how
+producer state and the end of a cleaned segment survive.
+
+Tombstones (KIP-534): the first time a batch holding a tombstone is cleaned, it gets a
+*delete horizon* (cleaning time + delete.retention.ms): attribute bit 6 is set and the
+firstTimestamp field holds the horizon; the records' timestamp deltas are re-encoded
+against it, so every record keeps its timestamp for any reader. Once the horizon has
+passed, a later cleaning drops the batch's tombstones.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from kclient import records as _records
+from kclient.errors import CorruptRecordError
+from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+
+Buffer = bytes | bytearray | memoryview
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_ATTRIBUTES_POS = 21
+_CODEC_MASK = 0x07
+_CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+"""Attribute bit 6: firstTimestamp holds the batch's delete horizon (KIP-534)."""
+
+
+class RawRecord(NamedTuple):
+    """One record of a batch body, located but not decoded."""
+
+    start: int
+    end: int
+    """``body[start:end]`` is the whole record, its length varint included."""
+    rest: int
+    """Where the fields after the timestamp delta start (offsetDelta onwards)."""
+    timestamp_delta: int
+    offset_delta: int
+    key: bytes | None
+    tombstone: bool
+    """The value is null."""
+
+
+def _varint(data: Buffer, p: int) -> tuple[int, int]:
+    """(zigzag-decoded value, next position) of the varint at ``p``."""
+    z = 0
+    shift = 0
+    while True:
+        b = data[p]
+        p += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), p
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError(f"varint longer than 10 bytes at position {p}")
+
+
+def batch_body(buf: Buffer, pos: int, header: BatchHeader) -> Buffer:
+    """The records of the batch at ``pos``, decompressed."""
+    start = pos + HEADER_SIZE
+    end = pos + header.batch_length + LOG_OVERHEAD
+    view = memoryview(buf)[start:end]
+    codec = header.attributes & _CODEC_MASK
+    if not codec:
+        return view
+    return _records._decompress(codec, view)
+
+
+def parse_records(body: Buffer, count: int) -> list[RawRecord]:
+    """The ``count`` records of a (decompressed) batch body.
+
+    Raises CorruptRecordError if they do not fit the body.
+    """
+    out: list[RawRecord] = []
+    p = 0
+    n = len(body)
+    varint = _varint
+    try:
+        for _ in range(count):
+            length, q = varint(body, p)
+            end = q + length
+            if length < 0 or end > n:
+                raise CorruptRecordError(f"record at body position {p} of length {length} runs past the batch")
+            q += 1  # attributes
+            ts_delta, q = varint(body, q)
+            rest = q
+            offset_delta, q = varint(body, q)
+            key_len, q = varint(body, q)
+            key: bytes | None = None
+            if key_len >= 0:
+                key = bytes(body[q : q + key_len])
+                q += key_len
+            value_len, q = varint(body, q)
+            out.append(RawRecord(p, end, rest, ts_delta, offset_delta, key, value_len < 0))
+            p = end
+    except IndexError:
+        raise CorruptRecordError("a record runs past the end of its batch") from None
+    return out
+
+
+def has_null_key(buf: Buffer, pos: int, header: BatchHeader) -> bool:
+    """Whether any record of the (checked) batch at ``pos`` has no key."""
+    if header.attributes & _CONTROL_MASK:
+        return False
+    body = batch_body(buf, pos, header)
+    return any(r.key is None for r in parse_records(body, header.record_count))
+
+
+def _zigzag(value: int) -> bytes:
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def rebase_timestamps(body: Buffer, records: list[RawRecord], old_first: int, new_first: int) -> bytes:
+    """``records`` of ``body`` re-encoded with timestamp deltas from ``new_first``."""
+    view = memoryview(body)
+    parts: list[bytes] = []
+    for r in records:
+        inner = b"\x00" + _zigzag(old_first + r.timestamp_delta - new_first) + bytes(view[r.rest : r.end])
+        parts.append(_zigzag(len(inner)) + inner)
+    return b"".join(parts)
+
+
+def build_batch(
+    header: BatchHeader,
+    records: bytes,
+    count: int,
+    *,
+    first_timestamp: int | None = None,
+    attributes: int | None = None,
+) -> bytes:
+    """A batch like ``header``'s with ``count`` records whose bytes are ``records``
+    (uncompressed; compressed here with the header's codec). With no records, an
+    empty batch (no codec). ``first_timestamp`` / ``attributes`` override the header's."""
+    attributes = header.attributes if attributes is None else attributes
+    if count == 0:
+        attributes &= ~_CODEC_MASK
+        body = b""
+    else:
+        codec = attributes & _CODEC_MASK
+        body = _records._compress(codec, memoryview(records)) if codec else records
+    length = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    head = bytearray(
+        _HEADER.pack(
+            header.base_offset,
+            length,
+            header.partition_leader_epoch,
+            header.magic,
+            0,
+            attributes,
+            header.last_offset_delta,
+            header.first_timestamp if first_timestamp is None else first_timestamp,
+            header.max_timestamp,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            count,
+        )
+    )
+    crc = crc32c(body, crc32c(memoryview(head)[_ATTRIBUTES_POS:]))
+    struct.pack_into(">I", head, 17, crc)
+    return bytes(head) + body
+
+
+class FilterResult(NamedTuple):
+    data: bytes | None
+    """The batch to write (the original bytes if every record is kept), None to drop it."""
+    kept: int
+    """Records kept."""
+    horizon: int | None = None
+    """The delete horizon of the batch if it keeps a tombstone that has one."""
+
+
+def delete_horizon(header: BatchHeader) -> int | None:
+    """The batch's delete horizon (ms), None if it has none yet."""
+    return header.first_timestamp if header.attributes & DELETE_HORIZON_MASK else None
+
+
+def filter_batch(
+    buf: Buffer,
+    pos: int,
+    header: BatchHeader,
+    keep: Callable[[RawRecord, int], bool],
+    *,
+    keep_empty: bool,
+    now_ms: int | None = None,
+    delete_retention_ms: int = 0,
+) -> FilterResult:
+    """The batch at ``pos`` with only the records ``keep(record, offset)`` accepts.
+
+    With ``now_ms`` (the cleaner), tombstones also follow the delete horizon: dropped
+    once it has passed, and a batch that keeps a tombstone but has no horizon gets one
+    (``now_ms + delete_retention_ms``). A batch whose records all go is dropped, or with
+    ``keep_empty`` written as an empty batch. Control batches are kept whole.
+    """
+    size = header.batch_length + LOG_OVERHEAD
+    if header.attributes & _CONTROL_MASK:
+        return FilterResult(bytes(memoryview(buf)[pos : pos + size]), header.record_count)
+    body = batch_body(buf, pos, header)
+    raw = parse_records(body, header.record_count)
+    base = header.base_offset
+    horizon = delete_horizon(header)
+    retain_deletes = now_ms is None or horizon is None or now_ms < horizon
+    kept = [r for r in raw if keep(r, base + r.offset_delta) and (retain_deletes or not r.tombstone)]
+    tombstones = any(r.tombstone for r in kept)
+    set_horizon = now_ms is not None and horizon is None and tombstones
+    if len(kept) == len(raw) and not set_horizon:
+        if not raw and not keep_empty:
+            return FilterResult(None, 0)
+        return FilterResult(bytes(memoryview(buf)[pos : pos + size]), len(raw), horizon if tombstones else None)
+    if not kept:
+        if keep_empty:
+            return FilterResult(build_batch(header, b"", 0), 0)
+        return FilterResult(None, 0)
+    if set_horizon:
+        assert now_ms is not None
+        new_first = now_ms + delete_retention_ms
+        records = rebase_timestamps(body, kept, header.first_timestamp, new_first)
+        data = build_batch(
+            header, records, len(kept), first_timestamp=new_first, attributes=header.attributes | DELETE_HORIZON_MASK
+        )
+        return FilterResult(data, len(kept), new_first)
+    view = memoryview(body)
+    records = b"".join(view[r.start : r.end] for r in kept)
+    return FilterResult(build_batch(header, records, len(kept)), len(kept), horizon if tombstones else None)
