@@ -335,6 +335,27 @@ class AdminClient:
         self._metadata.refresh(all_topics=True)
         return sorted(self._metadata.brokers.values()), self._metadata.controller_id, self._metadata.cluster_id
 
+    def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, topics: Iterable[str] | None = None
+    ) -> dict[int, admin_pb2.DescribeLogDirsResponse]:
+        """Each broker's DescribeLogDirs answer (every live broker without ``broker_ids``),
+        for ``topics`` or every partition it holds. Raises the error of a broker that
+        cannot be asked (unknown id, unreachable); a directory with an offline log
+        answers KAFKA_STORAGE_ERROR in its ``error_code`` and is still described."""
+        self._metadata.refresh(all_topics=True)
+        ids = sorted(self._metadata.brokers) if broker_ids is None else list(broker_ids)
+        req = admin_pb2.DescribeLogDirsRequest(topics=[admin_pb2.LogDirTopicFilter(name=t) for t in topics or ()])
+        out: dict[int, admin_pb2.DescribeLogDirsResponse] = {}
+        for broker_id in ids:
+            address = self._metadata.address_of(broker_id)
+            if address is None:
+                raise KafkaConnectionError(f"broker {broker_id} is not a live broker")
+            resp = self._transport.call(address, "DescribeLogDirs", req, self._timeout_ms / 1000.0 + 5)
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"DescribeLogDirs on broker {broker_id}")
+            out[broker_id] = resp
+        return out
+
     def close(self) -> None:
         self._transport.close()
 

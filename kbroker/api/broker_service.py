@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from kbroker.api.log_dirs import describe_log_dirs
 from kbroker.cluster import zkdata
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
@@ -435,6 +436,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             d.partitions.extend(partition_metadata(snap, name))
             d.configs.update(info.config)
         return resp
+
+    @blocking
+    def DescribeLogDirs(self, request: admin_pb2.DescribeLogDirsRequest) -> admin_pb2.DescribeLogDirsResponse:
+        return describe_log_dirs(self._broker_id, self._replicas, request)
 
     @blocking
     def CreatePartitions(self, request: admin_pb2.CreatePartitionsRequest) -> admin_pb2.CreatePartitionsResponse:

@@ -232,6 +232,10 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {topic}-{index}")
         return p
 
+    @property
+    def log_manager(self) -> LogManager:
+        return self._logs
+
     def partitions(self) -> list[Partition]:
         with self._lock:
             return list(self._partitions.values())

@@ -138,3 +138,85 @@ class CreatePartitionsResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicResult]
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
+
+class DescribeLogDirsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[LogDirTopicFilter]
+    def __init__(self, topics: _Optional[_Iterable[_Union[LogDirTopicFilter, _Mapping]]] = ...) -> None: ...
+
+class LogDirTopicFilter(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DescribeLogDirsResponse(_message.Message):
+    __slots__ = ("error_code", "broker_id", "results")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    broker_id: int
+    results: _containers.RepeatedCompositeFieldContainer[LogDirResult]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., broker_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[LogDirResult, _Mapping]]] = ...) -> None: ...
+
+class LogDirResult(_message.Message):
+    __slots__ = ("error_code", "log_dir", "topics", "total_bytes", "usable_bytes")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    LOG_DIR_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    log_dir: str
+    topics: _containers.RepeatedCompositeFieldContainer[LogDirTopic]
+    total_bytes: int
+    usable_bytes: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., log_dir: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[LogDirTopic, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., usable_bytes: _Optional[int] = ...) -> None: ...
+
+class LogDirTopic(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[LogDirPartition]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[LogDirPartition, _Mapping]]] = ...) -> None: ...
+
+class LogDirPartition(_message.Message):
+    __slots__ = ("partition_index", "partition_size", "offset_lag", "is_future_key", "log_start_offset", "log_end_offset", "num_segments", "offline_reason", "cleaner")
+    PARTITION_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_SIZE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
+    IS_FUTURE_KEY_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NUM_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_REASON_FIELD_NUMBER: _ClassVar[int]
+    CLEANER_FIELD_NUMBER: _ClassVar[int]
+    partition_index: int
+    partition_size: int
+    offset_lag: int
+    is_future_key: bool
+    log_start_offset: int
+    log_end_offset: int
+    num_segments: int
+    offline_reason: str
+    cleaner: LogCleanerState
+    def __init__(self, partition_index: _Optional[int] = ..., partition_size: _Optional[int] = ..., offset_lag: _Optional[int] = ..., is_future_key: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., num_segments: _Optional[int] = ..., offline_reason: _Optional[str] = ..., cleaner: _Optional[_Union[LogCleanerState, _Mapping]] = ...) -> None: ...
+
+class LogCleanerState(_message.Message):
+    __slots__ = ("dirty_ratio", "last_cleaned_offset", "bytes_cleaned", "uncleanable", "uncleanable_reason")
+    DIRTY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    LAST_CLEANED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BYTES_CLEANED_FIELD_NUMBER: _ClassVar[int]
+    UNCLEANABLE_FIELD_NUMBER: _ClassVar[int]
+    UNCLEANABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    dirty_ratio: float
+    last_cleaned_offset: int
+    bytes_cleaned: int
+    uncleanable: bool
+    uncleanable_reason: str
+    def __init__(self, dirty_ratio: _Optional[float] = ..., last_cleaned_offset: _Optional[int] = ..., bytes_cleaned: _Optional[int] = ..., uncleanable: _Optional[bool] = ..., uncleanable_reason: _Optional[str] = ...) -> None: ...

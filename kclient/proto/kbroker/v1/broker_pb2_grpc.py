@@ -88,6 +88,11 @@ class BrokerStub:
                 request_serializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/kbroker.v1.Broker/DescribeLogDirs',
+                request_serializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/kbroker.v1.Broker/InitProducerId',
                 request_serializer=kbroker_dot_v1_dot_cluster__pb2.InitProducerIdRequest.SerializeToString,
@@ -208,6 +213,12 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ElectLeaders(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeLogDirs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -340,6 +351,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_cluster__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -672,6 +688,33 @@ class Broker:
             '/kbroker.v1.Broker/ElectLeaders',
             kbroker_dot_v1_dot_cluster__pb2.ElectLeadersRequest.SerializeToString,
             kbroker_dot_v1_dot_cluster__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DescribeLogDirs',
+            kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsRequest.SerializeToString,
+            kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsResponse.FromString,
             options,
             channel_credentials,
             insecure,
