@@ -58,7 +58,7 @@ def describe_log_dirs(
     data_dir = str(logs.data_dir)
     total, usable = _filesystem(data_dir)
     result = resp.results.add(log_dir=data_dir, total_bytes=total, usable_bytes=usable)
-    cleaner: Mapping[TopicPartition, Any] = logs.cleaner_state() if hasattr(logs, "cleaner_state") else {}
+    cleaner = logs.cleaner_state()
     hw = {(p.topic, p.index): p.high_watermark for p in replicas.partitions()}
     rows: dict[str, list[admin_pb2.LogDirPartition]] = {}
     for tp, log in sorted(logs.logs().items()):
@@ -89,10 +89,11 @@ def describe_log_dirs(
     return resp
 
 
-def _fill_cleaner(out: admin_pb2.LogCleanerState, state: Any) -> None:
-    out.dirty_ratio = float(state.dirty_ratio)
-    out.last_cleaned_offset = int(state.last_cleaned_offset)
-    out.bytes_cleaned = int(state.bytes_cleaned)
-    reason = state.uncleanable_reason
+def _fill_cleaner(out: admin_pb2.LogCleanerState, state: Mapping[str, Any]) -> None:
+    out.dirty_ratio = float(state["dirty_ratio"])
+    out.last_cleaned_offset = int(state["last_cleaned_offset"])
+    out.first_uncleanable_offset = int(state["first_uncleanable_offset"])
+    out.bytes_cleaned = int(state["bytes_cleaned"])
+    reason = state["uncleanable"]
     out.uncleanable = reason is not None
-    out.uncleanable_reason = reason or ""
+    out.uncleanable_reason = str(reason or "")

@@ -7,7 +7,8 @@ Output (Kafka's JSON, one line, after the same two lines kafka-log-dirs.sh print
     {"version":1,"brokers":[{"broker":0,"logDirs":[{"logDir":"/data/broker-0","error":null,
      "totalBytes":..,"usableBytes":..,"size":..,"partitions":[{"partition":"t-0","size":4096,
      "offsetLag":0,"isFuture":false,"logStartOffset":0,"logEndOffset":42,"segments":1,
-     "cleaner":{"dirtyRatio":0.5,"lastCleanedOffset":0,"bytesCleaned":0,"uncleanable":null}}]}]}]}
+     "cleaner":{"dirtyRatio":0.5,"lastCleanedOffset":-1,"firstUncleanableOffset":40,
+     "bytesCleaned":0,"uncleanable":null}}]}]}]}
 
 kbroker adds, beside Kafka's keys, the directory's total ``size``, each partition's
 offsets and segment count, ``offline`` (the reason) for an offline log, and for
@@ -65,6 +66,7 @@ def _partition(topic: str, p: admin_pb2.LogDirPartition) -> dict[str, Any]:
         row["cleaner"] = {
             "dirtyRatio": round(c.dirty_ratio, 4),
             "lastCleanedOffset": c.last_cleaned_offset,
+            "firstUncleanableOffset": c.first_uncleanable_offset,
             "bytesCleaned": c.bytes_cleaned,
             "uncleanable": c.uncleanable_reason if c.uncleanable else None,
         }

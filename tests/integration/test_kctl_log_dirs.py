@@ -35,9 +35,12 @@ def test_log_dirs_describe_sizes_offsets_and_filters(cluster_factory: Callable[.
     b = f"--bootstrap-server {cluster.bootstrap}"
     ok(kctl(b, "topics create --topic sized --partitions 2 --replication-factor 2"))
     ok(kctl(b, "topics create --topic other --partitions 1 --replication-factor 1"))
+    ok(kctl(b, "topics create --topic table --partitions 1 --replication-factor 1 --config cleanup.policy=compact"))
     with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
         for i in range(300):
             producer.send("sized", b"v" * 100, partition=i % 2)
+        for i in range(50):
+            producer.send("table", b"v", key=b"k%d" % (i % 5))
         producer.flush(30)
 
     everything = described(b, "log-dirs --describe")
@@ -53,6 +56,11 @@ def test_log_dirs_describe_sizes_offsets_and_filters(cluster_factory: Callable[.
         assert d["totalBytes"] >= d["usableBytes"] > 0
     # "other" lives on one broker only.
     assert sum("other-0" in partitions(everything, broker) for broker in (0, 1)) == 1
+    # A compacted topic shows the log cleaner's state.
+    (table,) = [p for broker in (0, 1) for name, p in partitions(everything, broker).items() if name == "table-0"]
+    cleaner = table["cleaner"]
+    assert 0 <= cleaner["dirtyRatio"] <= 1 and cleaner["uncleanable"] is None, cleaner
+    assert cleaner["firstUncleanableOffset"] <= table["logEndOffset"] == 50, table
 
     only = described(b, "log-dirs --describe --broker-list 1 --topic-list sized")
     assert [x["broker"] for x in only["brokers"]] == [1]

@@ -208,15 +208,17 @@ class LogDirPartition(_message.Message):
     def __init__(self, partition_index: _Optional[int] = ..., partition_size: _Optional[int] = ..., offset_lag: _Optional[int] = ..., is_future_key: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., num_segments: _Optional[int] = ..., offline_reason: _Optional[str] = ..., cleaner: _Optional[_Union[LogCleanerState, _Mapping]] = ...) -> None: ...
 
 class LogCleanerState(_message.Message):
-    __slots__ = ("dirty_ratio", "last_cleaned_offset", "bytes_cleaned", "uncleanable", "uncleanable_reason")
+    __slots__ = ("dirty_ratio", "last_cleaned_offset", "bytes_cleaned", "uncleanable", "uncleanable_reason", "first_uncleanable_offset")
     DIRTY_RATIO_FIELD_NUMBER: _ClassVar[int]
     LAST_CLEANED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BYTES_CLEANED_FIELD_NUMBER: _ClassVar[int]
     UNCLEANABLE_FIELD_NUMBER: _ClassVar[int]
     UNCLEANABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    FIRST_UNCLEANABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     dirty_ratio: float
     last_cleaned_offset: int
     bytes_cleaned: int
     uncleanable: bool
     uncleanable_reason: str
-    def __init__(self, dirty_ratio: _Optional[float] = ..., last_cleaned_offset: _Optional[int] = ..., bytes_cleaned: _Optional[int] = ..., uncleanable: _Optional[bool] = ..., uncleanable_reason: _Optional[str] = ...) -> None: ...
+    first_uncleanable_offset: int
+    def __init__(self, dirty_ratio: _Optional[float] = ..., last_cleaned_offset: _Optional[int] = ..., bytes_cleaned: _Optional[int] = ..., uncleanable: _Optional[bool] = ..., uncleanable_reason: _Optional[str] = ..., first_uncleanable_offset: _Optional[int] = ...) -> None: ...
