@@ -101,6 +101,10 @@ class Partition:
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index}, leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr})"
 
+    def committed_offset(self) -> int:
+        """The high watermark: the log cleaner stays below it."""
+        return self.high_watermark
+
     @property
     def is_leader(self) -> bool:
         return self.leader == self.broker_id

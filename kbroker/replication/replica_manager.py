@@ -18,6 +18,7 @@ leader whose in-sync followers went quiet is fenced (:meth:`fenced`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -173,6 +174,10 @@ class ReplicaManager:
         )
         self._hw_file = logs.data_dir / HW_CHECKPOINT
         self._saved_hw = files.read_offsets_checkpoint(self._hw_file) if self._hw_file.exists() else {}
+        # The cleaner never compacts what is not committed: until a partition is set up,
+        # its checkpointed high watermark bounds the cleaning, then the live one.
+        for key, loaded in logs.logs().items():
+            loaded.cleaner_upper_bound = functools.partial(int, self._saved_hw.get(key, 0))
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replica-manager", daemon=True)
 
@@ -270,6 +275,7 @@ class ReplicaManager:
             plog = self._logs.get_or_create(topic, index, log_config)
             hw = self._saved_hw.get((topic, index), 0)
             p = Partition(topic, index, self.broker_id, plog, high_watermark=hw, isr_writer=self._write_isr)
+            plog.cleaner_upper_bound = p.committed_offset
             with self._lock:
                 self._partitions[(topic, index)] = p
         elif p.log.config != log_config:
