@@ -519,7 +519,21 @@ done:
 /* Decoding                                                                  */
 /* ------------------------------------------------------------------------ */
 
-enum { MODE_RECORD = 0, MODE_CONSUMER = 1, MODE_COLUMNS = 2 };
+enum { MODE_RECORD = 0, MODE_CONSUMER = 1, MODE_COLUMNS = 2, MODE_BUFFERS = 3 };
+
+/* The parts of a ColumnBuffers, in records.py's order. */
+enum {
+    P_OFFSETS, P_TIMESTAMPS, P_TYPES,
+    P_KEY_VALID, P_KEY_OFFS, P_KEY_DATA,
+    P_VALUE_VALID, P_VALUE_OFFS, P_VALUE_DATA,
+    P_HEADERS, N_PARTS
+};
+
+/* A bytearray filled up to `used`; its size is the capacity (trimmed to `used` at the end). */
+typedef struct {
+    PyObject *ba; /* borrowed from the parts list */
+    Py_ssize_t used;
+} Grow;
 
 typedef struct {
     int mode;
@@ -532,6 +546,13 @@ typedef struct {
     /* reused between consecutive records with the same timestamp */
     PyObject *last_ts_obj;
     int64_t last_ts;
+    /* MODE_BUFFERS: the parts list of a ColumnBuffers (see records.py) being built */
+    PyObject *parts;
+    Grow g[P_HEADERS];  /* validity parts: ba NULL while no record is null */
+    PyObject *headers;  /* parts[P_HEADERS]: NULL while no record has headers */
+    Py_ssize_t n;       /* records in the buffers */
+    int32_t ts_type_i;
+    int64_t batch_count; /* records in the batch being decoded (an upper bound of what it adds) */
 } Sink;
 
 static PyObject *corrupt(const char *fmt, ...) {
@@ -698,6 +719,203 @@ fail:
     return -1;
 }
 
+/* --- MODE_BUFFERS: records appended to a ColumnBuffers' bytearrays --- */
+
+static int grow_reserve(Grow *g, Py_ssize_t extra) {
+    Py_ssize_t need = g->used + extra, size = PyByteArray_GET_SIZE(g->ba);
+    if (need <= size) return 0;
+    Py_ssize_t cap = size > need / 2 ? 2 * size : need;
+    return PyByteArray_Resize(g->ba, cap < 256 ? 256 : cap);
+}
+
+static inline void grow_put(Grow *g, const void *src, Py_ssize_t n) {
+    memcpy(PyByteArray_AS_STRING(g->ba) + g->used, src, (size_t)n);
+    g->used += n;
+}
+
+/* Take the parts list: check that its buffers agree, and continue after what they hold. */
+static int buffers_open(Sink *s, PyObject *parts) {
+    if (!PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != N_PARTS) {
+        PyErr_SetString(PyExc_TypeError, "parts must be a list of the 10 ColumnBuffers parts");
+        return -1;
+    }
+    s->parts = parts;
+    for (int i = 0; i < P_HEADERS; i++) {
+        PyObject *o = PyList_GET_ITEM(parts, i);
+        if (o == Py_None && (i == P_KEY_VALID || i == P_VALUE_VALID)) {
+            s->g[i].ba = NULL;
+            s->g[i].used = 0;
+            continue;
+        }
+        if (!PyByteArray_CheckExact(o)) {
+            PyErr_Format(PyExc_TypeError, "ColumnBuffers part %d must be a bytearray", i);
+            return -1;
+        }
+        s->g[i].ba = o;
+        s->g[i].used = PyByteArray_GET_SIZE(o);
+    }
+    PyObject *h = PyList_GET_ITEM(parts, P_HEADERS);
+    if (h != Py_None && !PyList_CheckExact(h)) {
+        PyErr_SetString(PyExc_TypeError, "ColumnBuffers headers must be a list or None");
+        return -1;
+    }
+    s->headers = h == Py_None ? NULL : h;
+    Py_ssize_t n = s->g[P_OFFSETS].used / 8;
+    int ok = s->g[P_OFFSETS].used == 8 * n && s->g[P_TIMESTAMPS].used == 8 * n && s->g[P_TYPES].used == 4 * n;
+    for (int b = P_KEY_VALID; b <= P_VALUE_VALID; b += 3) {
+        ok = ok && s->g[b + 1].used == 4 * (n + 1) && (!s->g[b].ba || s->g[b].used == (n + 7) / 8);
+        if (ok) {
+            int32_t last;
+            memcpy(&last, PyByteArray_AS_STRING(s->g[b + 1].ba) + 4 * n, 4);
+            ok = last == s->g[b + 2].used;
+        }
+    }
+    if (!ok || (s->headers && PyList_GET_SIZE(s->headers) != n)) {
+        PyErr_SetString(PyExc_ValueError, "the ColumnBuffers parts do not agree in length");
+        return -1;
+    }
+    s->n = n;
+    return 0;
+}
+
+/* Trim every buffer to what it holds. */
+static int buffers_close(Sink *s) {
+    int rc = 0;
+    for (int i = 0; i < P_HEADERS; i++)
+        if (s->g[i].ba && PyByteArray_Resize(s->g[i].ba, s->g[i].used) < 0) rc = -1;
+    return rc;
+}
+
+/* Room for one more batch of `count` records (fixed-width columns; data grows per record). */
+static int buffers_reserve(Sink *s, int64_t count) {
+    static const int width[P_HEADERS] = {8, 8, 4, 0, 4, 0, 0, 4, 0};
+    s->batch_count = count;
+    for (int i = 0; i < P_HEADERS; i++) {
+        Grow *g = &s->g[i];
+        if (!g->ba) continue;
+        if (i == P_KEY_VALID || i == P_VALUE_VALID) {
+            Py_ssize_t extra = (Py_ssize_t)(count / 8 + 2);
+            if (grow_reserve(g, extra) < 0) return -1;
+            memset(PyByteArray_AS_STRING(g->ba) + g->used, 0, (size_t)(PyByteArray_GET_SIZE(g->ba) - g->used));
+        } else if (width[i] && grow_reserve(g, (Py_ssize_t)count * width[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A validity bitmap for the first null: every record before it is valid. */
+static int validity_create(Sink *s, int slot) {
+    Py_ssize_t n = s->n, size = (n + (Py_ssize_t)s->batch_count) / 8 + 2;
+    PyObject *ba = PyByteArray_FromStringAndSize(NULL, size);
+    if (!ba) return -1;
+    uint8_t *p = (uint8_t *)PyByteArray_AS_STRING(ba);
+    memset(p, 0, (size_t)size);
+    memset(p, 0xFF, (size_t)(n >> 3));
+    if (n & 7) p[n >> 3] = (uint8_t)((1u << (n & 7)) - 1);
+    PyList_SetItem(s->parts, slot, ba); /* steals; drops the None */
+    s->g[slot].ba = ba;
+    s->g[slot].used = (n + 7) >> 3;
+    return 0;
+}
+
+static int binary_put(Sink *s, int slot, const uint8_t *ptr, Py_ssize_t len) {
+    Grow *valid = &s->g[slot], *offs = &s->g[slot + 1], *data = &s->g[slot + 2];
+    Py_ssize_t i = s->n;
+    if (!ptr) {
+        if (!valid->ba && validity_create(s, slot) < 0) return -1;
+    } else {
+        if (len) {
+            if (data->used + len > INT32_MAX) {
+                PyErr_SetString(PyExc_OverflowError, "a ColumnBuffers binary column holds at most 2 GiB");
+                return -1;
+            }
+            if (grow_reserve(data, len) < 0) return -1;
+            grow_put(data, ptr, len);
+        }
+        if (valid->ba) PyByteArray_AS_STRING(valid->ba)[i >> 3] |= (char)(1u << (i & 7));
+    }
+    if (valid->ba) valid->used = (i + 8) >> 3;
+    int32_t end = (int32_t)data->used;
+    grow_put(offs, &end, 4);
+    return 0;
+}
+
+/* Append one record (steals headers, NULL when it has none). */
+static int buffers_emit(Sink *s, int64_t offset, int64_t ts, const uint8_t *kp, Py_ssize_t klen, const uint8_t *vp,
+                        Py_ssize_t vlen, PyObject *headers) {
+    if (headers || s->headers) {
+        if (!s->headers) { /* the first record with headers: every one before has none */
+            PyObject *list = PyList_New(s->n);
+            if (!list) goto fail;
+            for (Py_ssize_t i = 0; i < s->n; i++) {
+                PyObject *e = PyList_New(0);
+                if (!e) {
+                    Py_DECREF(list);
+                    goto fail;
+                }
+                PyList_SET_ITEM(list, i, e);
+            }
+            PyList_SetItem(s->parts, P_HEADERS, list);
+            s->headers = list;
+        }
+        if (!headers && !(headers = PyList_New(0))) return -1;
+        int rc = PyList_Append(s->headers, headers);
+        Py_DECREF(headers);
+        if (rc < 0) return -1;
+    }
+    if (binary_put(s, P_KEY_VALID, kp, klen) < 0 || binary_put(s, P_VALUE_VALID, vp, vlen) < 0) return -1;
+    grow_put(&s->g[P_OFFSETS], &offset, 8);
+    grow_put(&s->g[P_TIMESTAMPS], &ts, 8);
+    grow_put(&s->g[P_TYPES], &s->ts_type_i, 4);
+    s->n++;
+    return 0;
+fail:
+    Py_XDECREF(headers);
+    return -1;
+}
+
+/* What a batch may undo. */
+typedef struct {
+    Py_ssize_t n;
+    Py_ssize_t used[P_HEADERS];
+    int had_valid[2], had_headers;
+} Mark;
+
+static void buffers_mark(Sink *s, Mark *m) {
+    m->n = s->n;
+    for (int i = 0; i < P_HEADERS; i++) m->used[i] = s->g[i].used;
+    m->had_valid[0] = s->g[P_KEY_VALID].ba != NULL;
+    m->had_valid[1] = s->g[P_VALUE_VALID].ba != NULL;
+    m->had_headers = s->headers != NULL;
+}
+
+/* Drop what the batch after `m` added (nothing of it is kept when it does not decode). */
+static int buffers_undo(Sink *s, const Mark *m) {
+    Py_ssize_t n = m->n;
+    s->n = n;
+    for (int i = 0; i < P_HEADERS; i++) s->g[i].used = m->used[i];
+    for (int k = 0; k < 2; k++) {
+        int slot = k ? P_VALUE_VALID : P_KEY_VALID;
+        Grow *g = &s->g[slot];
+        if (!g->ba) continue;
+        if (!m->had_valid[k]) {
+            PyList_SetItem(s->parts, slot, Py_NewRef(Py_None));
+            g->ba = NULL;
+            g->used = 0;
+        } else if (n & 7) {
+            PyByteArray_AS_STRING(g->ba)[n >> 3] &= (char)((1u << (n & 7)) - 1);
+        }
+    }
+    if (s->headers && !m->had_headers) {
+        PyList_SetItem(s->parts, P_HEADERS, Py_NewRef(Py_None));
+        s->headers = NULL;
+    } else if (s->headers) {
+        return PyList_SetSlice(s->headers, n, PyList_GET_SIZE(s->headers), NULL);
+    }
+    return 0;
+}
+
 /* Decode `count` records from [p, end); 0 or -1 with the error set. */
 static int decode_body(const uint8_t *p, const uint8_t *end, int64_t count, int64_t base_offset, int64_t first_ts,
                        int log_append, int64_t max_ts, Sink *s) {
@@ -732,26 +950,29 @@ static int decode_body(const uint8_t *p, const uint8_t *end, int64_t count, int6
             vp = p;
             p += vlen;
         }
-        /* headers */
-        PyObject *headers;
+        /* headers (NULL: none) */
+        PyObject *headers = NULL;
         if (p >= end) goto malformed;
         if (*p) {
             if (decode_headers(&p, end, &headers, offset) < 0) return -1;
         } else {
             p++;
-            headers = PyList_New(0);
-            if (!headers) return -1;
         }
         if ((uint64_t)(p - start) << 1 != zl) {
-            Py_DECREF(headers);
+            Py_XDECREF(headers);
             corrupt("record at offset %lld declares %lld bytes but holds %lld", (long long)offset,
                     (long long)unzigzag(zl), (long long)(p - start));
             return -1;
         }
         if (offset < s->start_offset) {
-            Py_DECREF(headers);
+            Py_XDECREF(headers);
             continue;
         }
+        if (s->mode == MODE_BUFFERS) {
+            if (buffers_emit(s, offset, ts, kp, (Py_ssize_t)klen, vp, (Py_ssize_t)vlen, headers) < 0) return -1;
+            continue;
+        }
+        if (!headers && !(headers = PyList_New(0))) return -1;
         PyObject *key = kp ? PyBytes_FromStringAndSize((const char *)kp, (Py_ssize_t)klen) : Py_NewRef(Py_None);
         PyObject *value = vp ? PyBytes_FromStringAndSize((const char *)vp, (Py_ssize_t)vlen) : Py_NewRef(Py_None);
         if (!key || !value) {
@@ -895,7 +1116,18 @@ static int decode_all_gc(PyObject *bufobj, Sink *s) {
             continue;
         }
         s->ts_type = (attributes & 0x08) ? SmallOne : SmallZero;
-        Py_ssize_t before = sink_len(s);
+        s->ts_type_i = (attributes & 0x08) ? 1 : 0;
+        Py_ssize_t before = 0;
+        Mark mark = {0};
+        if (s->mode == MODE_BUFFERS) {
+            buffers_mark(s, &mark);
+            if (buffers_reserve(s, count) < 0) {
+                rc = -1;
+                break;
+            }
+        } else {
+            before = sink_len(s);
+        }
         if (codec) {
             PyObject *mv = PyMemoryView_FromMemory((char *)(h + HEADER_SIZE), end - pos - HEADER_SIZE, PyBUF_READ);
             PyObject *codec_obj = mv ? PyLong_FromLong(codec) : NULL;
@@ -935,7 +1167,10 @@ static int decode_all_gc(PyObject *bufobj, Sink *s) {
         if (rc < 0) {
             PyObject *et, *ev, *tb;
             PyErr_Fetch(&et, &ev, &tb);
-            sink_truncate(s, before);
+            if (s->mode == MODE_BUFFERS)
+                buffers_undo(s, &mark);
+            else
+                sink_truncate(s, before);
             PyErr_Restore(et, ev, tb);
             break;
         }
@@ -986,6 +1221,86 @@ static PyObject *py_decode_columns(PyObject *self, PyObject *const *args, Py_ssi
     }
     if (decode_all(args[0], &s) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+/* decode_buffers(buf, start_offset, parts) -> None: appends to a ColumnBuffers' parts list */
+static PyObject *py_decode_buffers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_buffers takes 3 arguments");
+        return NULL;
+    }
+    Sink s = {0};
+    s.mode = MODE_BUFFERS;
+    if (as_i64(args[1], &s.start_offset) < 0 || buffers_open(&s, args[2]) < 0) return NULL;
+    int rc = decode_all(args[0], &s);
+    if (rc < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        buffers_close(&s);
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
+    if (buffers_close(&s) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* binary_list(validity or None, offsets, data, start, n) -> list[bytes | None]: records
+ * [start, start + n) of an Arrow binary column */
+static PyObject *py_binary_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "binary_list takes 5 arguments");
+        return NULL;
+    }
+    int64_t start, n;
+    if (as_i64(args[3], &start) < 0 || as_i64(args[4], &n) < 0) return NULL;
+    Py_buffer valid = {0}, offs, data;
+    int has_valid = args[0] != Py_None;
+    if (has_valid && get_read_buffer(args[0], &valid) < 0) return NULL;
+    if (get_read_buffer(args[1], &offs) < 0) {
+        if (has_valid) PyBuffer_Release(&valid);
+        return NULL;
+    }
+    if (get_read_buffer(args[2], &data) < 0) {
+        if (has_valid) PyBuffer_Release(&valid);
+        PyBuffer_Release(&offs);
+        return NULL;
+    }
+    PyObject *list = NULL;
+    if (start < 0 || n < 0 || (start + n + 1) * 4 > offs.len || (has_valid && (start + n + 7) / 8 > valid.len)) {
+        PyErr_SetString(PyExc_ValueError, "binary_list: records outside the buffers");
+        goto done;
+    }
+    list = PyList_New((Py_ssize_t)n);
+    if (!list) goto done;
+    const uint8_t *bits = (const uint8_t *)valid.buf, *d = (const uint8_t *)data.buf;
+    const char *o = (const char *)offs.buf + 4 * start;
+    int32_t a, b;
+    memcpy(&a, o, 4);
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(&b, o + 4 * (i + 1), 4);
+        PyObject *item;
+        int64_t bit = start + i;
+        if (has_valid && !(bits[bit >> 3] & (1u << (bit & 7)))) {
+            item = Py_NewRef(Py_None);
+        } else if (a < 0 || b < a || b > data.len) {
+            PyErr_SetString(PyExc_ValueError, "binary_list: an offset outside the data");
+            Py_CLEAR(list);
+            goto done;
+        } else {
+            item = PyBytes_FromStringAndSize((const char *)d + a, b - a);
+            if (!item) {
+                Py_CLEAR(list);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        a = b;
+    }
+done:
+    if (has_valid) PyBuffer_Release(&valid);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&data);
+    return list;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1170,6 +1485,10 @@ static PyMethodDef methods[] = {
      "decode_consumer_records(buf, topic, partition, start_offset, kd, vd, out) -> out"},
     {"decode_columns", (PyCFunction)(void (*)(void))py_decode_columns, METH_FASTCALL,
      "decode_columns(buf, start_offset, offsets, timestamps, types, keys, values, headers) -> None"},
+    {"decode_buffers", (PyCFunction)(void (*)(void))py_decode_buffers, METH_FASTCALL,
+     "decode_buffers(buf, start_offset, parts) -> None (appends to a ColumnBuffers' parts)"},
+    {"binary_list", (PyCFunction)(void (*)(void))py_binary_list, METH_FASTCALL,
+     "binary_list(validity, offsets, data, start, n) -> list[bytes | None]"},
     {"walk_records", (PyCFunction)(void (*)(void))py_walk_records, METH_FASTCALL,
      "walk_records(data, start, end, count) -> end position; ValueError if a record is malformed"},
     {NULL, NULL, 0, NULL},

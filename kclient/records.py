@@ -43,7 +43,7 @@ Record offsets are ``baseOffset + offsetDelta``; timestamps are
 batch's timestamp type is LOG_APPEND_TIME.
 
 Encoding (:class:`BatchBuilder`, :func:`encode_batch`) and decoding (:func:`decode_batch`,
-:func:`decode_consumer_records`, :func:`decode_columns`) are the hot path of the whole
+:func:`decode_consumer_records`, :func:`decode_columns`, :func:`decode_buffers`) are the hot path of the whole
 system. Their loops run in the compiled twin ``kclient._crecords`` (kclient/_crecords.c,
 built by ``pip install``); the pure-Python code here is the fallback, used when the
 module is missing or ``KBROKER_NO_EXTENSIONS=1``, and produces the same bytes and
@@ -56,13 +56,16 @@ import gc
 import importlib
 import os
 import struct
+import sys
 import threading
 import time
 import zlib
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
 from functools import partial
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from itertools import accumulate, pairwise
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, TypeVar
 
 import lz4.frame as _lz4f
 import zstandard as _zstd
@@ -76,6 +79,9 @@ from kclient.errors import (
 )
 from kclient.structs import ConsumerRecord
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = [
     "HEADER_SIZE",
     "LOG_OVERHEAD",
@@ -85,13 +91,16 @@ __all__ = [
     "NO_SEQUENCE",
     "BatchBuilder",
     "BatchHeader",
+    "ColumnBuffers",
     "Compression",
     "Record",
     "RecordColumns",
     "TimestampType",
+    "arrow_schema",
     "check_batch",
     "decode_batch",
     "decode_batches",
+    "decode_buffers",
     "decode_columns",
     "decode_consumer_records",
     "encode_batch",
@@ -241,6 +250,293 @@ class RecordColumns(NamedTuple):
     keys: list[bytes | None]
     values: list[bytes | None]
     headers: list[list[Header]]
+
+
+# ColumnBuffers._parts: the buffers in this order (kclient/_crecords.c has the same enum)
+_OFFSETS, _TIMESTAMPS, _TYPES = 0, 1, 2
+_KEY_VALID, _KEY_OFFS, _KEY_DATA = 3, 4, 5
+_VALUE_VALID, _VALUE_OFFS, _VALUE_DATA = 6, 7, 8
+_HEADERS = 9
+_INT32_ONE = array("i", [1]).tobytes()
+
+
+class ColumnBuffers:
+    """Decoded records in Arrow's memory layout: one buffer per column, no object per record.
+
+    The buffers (native byte order, which is little-endian wherever Arrow runs):
+
+    - offsets, timestamps: int64 per record (timestamps in ms; a LOG_APPEND_TIME batch's
+      records all carry the broker's time);
+    - timestamp_types: int32 per record (0 CreateTime, 1 LogAppendTime);
+    - keys and values, each an Arrow binary column: a validity bitmap (bit i, least
+      significant first, set when record i is not null; bits past the last record are 0;
+      ``None`` while no record is null), int32 offsets (records + 1 of them, the first 0)
+      and one data buffer;
+    - headers: ``None`` while no record has any, else one ``list[Header]`` per record.
+
+    Like an Arrow array, a ColumnBuffers is a view: records ``[start, start + len)`` of
+    its buffers. Slicing (``cb[i:j]``) shares the buffers; :meth:`concat` copies. Buffers
+    only grow while :func:`decode_buffers` appends to a fresh one; after that nothing
+    changes them, so views, memoryviews and Arrow arrays of them stay valid (and
+    appending to buffers something still views raises BufferError). Immutable once
+    decoded; share freely between threads.
+    """
+
+    __slots__ = ("_length", "_parts", "_start")
+
+    def __init__(self) -> None:
+        self._parts: list[Any] = [
+            bytearray(), bytearray(), bytearray(),
+            None, bytearray(4), bytearray(),
+            None, bytearray(4), bytearray(),
+            None,
+        ]  # fmt: skip
+        self._start = 0
+        self._length = 0
+
+    @classmethod
+    def _view(cls, parts: list[Any], start: int, length: int) -> ColumnBuffers:
+        view = cls.__new__(cls)
+        view._parts, view._start, view._length = parts, start, length
+        return view
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: slice) -> ColumnBuffers:
+        if not isinstance(index, slice):
+            raise TypeError("ColumnBuffers takes slices only (to_columns() gives the records as lists)")
+        i, j, step = index.indices(self._length)
+        if step != 1:
+            raise ValueError("ColumnBuffers slices take no step")
+        return self._view(self._parts, self._start + i, max(j - i, 0))
+
+    def __repr__(self) -> str:
+        first = f", offsets {self.offsets[0]}..{self.offsets[-1]}" if self._length else ""
+        return f"ColumnBuffers({self._length} records{first})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ColumnBuffers):
+            return NotImplemented
+        return self.buffers() == other.buffers()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _fixed(self, part: int, fmt: Literal["q", "i"]) -> memoryview:
+        return memoryview(self._parts[part]).cast(fmt)[self._start : self._start + self._length]
+
+    @property
+    def offsets(self) -> memoryview:
+        """The records' offsets (a memoryview of int64: index it, ``bisect`` it, ``tolist()``)."""
+        return self._fixed(_OFFSETS, "q")
+
+    @property
+    def timestamps(self) -> memoryview:
+        return self._fixed(_TIMESTAMPS, "q")
+
+    @property
+    def timestamp_types(self) -> memoryview:
+        return self._fixed(_TYPES, "i")
+
+    @property
+    def headers(self) -> list[list[Header]] | None:
+        """Each record's headers, or ``None`` when no record has any."""
+        h = self._parts[_HEADERS]
+        return None if h is None else h[self._start : self._start + self._length]
+
+    def _data_size(self, slot: int) -> int:
+        offs = memoryview(self._parts[slot + 1]).cast("i")
+        return int(offs[self._start + self._length] - offs[self._start])
+
+    @property
+    def key_bytes(self) -> int:
+        """Bytes of all keys (from the offsets: no record is visited)."""
+        return self._data_size(_KEY_VALID)
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of all values (from the offsets: no record is visited)."""
+        return self._data_size(_VALUE_VALID)
+
+    def _binary(self, slot: int) -> tuple[bytes | None, bytes, memoryview]:
+        """(validity, int32 offsets, data) of this view's keys or values, rebased to start at 0."""
+        parts, start, n = self._parts, self._start, self._length
+        offs = memoryview(parts[slot + 1]).cast("i")[start : start + n + 1]
+        first = offs[0]
+        validity = parts[slot]
+        valid = None if validity is None else _bits(validity, start, n)
+        return valid, _shift_offsets(offs, -first), memoryview(parts[slot + 2])[first : offs[n]]
+
+    def buffers(self) -> tuple[Any, ...]:
+        """The view's buffers as bytes, as if it were decoded alone: (offsets, timestamps,
+        timestamp_types, key validity, key offsets, key data, value validity, value offsets,
+        value data, headers). Copies; for tests and comparisons."""
+        kv, ko, kd = self._binary(_KEY_VALID)
+        vv, vo, vd = self._binary(_VALUE_VALID)
+        return (
+            self.offsets.tobytes(),
+            self.timestamps.tobytes(),
+            self.timestamp_types.tobytes(),
+            kv, ko, kd.tobytes(),
+            vv, vo, vd.tobytes(),
+            self.headers,
+        )  # fmt: skip
+
+    def to_columns(self) -> RecordColumns:
+        """The records as lists (``RecordColumns``, what ``decode_columns`` gives)."""
+        return _columns_of(self)
+
+    def _to_columns(self) -> RecordColumns:
+        p, s, n = self._parts, self._start, self._length
+        binary_list = _CODEC.binary_list
+        headers = p[_HEADERS]
+        return RecordColumns(
+            self.offsets.tolist(),
+            self.timestamps.tolist(),
+            self.timestamp_types.tolist(),
+            binary_list(p[_KEY_VALID], p[_KEY_OFFS], p[_KEY_DATA], s, n),
+            binary_list(p[_VALUE_VALID], p[_VALUE_OFFS], p[_VALUE_DATA], s, n),
+            [[] for _ in range(n)] if headers is None else headers[s : s + n],
+        )
+
+    def to_arrow(
+        self, topic: str, partition: int, headers: bool = False, schema: pa.Schema | None = None
+    ) -> pa.RecordBatch:
+        """The records as one ``pyarrow.RecordBatch`` with Spark's Kafka source schema
+        (``arrow_schema(headers)``, or ``schema`` when given: a timestamp unit other than
+        ms is cast). Keys, values, offsets, timestamps and their types are the buffers
+        themselves (zero copy); topic and partition are filled. Needs pyarrow."""
+        pa = _pyarrow()
+        if schema is None:
+            schema = arrow_schema(headers)
+        p, s, n = self._parts, self._start, self._length
+        buf = pa.py_buffer
+
+        def binary(slot: int) -> Any:
+            validity = p[slot]
+            return pa.Array.from_buffers(
+                pa.binary(),
+                n,
+                [None if validity is None else buf(validity), buf(p[slot + 1]), buf(p[slot + 2])],
+                null_count=0 if validity is None else -1,
+                offset=s,
+            )
+
+        stamp_type = schema.field("timestamp").type
+        stamps = pa.Array.from_buffers(pa.timestamp("ms", tz=stamp_type.tz), n, [None, buf(p[_TIMESTAMPS])], 0, s)
+        arrays = [
+            binary(_KEY_VALID),
+            binary(_VALUE_VALID),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, buf(p[_OFFSETS])], 0, s),
+            stamps if stamps.type == stamp_type else stamps.cast(stamp_type),
+            pa.Array.from_buffers(pa.int32(), n, [None, buf(p[_TYPES])], 0, s),
+        ]
+        if "headers" in schema.names:
+            header_type = schema.field("headers").type
+            h = p[_HEADERS]
+            if h is None:
+                no_headers = pa.array([], header_type.value_type)
+                zeros = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+                arrays.append(pa.ListArray.from_arrays(zeros, no_headers, type=header_type))
+            else:
+                arrays.append(pa.array(h[s : s + n], header_type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    @classmethod
+    def concat(cls, parts: Sequence[ColumnBuffers]) -> ColumnBuffers:
+        """One ColumnBuffers holding ``parts``' records in order (a copy; ``parts[0]``
+        itself when there is only one)."""
+        if len(parts) == 1:
+            return parts[0]
+        out = cls()
+        p = out._parts
+        for part, width in ((_OFFSETS, 8), (_TIMESTAMPS, 8), (_TYPES, 4)):
+            p[part] = bytearray().join(
+                memoryview(c._parts[part])[c._start * width : (c._start + c._length) * width] for c in parts
+            )
+        for slot in (_KEY_VALID, _VALUE_VALID):
+            pieces = [c._binary(slot) for c in parts]
+            base = 0
+            offsets = [_INT32_ZERO]
+            bits = 0
+            at = 0
+            for c, (valid, offs, data) in zip(parts, pieces, strict=True):
+                offsets.append(_shift_offsets(memoryview(offs).cast("i")[1:], base))
+                base += len(data)
+                n = c._length
+                bits |= (int.from_bytes(valid, "little") if valid is not None else (1 << n) - 1) << at
+                at += n
+            if base > _INT32_MAX:
+                raise OverflowError("a ColumnBuffers binary column holds at most 2 GiB")
+            if any(valid is not None for valid, _, _ in pieces):
+                p[slot] = bytearray(bits.to_bytes((at + 7) // 8, "little"))
+            p[slot + 1] = bytearray().join(offsets)
+            p[slot + 2] = bytearray().join(data for _, _, data in pieces)
+        if any(c._parts[_HEADERS] is not None for c in parts):
+            headers: list[list[Header]] = []
+            for c in parts:
+                h = c.headers
+                headers.extend([[] for _ in range(c._length)] if h is None else h)
+            p[_HEADERS] = headers
+        out._length = len(p[_OFFSETS]) >> 3
+        return out
+
+
+_INT32_ZERO = bytes(4)
+_INT32_MAX = 2**31 - 1
+
+
+def _shift_offsets(offsets: memoryview, delta: int) -> bytes:
+    """int32 ``offsets`` (a memoryview of format "i"), each plus ``delta``, as bytes.
+
+    No per-element loop: the array read as one big integer in base 2**32 (native order)
+    gets ``delta * (1 + 2**32 + 2**64 + ...)`` added; as every result lies in [0, 2**31),
+    no lane carries into the next."""
+    raw = offsets.tobytes()
+    if not delta or not raw:
+        return raw
+    order = sys.byteorder
+    ones = int.from_bytes(_INT32_ONE * (len(raw) // 4), order)
+    return (int.from_bytes(raw, order) + delta * ones).to_bytes(len(raw), order)
+
+
+def _bits(bitmap: Buffer, start: int, n: int) -> bytes:
+    """Bits ``[start, start + n)`` of an Arrow bitmap, as a bitmap of (n + 7) // 8 bytes."""
+    value = (int.from_bytes(bitmap, "little") >> start) & ((1 << n) - 1)
+    return value.to_bytes((n + 7) // 8, "little")
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+    except ImportError as exc:
+        raise ImportError(
+            "Arrow output (ColumnBuffers.to_arrow, Consumer.poll_arrow) needs pyarrow (pip install pyarrow); "
+            "Consumer.poll_columns gives the same data as lists"
+        ) from exc
+    return pyarrow
+
+
+def arrow_schema(headers: bool = False) -> pa.Schema:
+    """Spark's Kafka source schema in Arrow: key and value binary, topic string, partition
+    int32, offset int64, timestamp timestamp[ms, UTC], timestampType int32, and with
+    ``headers`` a list of (key string, value binary) structs."""
+    pa = _pyarrow()
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if headers:
+        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(header)))
+    return pa.schema(fields)
 
 
 # ---------------------------------------------------------------------------
@@ -724,8 +1020,6 @@ def _py_records_into(
         timestamps[first:] = [log_append_ts] * (len(timestamps) - first)
 
 
-
-
 def _py_decode_consumer_records(
     buf: Buffer,
     topic: str,
@@ -773,6 +1067,91 @@ def _py_decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | 
     return cols
 
 
+def _py_decode_buffers(buf: Buffer, start_offset: int, parts: list[Any]) -> None:
+    _check_parts(parts)
+    for pos, header in iter_headers(buf):
+        check_batch(buf, pos, header)
+        if header.attributes & _CONTROL_MASK or header.base_offset + header.last_offset_delta < start_offset:
+            continue
+        offsets: list[int] = []
+        timestamps: list[int] = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        headers: list[list[Header]] = []
+        _decode_columns_into(buf, pos, header, start_offset, offsets, timestamps, keys, values, headers)
+        n = len(parts[_OFFSETS]) >> 3
+        before = [len(part) if type(part) is bytearray else part for part in parts[:_HEADERS]]
+        try:  # all or nothing: a buffer something views cannot grow (BufferError)
+            parts[_OFFSETS] += array("q", offsets)
+            parts[_TIMESTAMPS] += array("q", timestamps)
+            parts[_TYPES] += array("i", [1 if header.attributes & _TIMESTAMP_TYPE_MASK else 0]) * len(offsets)
+            _append_binary(parts, _KEY_VALID, keys, n)
+            _append_binary(parts, _VALUE_VALID, values, n)
+        except BaseException:
+            for i, was in enumerate(before):
+                if type(was) is int:
+                    del parts[i][was:]
+                else:
+                    parts[i] = was
+            raise
+        if parts[_HEADERS] is not None or any(headers):
+            if parts[_HEADERS] is None:
+                parts[_HEADERS] = [[] for _ in range(n)]
+            parts[_HEADERS].extend(headers)
+
+
+def _check_parts(parts: list[Any]) -> None:
+    """A ColumnBuffers' parts list whose buffers agree (what decode_buffers appends to)."""
+    if type(parts) is not list or len(parts) != 10:
+        raise TypeError("parts must be a list of the 10 ColumnBuffers parts")
+    for i, part in enumerate(parts[:_HEADERS]):
+        if type(part) is not bytearray and not (part is None and i in (_KEY_VALID, _VALUE_VALID)):
+            raise TypeError(f"ColumnBuffers part {i} must be a bytearray")
+    if parts[_HEADERS] is not None and type(parts[_HEADERS]) is not list:
+        raise TypeError("ColumnBuffers headers must be a list or None")
+    n = len(parts[_OFFSETS]) // 8
+    ok = len(parts[_OFFSETS]) == 8 * n and len(parts[_TIMESTAMPS]) == 8 * n and len(parts[_TYPES]) == 4 * n
+    for slot in (_KEY_VALID, _VALUE_VALID):
+        valid, offs, data = parts[slot : slot + 3]
+        ok = ok and len(offs) == 4 * (n + 1) and (valid is None or len(valid) == (n + 7) // 8)
+        ok = ok and memoryview(offs).cast("i")[n] == len(data)
+    if not ok or (parts[_HEADERS] is not None and len(parts[_HEADERS]) != n):
+        raise ValueError("the ColumnBuffers parts do not agree in length")
+
+
+def _append_binary(parts: list[Any], slot: int, column: list[bytes | None], n: int) -> None:
+    """Append ``column`` to the binary column at ``slot`` of ``parts`` (holding ``n`` records)."""
+    data = parts[slot + 2]
+    lengths = [0 if v is None else len(v) for v in column]
+    ends = array("i")
+    ends.extend(accumulate(lengths, initial=len(data)))
+    if ends[-1] > _INT32_MAX:
+        raise OverflowError("a ColumnBuffers binary column holds at most 2 GiB")
+    del ends[0]
+    valid = parts[slot]
+    if valid is not None or None in column:
+        old = (1 << n) - 1 if valid is None else int.from_bytes(valid, "little")
+        new = int("".join(["0" if v is None else "1" for v in reversed(column)]) or "0", 2)
+        parts[slot] = bytearray((old | new << n).to_bytes((n + len(column) + 7) // 8, "little"))
+    parts[slot + 1] += ends
+    data += b"".join([v for v in column if v])
+
+
+def _py_binary_list(valid: Buffer | None, offsets: Buffer, data: Buffer, start: int, n: int) -> list[bytes | None]:
+    offs = memoryview(offsets).cast("i")[start : start + n + 1].tolist()
+    if start < 0 or n < 0 or len(offs) != n + 1 or (valid is not None and len(valid) < (start + n + 7) // 8):
+        raise ValueError("binary_list: records outside the buffers")
+    first = offs[0] if offs else 0
+    raw = bytes(memoryview(data)[first : offs[-1]])
+    out: list[bytes | None] = [raw[a - first : b - first] for a, b in pairwise(offs)]
+    if valid is not None:
+        bits = int.from_bytes(valid, "little") >> start
+        for i in range(n):
+            if not (bits >> i) & 1:
+                out[i] = None
+    return out
+
+
 def _gc_paused(func: Callable[..., _T]) -> Callable[..., _T]:
     """``func`` with the cyclic GC paused (the compiled decoders do the same): decoded
     records hold no cycles, and collections while thousands are made cost more than
@@ -793,6 +1172,8 @@ def _gc_paused(func: Callable[..., _T]) -> Callable[..., _T]:
 _py_decode_records = _gc_paused(_py_decode_records)
 _py_decode_consumer_records = _gc_paused(_py_decode_consumer_records)
 _py_decode_columns = _gc_paused(_py_decode_columns)
+_py_decode_buffers = _gc_paused(_py_decode_buffers)
+_columns_of = _gc_paused(ColumnBuffers._to_columns)
 
 
 def decode_consumer_records(
@@ -824,6 +1205,23 @@ def decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None
     a CorruptRecordError leaves the columns of the batches before it).
     """
     return _CODEC.decode_columns(buf, start_offset, out)
+
+
+def decode_buffers(buf: Buffer, start_offset: int = 0, out: ColumnBuffers | None = None) -> ColumnBuffers:
+    """decode_columns into Arrow-layout buffers (:class:`ColumnBuffers`): no object per record.
+
+    Same checks and skips; appends to ``out`` when given (a whole ColumnBuffers, not a
+    slice, that nothing views yet), batch by batch, so a CorruptRecordError leaves the
+    records of the batches before it.
+    """
+    cols = ColumnBuffers() if out is None else out
+    if cols._start or cols._length != len(cols._parts[_OFFSETS]) >> 3:
+        raise ValueError("decode_buffers appends to a whole ColumnBuffers, not to a slice")
+    try:
+        _CODEC.decode_buffers(buf, start_offset, cols._parts)
+    finally:
+        cols._length = len(cols._parts[_OFFSETS]) >> 3
+    return cols
 
 
 def _records_of(codec: _Codec, buf: Buffer, pos: int, header: BatchHeader) -> list[Record]:
@@ -1361,6 +1759,8 @@ class _Codec(NamedTuple):
     decode_records: Callable[..., list[Record]]
     decode_consumer_records: Callable[..., list[ConsumerRecord]]
     decode_columns: Callable[[Buffer, int, RecordColumns | None], RecordColumns]
+    decode_buffers: Callable[[Buffer, int, list[Any]], None]
+    binary_list: Callable[[Buffer | None, Buffer, Buffer, int, int], list[bytes | None]]
     walk_records: Callable[[Buffer, int, int, int], int]
 
 
@@ -1373,6 +1773,8 @@ _PY_CODEC = _Codec(
     _py_decode_records,
     _py_decode_consumer_records,
     _py_decode_columns,
+    _py_decode_buffers,
+    _py_binary_list,
     _py_walk_records,
 )
 
@@ -1402,6 +1804,8 @@ def _load_extension() -> _Codec | None:
         c.decode_records,
         c.decode_consumer_records,
         decode_columns,
+        c.decode_buffers,
+        c.binary_list,
         c.walk_records,
     )
 
@@ -1424,6 +1828,7 @@ class CodecAPI(NamedTuple):
     decode_batches: Callable[..., Iterator[tuple[BatchHeader, list[Record]]]]
     decode_consumer_records: Callable[..., list[ConsumerRecord]]
     decode_columns: Callable[..., RecordColumns]
+    decode_buffers: Callable[..., ColumnBuffers]
     walk_records: Callable[[Buffer, int, int, int], int]
     record_size_in_bytes: Callable[..., int]
 
@@ -1471,6 +1876,14 @@ def _api(codec: _Codec) -> CodecAPI:
     def columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None = None) -> RecordColumns:
         return codec.decode_columns(buf, start_offset, out)
 
+    def buffers(buf: Buffer, start_offset: int = 0) -> ColumnBuffers:
+        cols = ColumnBuffers()
+        try:
+            codec.decode_buffers(buf, start_offset, cols._parts)
+        finally:
+            cols._length = len(cols._parts[_OFFSETS]) >> 3
+        return cols
+
     def size(
         offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None, headers: Sequence[Header] = ()
     ) -> int:
@@ -1484,6 +1897,7 @@ def _api(codec: _Codec) -> CodecAPI:
         partial(_decode_batches, codec),
         consumer_records,
         columns,
+        buffers,
         codec.walk_records,
         size,
     )

@@ -26,7 +26,9 @@ Kafka's names, e.g. ``max.poll.records=10000``), starts at the earliest offset a
 
 (each on one line; ``rebalance.time.ms`` is the time to find the partitions and their
 earliest offsets, as no group is joined; the fetch rates exclude it). ``--columnar`` reads with
-``Consumer.poll_columns`` or ``Consumer.poll_arrow`` instead of ``poll``.
+``Consumer.poll_columns``, ``poll_arrow`` or ``poll_buffers`` instead of ``poll`` (``auto``, the
+default: ``poll_arrow`` when pyarrow is installed, else ``poll_columns``); bytes are counted
+from the columns' offsets, never record by record.
 
 MB is 2**20 bytes, as Kafka's tools count. A missing feature (no ``send_batch``, no
 columnar poll) or bad input is one ``kctl: ...`` line and a non-zero exit.
@@ -104,8 +106,8 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
         "--columnar",
         nargs="?",
         const="auto",
-        choices=("auto", "columns", "arrow"),
-        help="poll_columns (auto: when present) or poll_arrow instead of poll",
+        choices=("auto", "columns", "arrow", "buffers"),
+        help="poll_columns, poll_arrow or poll_buffers instead of poll (auto: the fastest there is)",
     )
     consume.set_defaults(handler=consume_command)
 
@@ -483,6 +485,8 @@ def _column_counts(result: Any) -> tuple[int, int]:
     ``value``/``values`` (and ``key``/``keys``) as sequences or Arrow arrays."""
     if result is None:
         return 0, 0
+    if hasattr(result, "value_bytes"):  # a ColumnBuffers
+        return len(result), result.key_bytes + result.value_bytes
     if hasattr(result, "num_rows") and hasattr(result, "column"):
         names = set(result.schema.names)
         size = sum(_binary_bytes(result.column(c)) for c in ("key", "value") if c in names)
@@ -507,23 +511,43 @@ def _column(columns: Any, name: str) -> Any:
 
 
 def _binary_bytes(column: Any) -> int:
-    if hasattr(column, "null_count"):  # a pyarrow array or chunked array
-        import pyarrow.compute as pc
+    if hasattr(column, "num_chunks"):  # a pyarrow chunked array
+        return sum(_binary_bytes(chunk) for chunk in column.chunks)
+    if hasattr(column, "null_count"):  # a pyarrow binary array: from its offsets (nulls take none)
+        if not len(column):
+            return 0
+        import pyarrow as pa
 
-        total = pc.sum(pc.binary_length(column)).as_py()
-        return int(total or 0)
+        large = pa.types.is_large_binary(column.type) or pa.types.is_large_string(column.type)
+        offsets = memoryview(column.buffers()[1]).cast("q" if large else "i")
+        return int(offsets[column.offset + len(column)] - offsets[column.offset])
     return sum(map(len, filter(None, column)))
 
 
 def columnar_poll(consumer: Consumer, kind: str) -> Callable[..., Any]:
-    """The consumer's columnar poll: ``poll_columns`` or ``poll_arrow`` (``kind`` auto
-    prefers ``poll_columns``); a CliError when this kclient has neither."""
-    names = {"auto": ("poll_columns", "poll_arrow"), "columns": ("poll_columns",), "arrow": ("poll_arrow",)}[kind]
+    """The consumer's columnar poll: ``poll_columns``, ``poll_arrow`` or ``poll_buffers``
+    (``kind`` auto: the fastest, ``poll_arrow`` when pyarrow is installed); a CliError
+    when this kclient has none of them."""
+    fastest = ("poll_arrow", "poll_columns") if _has_pyarrow() else ("poll_columns",)
+    names = {
+        "auto": fastest,
+        "columns": ("poll_columns",),
+        "arrow": ("poll_arrow",),
+        "buffers": ("poll_buffers",),
+    }[kind]
     for name in names:
         poll = getattr(consumer, name, None)
         if poll is not None:
             return poll  # type: ignore[no-any-return]
     raise CliError(f"--columnar needs Consumer.{' or Consumer.'.join(names)}, which this kclient does not have")
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def consume(

@@ -41,7 +41,7 @@ from kclient.errors import (
 )
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import log_pb2
-from kclient.records import RecordColumns
+from kclient.records import ColumnBuffers, RecordColumns, arrow_schema
 from kclient.retry import retry
 from kclient.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kclient.transport import Transport
@@ -477,14 +477,31 @@ class Consumer:
         Keys and values are the raw bytes (the deserializers do not apply). Waits,
         positions, commits and errors are exactly those of ``poll``; the two may be mixed.
         """
+        return {tp: cb.to_columns() for tp, cb in self.poll_buffers(timeout_ms, max_records).items()}
+
+    def poll_buffers(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, ColumnBuffers]:
+        """``poll_columns`` without a Python object per record: per partition, a
+        ``ColumnBuffers`` (Arrow-layout buffers: ``offsets``, ``timestamps``, ``key_bytes``
+        and ``value_bytes`` directly, ``to_arrow(topic, partition)`` zero-copy,
+        ``to_columns()`` as lists). Waits, positions, commits and errors as ``poll``."""
         return self._poll(timeout_ms, max_records, self._fetcher.drain_columns)
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None, headers: bool = False) -> pa.RecordBatch:
         """``poll_columns`` as one ``pyarrow.RecordBatch`` with Spark's Kafka source schema
         (``arrow_schema(headers)``): key, value, topic, partition, offset, timestamp,
-        timestampType (and headers). Zero rows when nothing came. Needs pyarrow."""
-        pa = _pyarrow()
-        return columns_to_arrow(self.poll_columns(timeout_ms, max_records), headers, pa)
+        timestampType (and headers), partition after partition. Keys, values, offsets and
+        timestamps are not copied when one partition delivered. Zero rows when nothing
+        came. Needs pyarrow."""
+        schema = arrow_schema(headers)  # raises ImportError without pyarrow, before polling
+        polled = self.poll_buffers(timeout_ms, max_records)
+        batches = [cb.to_arrow(tp.topic, tp.partition, headers, schema) for tp, cb in polled.items()]
+        if len(batches) == 1:
+            return batches[0]
+        import pyarrow as pa
+
+        if not batches:
+            return pa.RecordBatch.from_pylist([], schema=schema)
+        return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
 
     def _poll(
         self, timeout_ms: int, max_records: int | None, drain: Callable[[int], dict[TopicPartition, _T]]
@@ -549,66 +566,3 @@ class Consumer:
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("consumer is closed")
-
-
-def _pyarrow() -> Any:
-    try:
-        import pyarrow
-    except ImportError as exc:
-        raise ImportError(
-            "Consumer.poll_arrow needs pyarrow (pip install pyarrow); poll_columns gives the same data as lists"
-        ) from exc
-    return pyarrow
-
-
-def arrow_schema(headers: bool = False) -> pa.Schema:
-    """Spark's Kafka source schema in Arrow: key and value binary, topic string, partition
-    int32, offset int64, timestamp timestamp[ms, UTC], timestampType int32, and with
-    ``headers`` a list of (key string, value binary) structs."""
-    pa = _pyarrow()
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if headers:
-        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-        fields.append(pa.field("headers", pa.list_(header)))
-    return pa.schema(fields)
-
-
-def columns_to_arrow(
-    polled: Mapping[TopicPartition, RecordColumns], headers: bool = False, pa: Any = None
-) -> pa.RecordBatch:
-    """One RecordBatch (``arrow_schema(headers)``) of ``poll_columns``' result, partition after partition."""
-    if pa is None:
-        pa = _pyarrow()
-    schema = arrow_schema(headers)
-    stamp_type = schema.field("timestamp").type
-    columns: list[list[Any]] = [[] for _ in schema]
-    for tp, cols in polled.items():
-        n = len(cols.offsets)
-        if not n:
-            continue
-        arrays = [
-            pa.array(cols.keys, pa.binary()),
-            pa.array(cols.values, pa.binary()),
-            pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-            pa.array(cols.offsets, pa.int64()),
-            pa.array(cols.timestamps, pa.int64()).cast(stamp_type),
-            pa.array(cols.timestamp_types, pa.int32()),
-        ]
-        if headers:
-            arrays.append(
-                pa.array([[{"key": k, "value": v} for k, v in h] for h in cols.headers], schema.field("headers").type)
-            )
-        for column, array in zip(columns, arrays, strict=True):
-            column.append(array)
-    if not columns[0]:
-        return pa.RecordBatch.from_pylist([], schema=schema)
-    return pa.RecordBatch.from_arrays([c[0] if len(c) == 1 else pa.concat_arrays(c) for c in columns], schema=schema)

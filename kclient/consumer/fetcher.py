@@ -1,8 +1,9 @@
 """The fetcher: pipelined long-poll Fetches and ListOffsets for the assigned partitions.
 
 Records are decoded once, straight into what ``poll`` hands out (ConsumerRecords with
-the deserializers applied, or RecordColumns for ``poll_columns``), when the application
-first asks for them, not when the response arrives.
+the deserializers applied, or, for the columnar polls, ColumnBuffers: Arrow-layout
+buffers with no object per record), when the application first asks for them, not when
+the response arrives.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +30,7 @@ from kclient.errors import (
     for_code,
 )
 from kclient.proto.kbroker.v1 import log_pb2
-from kclient.records import RecordColumns, decode_columns, decode_consumer_records, iter_headers
+from kclient.records import ColumnBuffers, decode_buffers, decode_consumer_records, iter_headers
 from kclient.structs import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
@@ -54,20 +56,21 @@ class _Request:
 class _Chunk:
     """One partition's share of one Fetch response (``data``, fetched from ``fetch_offset``).
 
-    Decoded on first use into ``records`` or ``columns`` (the other is ``None``), from the
-    partition's position then; ``index`` is the next entry to hand out. ``error`` is the
-    CorruptRecordError of a batch that did not decode and the offset it stands at.
+    Decoded on first use, from the partition's position then, into ``decoded``: a list of
+    ConsumerRecords, or a ColumnBuffers for the columnar polls (decoded again, from the
+    position, when the application switches between the two). ``index`` is the next
+    record to hand out. ``error`` is the CorruptRecordError of a batch that did not decode
+    and the offset it stands at.
     """
 
-    __slots__ = ("columns", "data", "end", "error", "fetch_offset", "index", "records", "tp")
+    __slots__ = ("data", "decoded", "end", "error", "fetch_offset", "index", "tp")
 
     def __init__(self, tp: TopicPartition, data: bytes, fetch_offset: int) -> None:
         self.tp = tp
         self.data = data
         self.fetch_offset = fetch_offset
         self.end: int | None = -1  # -1: not computed yet; None: unknown (a corrupt header)
-        self.records: list[ConsumerRecord] | None = None
-        self.columns: RecordColumns | None = None
+        self.decoded: list[ConsumerRecord] | ColumnBuffers | None = None
         self.index = 0
         self.error: tuple[CorruptRecordError, int] | None = None
 
@@ -85,21 +88,13 @@ class _Chunk:
         return self.end
 
 
-def _slice(c: RecordColumns, i: int, j: int) -> RecordColumns:
-    return RecordColumns(
-        c.offsets[i:j], c.timestamps[i:j], c.timestamp_types[i:j], c.keys[i:j], c.values[i:j], c.headers[i:j]
-    )
-
-
-def _concat(a: RecordColumns, b: RecordColumns) -> RecordColumns:
-    return RecordColumns(
-        a.offsets + b.offsets,
-        a.timestamps + b.timestamps,
-        a.timestamp_types + b.timestamp_types,
-        a.keys + b.keys,
-        a.values + b.values,
-        a.headers + b.headers,
-    )
+def _join(pieces: list[Any]) -> Any:
+    """One partition's pieces of a drain as one list or ColumnBuffers."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if isinstance(pieces[0], ColumnBuffers):
+        return ColumnBuffers.concat(pieces)
+    return list(chain.from_iterable(pieces))
 
 
 class Fetcher:
@@ -153,31 +148,31 @@ class Fetcher:
     def has_buffered(self) -> bool:
         return bool(self._buffer)
 
-    def _decode(self, chunk: _Chunk, position: int, columns: bool) -> None:
-        """Decode ``chunk`` from ``position`` as records or columns (again, from the
-        current position, when the application switched between poll and poll_columns)."""
+    def _decode(self, chunk: _Chunk, position: int, columns: bool) -> list[ConsumerRecord] | ColumnBuffers:
+        """Decode ``chunk`` from ``position`` as records or column buffers."""
         tp = chunk.tp
         error: tuple[CorruptRecordError, int] | None = None
+        decoded: list[ConsumerRecord] | ColumnBuffers
         if columns:
-            cols = RecordColumns([], [], [], [], [], [])
+            decoded = ColumnBuffers()
             try:
-                decode_columns(chunk.data, position, cols)
+                decode_buffers(chunk.data, position, decoded)
             except Exception as exc:  # this partition only: the others still deliver
-                error = self._corrupt(tp, exc, cols.offsets[-1] + 1 if cols.offsets else position)
-            chunk.columns, chunk.records = cols, None
+                error = self._corrupt(tp, exc, decoded.offsets[-1] + 1 if len(decoded) else position)
         else:
             recs: list[ConsumerRecord] = []
+            kd, vd = self._key_deserializer, self._value_deserializer
             try:
-                decode_consumer_records(
-                    chunk.data, tp.topic, tp.partition, position, self._key_deserializer, self._value_deserializer, recs
-                )
+                decode_consumer_records(chunk.data, tp.topic, tp.partition, position, kd, vd, recs)
             except Exception as exc:
                 error = self._corrupt(tp, exc, recs[-1].offset + 1 if recs else position)
-            chunk.records, chunk.columns = recs, None
+            decoded = recs
+        chunk.decoded = decoded
         chunk.index = 0
         if error is not None and chunk.error is None:
             chunk.error = error
             log.warning("%s", error[0])
+        return decoded
 
     @staticmethod
     def _corrupt(tp: TopicPartition, exc: Exception, at: int) -> tuple[CorruptRecordError, int]:
@@ -190,7 +185,15 @@ class Fetcher:
         Raises the CorruptRecordError of a partition whose position reached a batch that
         did not decode, unless records were collected first (then the next call raises).
         """
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        return self._drain(max_records, columns=False)
+
+    def drain_columns(self, max_records: int) -> dict[TopicPartition, ColumnBuffers]:
+        """``drain`` as column buffers: raw keys and values (no deserializers), positions
+        advanced exactly as ``drain`` does."""
+        return self._drain(max_records, columns=True)
+
+    def _drain(self, max_records: int, columns: bool) -> dict[TopicPartition, Any]:
+        pieces: dict[TopicPartition, list[Any]] = {}
         n = 0
         buffer = self._buffer
         partitions = self._subs.partitions
@@ -204,73 +207,40 @@ class Fetcher:
                 buffer.popleft()
                 continue
             position = st.position
-            records = chunk.records
-            if records is None:
-                self._decode(chunk, position, columns=False)
-                records = chunk.records
-                assert records is not None
-            size = len(records)
+            decoded = chunk.decoded
+            if decoded is None or isinstance(decoded, ColumnBuffers) != columns:
+                decoded = self._decode(chunk, position, columns)
+            size = len(decoded)
             i = chunk.index
-            if i < size and records[i].offset < position:
-                i = bisect_left(records, position, i, key=_record_offset)
-            j = min(size, i + max_records - n)
+            if isinstance(decoded, ColumnBuffers):
+                offsets = decoded.offsets
+                if i < size and offsets[i] < position:
+                    i = bisect_left(offsets, position, i)
+                j = min(size, i + max_records - n)
+                last = offsets[j - 1] if j > i else 0
+            else:
+                if i < size and decoded[i].offset < position:
+                    i = bisect_left(decoded, position, i, key=_record_offset)
+                j = min(size, i + max_records - n)
+                last = decoded[j - 1].offset if j > i else 0
             if j > i:
-                take = records if i == 0 and j == size else records[i:j]
-                got = out.get(tp)
-                out[tp] = take if got is None else got + take
-                st.position = records[j - 1].offset + 1
+                take = decoded if i == 0 and j == size else decoded[i:j]
+                got = pieces.get(tp)
+                if got is None:
+                    pieces[tp] = [take]
+                else:
+                    got.append(take)
+                st.position = last + 1
                 n += j - i
             chunk.index = j
             if j < size:
                 continue
             if chunk.error is not None and st.position == chunk.error[1]:
-                if out:
+                if pieces:
                     break
                 raise chunk.error[0]
             buffer.popleft()
-        return out
-
-    def drain_columns(self, max_records: int) -> dict[TopicPartition, RecordColumns]:
-        """``drain`` as columns: up to ``max_records`` records per call, raw keys and values
-        (no deserializers), positions advanced exactly as ``drain`` does."""
-        out: dict[TopicPartition, RecordColumns] = {}
-        n = 0
-        buffer = self._buffer
-        partitions = self._subs.partitions
-        while buffer and n < max_records:
-            chunk = buffer[0]
-            tp = chunk.tp
-            st = partitions.get(tp)
-            if st is None or st.paused or st.position is None:
-                buffer.popleft()
-                continue
-            position = st.position
-            cols = chunk.columns
-            if cols is None:
-                self._decode(chunk, position, columns=True)
-                cols = chunk.columns
-                assert cols is not None
-            offsets = cols.offsets
-            size = len(offsets)
-            i = chunk.index
-            if i < size and offsets[i] < position:
-                i = bisect_left(offsets, position, i)
-            j = min(size, i + max_records - n)
-            if j > i:
-                take = cols if i == 0 and j == size else _slice(cols, i, j)
-                got = out.get(tp)
-                out[tp] = take if got is None else _concat(got, take)
-                st.position = offsets[j - 1] + 1
-                n += j - i
-            chunk.index = j
-            if j < size:
-                continue
-            if chunk.error is not None and st.position == chunk.error[1]:
-                if out:
-                    break
-                raise chunk.error[0]
-            buffer.popleft()
-        return out
+        return {tp: _join(p) for tp, p in pieces.items()}
 
     # --- backoff --------------------------------------------------------------------
 
@@ -472,5 +442,6 @@ class Fetcher:
                     continue
                 self._retry_at.pop(tp, None)
                 st.high_watermark = p.high_watermark
-                if p.records:
-                    self._buffer.append(_Chunk(tp, p.records, fetch_offset))
+                records = p.records  # each read of a bytes field is a copy
+                if records:
+                    self._buffer.append(_Chunk(tp, records, fetch_offset))

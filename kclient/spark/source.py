@@ -50,7 +50,6 @@ from pyspark.sql.types import (
 )
 
 from kclient.errors import KafkaError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from kclient.records import RecordColumns
 from kclient.spark.errors import DataLossError, KbrokerOptionError
 from kclient.spark.offsets import (
     EARLIEST,
@@ -290,29 +289,6 @@ class KbrokerInputPartition(InputPartition):
         return f"KbrokerInputPartition({self.topic}-{self.partition} [{self.start}, {self.end}))"
 
 
-def _arrow_batch(
-    cols: RecordColumns, n: int, topic: str, partition: int, schema: pa.Schema, headers: bool
-) -> pa.RecordBatch:
-    """The first ``n`` records of ``cols`` as Spark's Kafka rows (no per-row Python objects)."""
-    import pyarrow as pa
-
-    def first(values: list[Any]) -> list[Any]:
-        return values if n == len(values) else values[:n]
-
-    arrays = [
-        pa.array(first(cols.keys), type=pa.binary()),
-        pa.array(first(cols.values), type=pa.binary()),
-        pa.repeat(pa.scalar(topic, type=pa.string()), n),
-        pa.repeat(pa.scalar(partition, type=pa.int32()), n),
-        pa.array(first(cols.offsets), type=pa.int64()),
-        pa.array(first(cols.timestamps), type=pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
-        pa.array(first(cols.timestamp_types), type=pa.int32()),
-    ]
-    if headers:
-        arrays.append(pa.array(first(cols.headers), type=schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
 def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     """Read ``part``'s range from its partition's leader, as Arrow batches of Spark's Kafka rows."""
     if not isinstance(part, KbrokerInputPartition) or part.end <= part.start:
@@ -332,15 +308,14 @@ def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordB
         deadline = time.monotonic() + opts.poll_timeout_ms / 1000.0
         while position < end:
             try:
-                polled = consumer.poll_columns(timeout_ms=500, max_records=min(end - position, 100_000))
+                polled = consumer.poll_buffers(timeout_ms=500, max_records=min(end - position, 100_000))
             except OffsetOutOfRangeError:
                 position = _recover_out_of_range(opts, consumer, tp, position, end, where)
                 if position < end:
                     consumer.seek(tp, position)
                 continue
             cols = polled.get(tp)
-            offsets = cols.offsets if cols is not None else []
-            if not offsets:
+            if not cols:
                 if time.monotonic() > deadline:
                     raise KafkaError(
                         f"kbroker: reading {where} made no progress at offset {position} for "
@@ -348,7 +323,7 @@ def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordB
                     )
                 continue
             deadline = time.monotonic() + opts.poll_timeout_ms / 1000.0
-            assert cols is not None
+            offsets = cols.offsets
             if offsets[0] > position:  # a gap: records we expected are gone
                 report_data_loss(
                     opts.fail_on_data_loss,
@@ -357,7 +332,7 @@ def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordB
             n = len(offsets) if offsets[-1] < end else bisect_left(offsets, end)
             position = end if n < len(offsets) else max(position, offsets[-1] + 1)
             if n:
-                yield _arrow_batch(cols, n, tp.topic, tp.partition, schema, opts.include_headers)
+                yield (cols if n == len(cols) else cols[:n]).to_arrow(tp.topic, tp.partition, schema=schema)
     finally:
         consumer.close()
 

@@ -193,7 +193,7 @@ def test_columns_advance_positions_like_poll_and_mix_with_it() -> None:
     fetcher.wait(time.monotonic())
     cols = fetcher.drain_columns(4)
     assert list(cols) == [T0]
-    c = cols[T0]
+    c = cols[T0].to_columns()
     assert c.offsets == [0, 1, 2, 3]
     assert c.values == [b"r0", b"r1", b"r2", b"r3"]
     assert c.keys == [b"k0", b"k1", b"k2", b"k3"]
@@ -204,7 +204,7 @@ def test_columns_advance_positions_like_poll_and_mix_with_it() -> None:
     # poll() after poll_columns() goes on from the position, and the other way round
     assert {tp: [r.offset for r in recs] for tp, recs in fetcher.drain(3).items()} == {T0: [4, 5], T1: [0]}
     assert subs.partitions[T1].position == 1
-    assert fetcher.drain_columns(10)[T1].offsets == [1, 2]
+    assert fetcher.drain_columns(10)[T1].offsets.tolist() == [1, 2]
     assert (subs.partitions[T0].position, subs.partitions[T1].position) == (6, 3)
     assert fetcher.drain_columns(10) == {}
 
@@ -215,8 +215,8 @@ def test_corrupt_batch_isolated_in_columns() -> None:
     transport.fetches[0].complete({0: batch(0, 3), 1: batch(0, 2) + batch(2, 3, corrupt=True)})
     fetcher.wait(time.monotonic())
     out = fetcher.drain_columns(100)
-    assert out[T0].offsets == [0, 1, 2]
-    assert out[T1].offsets == [0, 1]
+    assert out[T0].offsets.tolist() == [0, 1, 2]
+    assert out[T1].offsets.tolist() == [0, 1]
     for _ in range(2):
         with pytest.raises(CorruptRecordError, match=r"t-1 at offset 2: .*CRC"):
             fetcher.drain_columns(100)
@@ -247,5 +247,55 @@ def test_poll_arrow_has_sparks_kafka_schema() -> None:
         assert rb.to_pydict()["topic"] == ["t", "t", "t"]
         assert rb.column("timestamp").cast(pa.int64()).to_pylist() == [1000, 1001, 1005]
         assert (consumer.position(T0), consumer.position(T1)) == (2, 6)
+    finally:
+        consumer.close()
+
+
+def test_perf_columnar_auto_takes_poll_arrow_and_counts_bytes_from_offsets() -> None:
+    pytest.importorskip("pyarrow")
+    from kbroker.cli import perf
+
+    consumer, transport = consumer_for(T0, T1)
+    try:
+        poll = perf.columnar_poll(consumer, "auto")
+        assert poll.__name__ == "poll_arrow"
+        poll(timeout_ms=0)
+        transport.fetches[0].complete({0: batch(0, 12), 1: batch(3, 2)})
+        expected = sum(len(f"k{i}r{i}") for i in [*range(12), 3, 4])
+        assert perf._column_counts(poll(timeout_ms=100, max_records=5)) == (5, sum(len(f"k{i}r{i}") for i in range(5)))
+        rest = consumer.poll_buffers(timeout_ms=100)
+        assert perf._column_counts(rest) == (9, expected - sum(len(f"k{i}r{i}") for i in range(5)))
+    finally:
+        consumer.close()
+
+
+def test_a_columnar_drain_joins_two_responses_of_a_partition() -> None:
+    fetcher, subs, transport = fetcher_for(T0, T1)
+    fetcher.send_fetches()
+    transport.fetches[0].complete({0: batch(0, 5), 1: batch(0, 1)})
+    fetcher.wait(time.monotonic())
+    fetcher.send_fetches()  # pipelined: T0 again from 5, T1 from 1, while 0-4 are buffered
+    assert transport.fetches[1].offsets() == {T0: 5, T1: 1}
+    transport.fetches[1].complete({0: batch(5, 5)})
+    fetcher.wait(time.monotonic())
+    out = fetcher.drain_columns(8)
+    assert {tp: cb.offsets.tolist() for tp, cb in out.items()} == {T0: [0, 1, 2, 3, 4, 5, 6], T1: [0]}
+    assert out[T0].to_columns().values == [f"r{i}".encode() for i in range(7)]
+    assert subs.partitions[T0].position == 7
+    rest = fetcher.drain_columns(8)[T0]
+    assert rest.to_columns().keys == [b"k7", b"k8", b"k9"]
+
+
+def test_poll_arrow_joins_partitions_in_one_record_batch() -> None:
+    pytest.importorskip("pyarrow")
+    consumer, transport = consumer_for(T0, T1)
+    try:
+        consumer.poll(timeout_ms=0)
+        transport.fetches[0].complete({0: batch(0, 3), 1: batch(7, 2)})
+        rb = consumer.poll_arrow(timeout_ms=100, headers=True)
+        assert rb.to_pydict()["offset"] == [0, 1, 2, 7, 8]
+        assert rb.to_pydict()["partition"] == [0, 0, 0, 1, 1]
+        assert rb.to_pydict()["headers"] == [[]] * 5
+        rb.validate(full=True)
     finally:
         consumer.close()

@@ -13,6 +13,7 @@ import os
 import struct
 from collections.abc import Callable, Sequence
 from functools import partial
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kclient import records as rec
-from kclient.errors import CorruptRecordError
+from kclient.errors import CorruptRecordError, KafkaError
 from kclient.records import HEADER_SIZE, CodecAPI, Compression, RecordColumns, stamp_batch
 from kclient.structs import ConsumerRecord
 
@@ -287,3 +288,174 @@ def test_walk_records_errors_say_what_is_wrong() -> None:
             api.walk_records(body, 0, len(body) - 1, 3)
         with pytest.raises(ValueError, match="offsetDelta"):
             api.walk_records(body[8:], 0, len(body) - 8, 2)
+
+
+def log_of(batches: list[tuple[list[Input], Compression, bool, bool]]) -> tuple[bytes, list[int]]:
+    """The batches one after another as a fetch response holds them (offsets from 0; a
+    control batch flagged), and the base offset of each."""
+    buf = bytearray()
+    bases = []
+    offset = 0
+    for records, codec, log_append, control in batches:
+        raw = bytearray(build(PY, records, codec, {"producer_id": 5} if control else {}))
+        stamp_batch(raw, 0, offset, 3)
+        if control:
+            (attributes,) = struct.unpack_from(">h", raw, 21)
+            struct.pack_into(">h", raw, 21, attributes | 0x20)
+            struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+        buf += set_log_append_time(bytes(raw), 42) if log_append else raw
+        bases.append(offset)
+        offset += len(records)
+    return bytes(buf), bases
+
+
+batch_lists = st.lists(st.tuples(inputs, st.sampled_from(CODECS), st.booleans(), st.booleans()), min_size=1, max_size=4)
+
+
+@SETTINGS
+@given(batches=batch_lists, start=st.integers(0, 80), tail=st.integers(0, 70))
+def test_every_implementation_decodes_the_same_column_buffers(
+    batches: list[tuple[list[Input], Compression, bool, bool]], start: int, tail: int
+) -> None:
+    data, _ = log_of(batches)
+    data += data[:tail]  # an incomplete tail is ignored
+    expected = tuple(PY.decode_columns(data, start))
+    reference = PY.decode_buffers(data, start)
+    for api in OTHERS:
+        for view in (data, bytearray(data), memoryview(data)):
+            cb = api.decode_buffers(view, start)
+            assert cb._parts == reference._parts, api.name  # byte-identical buffers
+            assert tuple(cb.to_columns()) == expected, api.name
+            assert cb.offsets.tolist() == expected[0]
+            assert cb.key_bytes == sum(len(k or b"") for k in expected[3])
+            assert cb.value_bytes == sum(len(v or b"") for v in expected[4])
+            assert (cb.headers is None) == (not any(expected[5]))
+            keys, values = cb._parts[rec._KEY_VALID], cb._parts[rec._VALUE_VALID]
+            assert (keys is None) == (None not in expected[3])  # a bitmap only when there are nulls
+            assert (values is None) == (None not in expected[4])
+
+
+@SETTINGS
+@given(batches=batch_lists, split=st.integers(0, 4), start=st.integers(0, 80))
+def test_column_buffers_append_batch_by_batch(
+    batches: list[tuple[list[Input], Compression, bool, bool]], split: int, start: int
+) -> None:
+    """Decoding a response in two calls into one ColumnBuffers (its bitmaps and headers
+    already there or not) gives what one call gives."""
+    data, _ = log_of(batches)
+    cut = sum(len(b) for _, b in zip(range(split), iter_batches(data), strict=False))
+    for api in OTHERS:
+        whole = api.decode_buffers(data, start)
+        out = rec.ColumnBuffers()
+        codec = rec._C_CODEC if api.name == "c" else rec._PY_CODEC
+        assert codec is not None
+        for part in (data[:cut], data[cut:]):
+            codec.decode_buffers(part, start, out._parts)
+        out._length = len(out._parts[rec._OFFSETS]) >> 3
+        assert out._parts == whole._parts, api.name
+
+
+def iter_batches(data: bytes) -> list[bytes]:
+    return [data[pos : pos + header.size] for pos, header in rec.iter_headers(data)]
+
+
+@SETTINGS
+@given(
+    records=inputs,
+    codec=st.sampled_from(CODECS),
+    where=st.integers(0, 10**6),
+    byte=st.integers(0, 255),
+    fix_crc=st.booleans(),
+    good_first=st.booleans(),
+)
+def test_corrupt_column_buffers_keep_the_batches_before(
+    records: list[Input], codec: Compression, where: int, byte: int, fix_crc: bool, good_first: bool
+) -> None:
+    good = build(PY, records, codec, {})
+    bad = bytearray(good)
+    pos = 21 + where % (len(bad) - 21) if fix_crc else where % len(bad)
+    assume(bad[pos] != byte)
+    bad[pos] = byte
+    if fix_crc:
+        struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+    first = bytearray(build(PY, [(7, None, b"x", [("h", None)]), (8, b"k", None, [])], Compression.NONE, {}))
+    stamp_batch(bad, 0, 2, 0)
+    data = (bytes(first) if good_first else b"") + bytes(bad)
+    results = []
+    for api in OTHERS:
+        codec_impl = rec._C_CODEC if api.name == "c" else rec._PY_CODEC
+        assert codec_impl is not None
+        out = rec.ColumnBuffers()
+        error: type[Exception] | None = None
+        try:
+            codec_impl.decode_buffers(data, 0, out._parts)
+        except Exception as exc:
+            error = type(exc)
+        columns = outcome(partial(api.decode_columns, data))
+        assert (error is None) == (not isinstance(columns, type)), api.name
+        out._length = len(out._parts[rec._OFFSETS]) >> 3
+        if error is not None:
+            assert issubclass(error, KafkaError)  # CorruptRecordError, or a codec that is not installed
+            partial_cols = RecordColumns([], [], [], [], [], [])
+            with pytest.raises(error):
+                api.decode_columns(data, 0, partial_cols)
+            assert tuple(out.to_columns()) == tuple(partial_cols)  # the batches before it, nothing after
+        results.append((error, out._parts))
+    assert all(r == results[0] for r in results)
+
+
+@SETTINGS
+@given(batches=batch_lists, cuts=st.lists(st.integers(0, 200), max_size=4), data=st.data())
+def test_column_buffers_slice_and_concat_like_lists(
+    batches: list[tuple[list[Input], Compression, bool, bool]], cuts: list[int], data: st.DataObject
+) -> None:
+    log, _ = log_of(batches)
+    for api in OTHERS:
+        cb = api.decode_buffers(log)
+        cols = tuple(cb.to_columns())
+        n = len(cb)
+        bounds = sorted({0, n, *(c % (n + 1) for c in cuts)})
+        pieces = [cb[i:j] for i, j in pairwise(bounds)]
+        for (i, j), piece in zip(pairwise(bounds), pieces, strict=True):
+            assert len(piece) == j - i
+            assert tuple(piece.to_columns()) == tuple(c[i:j] for c in cols)
+            assert piece.value_bytes == sum(len(v or b"") for v in cols[4][i:j])
+        joined = rec.ColumnBuffers.concat(pieces or [cb[0:0]])
+        assert joined == cb
+        assert joined.buffers() == cb.buffers()
+        # a concatenation of slices of slices, out of order of the cuts
+        i = data.draw(st.integers(0, n))
+        j = data.draw(st.integers(i, n))
+        k = data.draw(st.integers(0, n))
+        mixed = rec.ColumnBuffers.concat([cb[i:][: j - i], cb[k:], cb[:0]])
+        assert tuple(mixed.to_columns()) == tuple(c[i:j] + c[k:] for c in cols)
+        again = rec.ColumnBuffers.concat([mixed[: j - i], mixed[j - i :]])
+        assert again == mixed
+
+
+@SETTINGS
+@given(batches=batch_lists, i=st.integers(0, 200), j=st.integers(0, 200), headers=st.booleans())
+def test_column_buffers_to_arrow_match_the_lists(
+    batches: list[tuple[list[Input], Compression, bool, bool]], i: int, j: int, headers: bool
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    log, _ = log_of(batches)
+    for api in OTHERS:
+        cb = api.decode_buffers(log)
+        n = len(cb)
+        a, b = sorted((i % (n + 1), j % (n + 1)))
+        view = cb[a:b]
+        cols = view.to_columns()
+        batch = view.to_arrow("t", 4, headers)
+        assert batch.schema == rec.arrow_schema(headers)
+        got = batch.to_pydict()
+        assert got["key"] == cols.keys
+        assert got["value"] == cols.values
+        assert got["offset"] == cols.offsets
+        assert got["topic"] == ["t"] * len(view)
+        assert got["partition"] == [4] * len(view)
+        assert batch.column("timestamp").cast(pa.int64()).to_pylist() == cols.timestamps
+        assert got["timestampType"] == cols.timestamp_types
+        if headers:
+            assert got["headers"] == [[{"key": k, "value": v} for k, v in h] for h in cols.headers]
+        batch.validate(full=True)
