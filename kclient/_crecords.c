@@ -804,6 +804,26 @@ static int buffers_reserve(Sink *s, int64_t count) {
     return 0;
 }
 
+/* Room for every record of the complete batches in [b, b + n) at once (one allocation
+ * per buffer rather than a doubling per batch): their counts, and for the values their
+ * bodies (the values cannot take more, unless compressed). Checks nothing: the decode
+ * loop does. */
+static int buffers_presize(Sink *s, const uint8_t *b, Py_ssize_t n) {
+    int64_t count = 0;
+    Py_ssize_t body = 0, pos = 0;
+    while (n - pos >= HEADER_SIZE) {
+        int32_t length = (int32_t)be32(b + pos + 8);
+        if (length < MIN_BATCH_LENGTH || pos + (Py_ssize_t)length + LOG_OVERHEAD > n) break;
+        int32_t c = (int32_t)be32(b + pos + 57);
+        if (c > 0) count += c;
+        if (!(be16(b + pos + 21) & 0x07)) body += (Py_ssize_t)length + LOG_OVERHEAD - HEADER_SIZE;
+        pos += (Py_ssize_t)length + LOG_OVERHEAD;
+    }
+    if (buffers_reserve(s, count) < 0) return -1;
+    if (body > INT32_MAX) body = INT32_MAX;
+    return grow_reserve(&s->g[P_VALUE_DATA], body); /* keys are mostly small or null: they grow as they come */
+}
+
 /* A validity bitmap for the first null: every record before it is valid. */
 static int validity_create(Sink *s, int slot) {
     Py_ssize_t n = s->n, size = (n + (Py_ssize_t)s->batch_count) / 8 + 2;
@@ -1069,6 +1089,10 @@ static int decode_all_gc(PyObject *bufobj, Sink *s) {
     const uint8_t *b = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len, pos = 0;
     int rc = 0;
+    if (s->mode == MODE_BUFFERS && buffers_presize(s, b, n) < 0) {
+        PyBuffer_Release(&view);
+        return -1;
+    }
     while (n - pos >= HEADER_SIZE) {
         const uint8_t *h = b + pos;
         int32_t length = (int32_t)be32(h + 8);
