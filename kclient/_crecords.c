@@ -1268,63 +1268,143 @@ static PyObject *py_decode_buffers(PyObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
-/* binary_list(validity or None, offsets, data, start, n) -> list[bytes | None]: records
- * [start, start + n) of an Arrow binary column */
-static PyObject *py_binary_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "binary_list takes 5 arguments");
-        return NULL;
-    }
-    int64_t start, n;
-    if (as_i64(args[3], &start) < 0 || as_i64(args[4], &n) < 0) return NULL;
-    Py_buffer valid = {0}, offs, data;
-    int has_valid = args[0] != Py_None;
-    if (has_valid && get_read_buffer(args[0], &valid) < 0) return NULL;
-    if (get_read_buffer(args[1], &offs) < 0) {
-        if (has_valid) PyBuffer_Release(&valid);
-        return NULL;
-    }
-    if (get_read_buffer(args[2], &data) < 0) {
-        if (has_valid) PyBuffer_Release(&valid);
-        PyBuffer_Release(&offs);
-        return NULL;
-    }
+/* Records [start, start + n) of an Arrow binary column as a new list of bytes / None. */
+static PyObject *binary_list(PyObject *validobj, PyObject *offsobj, PyObject *dataobj, Py_ssize_t start, Py_ssize_t n) {
+    Py_buffer valid = {0}, offs = {0}, data = {0};
+    int has_valid = validobj != Py_None;
     PyObject *list = NULL;
+    if (has_valid && get_read_buffer(validobj, &valid) < 0) return NULL;
+    if (get_read_buffer(offsobj, &offs) < 0) goto done;
+    if (get_read_buffer(dataobj, &data) < 0) goto done;
     if (start < 0 || n < 0 || (start + n + 1) * 4 > offs.len || (has_valid && (start + n + 7) / 8 > valid.len)) {
-        PyErr_SetString(PyExc_ValueError, "binary_list: records outside the buffers");
+        PyErr_SetString(PyExc_ValueError, "ColumnBuffers: records outside the buffers");
         goto done;
     }
-    list = PyList_New((Py_ssize_t)n);
+    list = PyList_New(n);
     if (!list) goto done;
     const uint8_t *bits = (const uint8_t *)valid.buf, *d = (const uint8_t *)data.buf;
     const char *o = (const char *)offs.buf + 4 * start;
     int32_t a, b;
     memcpy(&a, o, 4);
-    for (int64_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         memcpy(&b, o + 4 * (i + 1), 4);
         PyObject *item;
-        int64_t bit = start + i;
+        Py_ssize_t bit = start + i;
         if (has_valid && !(bits[bit >> 3] & (1u << (bit & 7)))) {
             item = Py_NewRef(Py_None);
         } else if (a < 0 || b < a || b > data.len) {
-            PyErr_SetString(PyExc_ValueError, "binary_list: an offset outside the data");
+            PyErr_SetString(PyExc_ValueError, "ColumnBuffers: an offset outside the data");
             Py_CLEAR(list);
             goto done;
-        } else {
-            item = PyBytes_FromStringAndSize((const char *)d + a, b - a);
-            if (!item) {
-                Py_CLEAR(list);
-                goto done;
-            }
+        } else if (!(item = PyBytes_FromStringAndSize((const char *)d + a, b - a))) {
+            Py_CLEAR(list);
+            goto done;
         }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        PyList_SET_ITEM(list, i, item);
         a = b;
     }
 done:
-    if (has_valid) PyBuffer_Release(&valid);
-    PyBuffer_Release(&offs);
-    PyBuffer_Release(&data);
+    if (valid.obj) PyBuffer_Release(&valid);
+    if (offs.obj) PyBuffer_Release(&offs);
+    if (data.obj) PyBuffer_Release(&data);
     return list;
+}
+
+/* Records [start, start + n) of a fixed-width column as a new list of ints (a run of
+ * equal values shares one int object, as decode_columns' timestamps do). */
+static PyObject *int_list(PyObject *obj, Py_ssize_t start, Py_ssize_t n, int width) {
+    Py_buffer view;
+    if (get_read_buffer(obj, &view) < 0) return NULL;
+    PyObject *list = NULL, *last = NULL;
+    int64_t last_v = 0;
+    if (start < 0 || n < 0 || (start + n) * width > view.len) {
+        PyErr_SetString(PyExc_ValueError, "ColumnBuffers: records outside the buffers");
+        goto done;
+    }
+    list = PyList_New(n);
+    if (!list) goto done;
+    const char *p = (const char *)view.buf + start * width;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v;
+        if (width == 8) {
+            memcpy(&v, p + 8 * i, 8);
+        } else {
+            int32_t v32;
+            memcpy(&v32, p + 4 * i, 4);
+            v = v32;
+        }
+        if (!last || v != last_v) {
+            PyObject *o = PyLong_FromLongLong(v);
+            if (!o) {
+                Py_CLEAR(list);
+                goto done;
+            }
+            Py_XSETREF(last, o);
+            last_v = v;
+        }
+        PyList_SET_ITEM(list, i, Py_NewRef(last));
+    }
+done:
+    Py_XDECREF(last);
+    PyBuffer_Release(&view);
+    return list;
+}
+
+/* columns_of(parts, start, n) -> (offsets, timestamps, timestamp_types, keys, values, headers):
+ * records [start, start + n) of a ColumnBuffers' parts as RecordColumns' lists */
+static PyObject *py_columns_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "columns_of takes 3 arguments");
+        return NULL;
+    }
+    int64_t start, n;
+    if (as_i64(args[1], &start) < 0 || as_i64(args[2], &n) < 0) return NULL;
+    PyObject *parts = args[0];
+    if (!PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != N_PARTS) {
+        PyErr_SetString(PyExc_TypeError, "parts must be a list of the 10 ColumnBuffers parts");
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(6);
+    if (!out) return NULL;
+    int was_enabled = PyGC_Disable(); /* see decode_all */
+    PyObject *item;
+#define PART(i) PyList_GET_ITEM(parts, i)
+    if (!(item = int_list(PART(P_OFFSETS), start, n, 8))) goto fail;
+    PyTuple_SET_ITEM(out, 0, item);
+    if (!(item = int_list(PART(P_TIMESTAMPS), start, n, 8))) goto fail;
+    PyTuple_SET_ITEM(out, 1, item);
+    if (!(item = int_list(PART(P_TYPES), start, n, 4))) goto fail;
+    PyTuple_SET_ITEM(out, 2, item);
+    if (!(item = binary_list(PART(P_KEY_VALID), PART(P_KEY_OFFS), PART(P_KEY_DATA), start, n))) goto fail;
+    PyTuple_SET_ITEM(out, 3, item);
+    if (!(item = binary_list(PART(P_VALUE_VALID), PART(P_VALUE_OFFS), PART(P_VALUE_DATA), start, n))) goto fail;
+    PyTuple_SET_ITEM(out, 4, item);
+    PyObject *h = PART(P_HEADERS);
+#undef PART
+    if (h != Py_None) {
+        if (!PyList_CheckExact(h) || start + n > PyList_GET_SIZE(h)) {
+            PyErr_SetString(PyExc_ValueError, "ColumnBuffers: records outside the headers");
+            goto fail;
+        }
+        item = PyList_GetSlice(h, start, start + n);
+    } else if ((item = PyList_New(n))) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *e = PyList_New(0);
+            if (!e) {
+                Py_CLEAR(item);
+                break;
+            }
+            PyList_SET_ITEM(item, i, e);
+        }
+    }
+    if (!item) goto fail;
+    PyTuple_SET_ITEM(out, 5, item);
+    if (was_enabled) PyGC_Enable();
+    return out;
+fail:
+    if (was_enabled) PyGC_Enable();
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1511,8 +1591,8 @@ static PyMethodDef methods[] = {
      "decode_columns(buf, start_offset, offsets, timestamps, types, keys, values, headers) -> None"},
     {"decode_buffers", (PyCFunction)(void (*)(void))py_decode_buffers, METH_FASTCALL,
      "decode_buffers(buf, start_offset, parts) -> None (appends to a ColumnBuffers' parts)"},
-    {"binary_list", (PyCFunction)(void (*)(void))py_binary_list, METH_FASTCALL,
-     "binary_list(validity, offsets, data, start, n) -> list[bytes | None]"},
+    {"columns_of", (PyCFunction)(void (*)(void))py_columns_of, METH_FASTCALL,
+     "columns_of(parts, start, n) -> (offsets, timestamps, types, keys, values, headers) lists"},
     {"walk_records", (PyCFunction)(void (*)(void))py_walk_records, METH_FASTCALL,
      "walk_records(data, start, end, count) -> end position; ValueError if a record is malformed"},
     {NULL, NULL, 0, NULL},

@@ -384,20 +384,7 @@ class ColumnBuffers:
 
     def to_columns(self) -> RecordColumns:
         """The records as lists (``RecordColumns``, what ``decode_columns`` gives)."""
-        return _columns_of(self)
-
-    def _to_columns(self) -> RecordColumns:
-        p, s, n = self._parts, self._start, self._length
-        binary_list = _CODEC.binary_list
-        headers = p[_HEADERS]
-        return RecordColumns(
-            self.offsets.tolist(),
-            self.timestamps.tolist(),
-            self.timestamp_types.tolist(),
-            binary_list(p[_KEY_VALID], p[_KEY_OFFS], p[_KEY_DATA], s, n),
-            binary_list(p[_VALUE_VALID], p[_VALUE_OFFS], p[_VALUE_DATA], s, n),
-            [[] for _ in range(n)] if headers is None else headers[s : s + n],
-        )
+        return RecordColumns(*_CODEC.columns_of(self._parts, self._start, self._length))
 
     def to_arrow(
         self, topic: str, partition: int, headers: bool = False, schema: pa.Schema | None = None
@@ -1137,11 +1124,26 @@ def _append_binary(parts: list[Any], slot: int, column: list[bytes | None], n: i
     data += b"".join([v for v in column if v])
 
 
-def _py_binary_list(valid: Buffer | None, offsets: Buffer, data: Buffer, start: int, n: int) -> list[bytes | None]:
+def _py_columns_of(parts: list[Any], start: int, n: int) -> tuple[list[Any], ...]:
+    """Records ``[start, start + n)`` of a ColumnBuffers' parts as RecordColumns' lists."""
+    if start < 0 or n < 0 or 8 * (start + n) > len(parts[_OFFSETS]):
+        raise ValueError("ColumnBuffers: records outside the buffers")
+    headers = parts[_HEADERS]
+    return (
+        memoryview(parts[_OFFSETS]).cast("q")[start : start + n].tolist(),
+        memoryview(parts[_TIMESTAMPS]).cast("q")[start : start + n].tolist(),
+        memoryview(parts[_TYPES]).cast("i")[start : start + n].tolist(),
+        _binary_list(parts[_KEY_VALID], parts[_KEY_OFFS], parts[_KEY_DATA], start, n),
+        _binary_list(parts[_VALUE_VALID], parts[_VALUE_OFFS], parts[_VALUE_DATA], start, n),
+        [[] for _ in range(n)] if headers is None else headers[start : start + n],
+    )
+
+
+def _binary_list(valid: Buffer | None, offsets: Buffer, data: Buffer, start: int, n: int) -> list[bytes | None]:
     offs = memoryview(offsets).cast("i")[start : start + n + 1].tolist()
-    if start < 0 or n < 0 or len(offs) != n + 1 or (valid is not None and len(valid) < (start + n + 7) // 8):
-        raise ValueError("binary_list: records outside the buffers")
-    first = offs[0] if offs else 0
+    if len(offs) != n + 1 or (valid is not None and len(valid) < (start + n + 7) // 8):
+        raise ValueError("ColumnBuffers: records outside the buffers")
+    first = offs[0]
     raw = bytes(memoryview(data)[first : offs[-1]])
     out: list[bytes | None] = [raw[a - first : b - first] for a, b in pairwise(offs)]
     if valid is not None:
@@ -1173,7 +1175,7 @@ _py_decode_records = _gc_paused(_py_decode_records)
 _py_decode_consumer_records = _gc_paused(_py_decode_consumer_records)
 _py_decode_columns = _gc_paused(_py_decode_columns)
 _py_decode_buffers = _gc_paused(_py_decode_buffers)
-_columns_of = _gc_paused(ColumnBuffers._to_columns)
+_py_columns_of = _gc_paused(_py_columns_of)
 
 
 def decode_consumer_records(
@@ -1760,7 +1762,7 @@ class _Codec(NamedTuple):
     decode_consumer_records: Callable[..., list[ConsumerRecord]]
     decode_columns: Callable[[Buffer, int, RecordColumns | None], RecordColumns]
     decode_buffers: Callable[[Buffer, int, list[Any]], None]
-    binary_list: Callable[[Buffer | None, Buffer, Buffer, int, int], list[bytes | None]]
+    columns_of: Callable[[list[Any], int, int], tuple[list[Any], ...]]
     walk_records: Callable[[Buffer, int, int, int], int]
 
 
@@ -1774,7 +1776,7 @@ _PY_CODEC = _Codec(
     _py_decode_consumer_records,
     _py_decode_columns,
     _py_decode_buffers,
-    _py_binary_list,
+    _py_columns_of,
     _py_walk_records,
 )
 
@@ -1805,7 +1807,7 @@ def _load_extension() -> _Codec | None:
         c.decode_consumer_records,
         decode_columns,
         c.decode_buffers,
-        c.binary_list,
+        c.columns_of,
         c.walk_records,
     )
 

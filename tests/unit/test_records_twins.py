@@ -448,7 +448,7 @@ def test_column_buffers_to_arrow_match_the_lists(
         cols = view.to_columns()
         batch = view.to_arrow("t", 4, headers)
         assert batch.schema == rec.arrow_schema(headers)
-        got = batch.to_pydict()
+        got = {name: batch.column(name).to_pylist() for name in batch.schema.names if name != "timestamp"}
         assert got["key"] == cols.keys
         assert got["value"] == cols.values
         assert got["offset"] == cols.offsets
