@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbroker.storage.cleaner_manager import CleanerConfig
 from kclient.errors import InvalidConfigError
 
 # Broker key -> topic-level key, for the broker-wide log defaults.
@@ -35,6 +36,10 @@ LOG_DEFAULT_KEYS: dict[str, str] = {
     "message.max.bytes": "max.message.bytes",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
 }
 
 HOURS_MS = 3_600_000
@@ -47,6 +52,16 @@ def _int(key: str, value: str, minimum: int | None = None) -> int:
         raise InvalidConfigError(f"{key}: {value!r} is not an integer") from None
     if minimum is not None and out < minimum:
         raise InvalidConfigError(f"{key}: {out} is below the minimum {minimum}")
+    return out
+
+
+def _float(key: str, value: str, minimum: float) -> float:
+    try:
+        out = float(value)
+    except ValueError:
+        raise InvalidConfigError(f"{key}: {value!r} is not a number") from None
+    if not out >= minimum:  # NaN too
+        raise InvalidConfigError(f"{key}: {value!r} is below the minimum {minimum}")
     return out
 
 
@@ -107,6 +122,25 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1800000
     log_defaults: dict[str, str] = field(default_factory=dict)
     """Topic-level default configs (topic key names), from the ``log.*`` keys."""
+    log_cleaner_enable: bool = True
+    """log.cleaner.enable: run the log cleaner (compaction of cleanup.policy=compact topics)."""
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15000
+    log_cleaner_dedupe_buffer_size: int = 134217728
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
+    """Kafka's default is Double.MAX_VALUE: no throttle."""
+    log_cleaner_io_buffer_load_factor: float = 0.9
+
+    def cleaner_config(self) -> CleanerConfig:
+        """The ``log.cleaner.*`` settings for the log manager."""
+        return CleanerConfig(
+            enable=self.log_cleaner_enable,
+            threads=self.log_cleaner_threads,
+            backoff_ms=self.log_cleaner_backoff_ms,
+            dedupe_buffer_size=self.log_cleaner_dedupe_buffer_size,
+            io_max_bytes_per_second=self.log_cleaner_io_max_bytes_per_second,
+            io_buffer_load_factor=self.log_cleaner_io_buffer_load_factor,
+        )
 
     @property
     def advertised(self) -> str:
@@ -151,6 +185,9 @@ for _key, _attr, _min in (
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", 0),
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),
+    ("log.cleaner.threads", "log_cleaner_threads", 1),
+    ("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", 0),
+    ("log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", 1024),
 ):
     _SETTERS[_key] = _simple_int(_attr, _min)
 
@@ -193,6 +230,24 @@ def _rack(out: dict[str, Any], key: str, value: str) -> None:
 @_setter("auto.create.topics.enable")
 def _auto_create(out: dict[str, Any], key: str, value: str) -> None:
     out["auto_create_topics"] = _bool(key, value)
+
+
+@_setter("log.cleaner.enable")
+def _cleaner_enable(out: dict[str, Any], key: str, value: str) -> None:
+    out["log_cleaner_enable"] = _bool(key, value)
+
+
+@_setter("log.cleaner.io.max.bytes.per.second")
+def _cleaner_io_rate(out: dict[str, Any], key: str, value: str) -> None:
+    out["log_cleaner_io_max_bytes_per_second"] = _float(key, value, 1.0)
+
+
+@_setter("log.cleaner.io.buffer.load.factor")
+def _cleaner_load_factor(out: dict[str, Any], key: str, value: str) -> None:
+    factor = _float(key, value, 0.0)
+    if not 0.0 < factor <= 1.0:
+        raise InvalidConfigError(f"{key}: {value!r} must be above 0 and at most 1")
+    out["log_cleaner_io_buffer_load_factor"] = factor
 
 
 @_setter("controlled.shutdown.enable")

@@ -76,7 +76,10 @@ class KafkaServer:
         self.cluster_id = self.zk.get_or_create_cluster_id()
 
         self.logs = LogManager(
-            cfg.data_dir, self.log_defaults, retention_check_interval_ms=cfg.retention_check_interval_ms
+            cfg.data_dir,
+            self.log_defaults,
+            retention_check_interval_ms=cfg.retention_check_interval_ms,
+            cleaner_config=cfg.cleaner_config(),
         )
         self.logs.startup()
         self.metadata = MetadataCache(self.zk)

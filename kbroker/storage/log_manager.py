@@ -291,7 +291,9 @@ class LogManager:
             return out
 
     def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
-        """The log of the partition, created empty (with ``config``) if absent.
+        """The log of the partition, created empty (with ``config``) if absent; an
+        existing log gets ``config`` if it has another (logs are loaded at start-up with
+        the defaults, before the topic configs are known).
 
         Raises KafkaStorageError for a log that could not be loaded at start-up.
         """
@@ -313,6 +315,9 @@ class LogManager:
                 files.fsync_dir(self._data_dir)
                 self._logs[key] = log
                 logger.info("created log for %s-%d in %s", topic, partition, path)
+            elif config is not None and log.config != config:
+                # Loaded at start-up with the defaults: the topic's own config applies now.
+                log.update_config(config)
             return log
 
     def delete(self, topic: str, partition: int) -> bool:

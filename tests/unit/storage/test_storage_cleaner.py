@@ -446,3 +446,49 @@ def test_compaction_topic_configs_have_kafkas_defaults_and_validation() -> None:
     ):
         with pytest.raises(InvalidConfigurationError, match=key):
             LogConfig.from_properties({key: bad})
+
+
+def test_get_or_create_gives_a_log_loaded_at_startup_its_topic_config(tmp_path: Path) -> None:
+    from kbroker.storage.log_manager import LogManager
+
+    manager = LogManager(tmp_path, LogConfig(), cleaner_config=CleanerConfig(enable=False))
+    manager.startup()
+    manager.get_or_create("t", 0, compact_config())
+    manager.shutdown()
+    restarted = LogManager(tmp_path, LogConfig(), cleaner_config=CleanerConfig(enable=False))
+    restarted.startup()
+    try:
+        assert restarted.get("t", 0).config.cleanup_policy == "delete"  # type: ignore[union-attr]
+        log = restarted.get_or_create("t", 0, compact_config())
+        assert log.config.compact_enabled, "the topic is compacted again, not deleted by retention"
+    finally:
+        restarted.shutdown()
+
+
+def test_broker_log_cleaner_settings_have_kafkas_names_and_defaults() -> None:
+    from kbroker.config import build_config
+    from kclient.errors import InvalidConfigError
+
+    required = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/x"}
+    default = build_config(required).cleaner_config()
+    assert default == CleanerConfig()
+    assert (default.enable, default.threads, default.backoff_ms) == (True, 1, 15_000)
+    assert default.dedupe_buffer_size == 128 * 1024 * 1024 and default.io_max_bytes_per_second == float("inf")
+    config = build_config(
+        {
+            **required,
+            "log.cleaner.enable": "false",
+            "log.cleaner.threads": "2",
+            "log.cleaner.backoff.ms": "100",
+            "log.cleaner.dedupe.buffer.size": "1048576",
+            "log.cleaner.io.max.bytes.per.second": "1e6",
+            "log.cleaner.min.cleanable.ratio": "0.25",
+            "log.cleaner.delete.retention.ms": "1000",
+        }
+    )
+    assert config.cleaner_config() == CleanerConfig(False, 2, 100, 1 << 20, 1e6)
+    topic_defaults = LogConfig.from_properties(config.log_defaults)
+    assert (topic_defaults.min_cleanable_dirty_ratio, topic_defaults.delete_retention_ms) == (0.25, 1000)
+    for key, bad in (("log.cleaner.threads", "0"), ("log.cleaner.io.max.bytes.per.second", "x")):
+        with pytest.raises(InvalidConfigError, match=key):
+            build_config({**required, key: bad})
