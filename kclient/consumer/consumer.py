@@ -518,15 +518,18 @@ class Consumer:
             if self._subs.needs_reset():
                 self._update_positions(deadline)
             fetcher.wait(0.0)  # take the responses already there (no waiting)
+            # Pipelining: the next fetches go out before this poll decodes, so the brokers
+            # prepare them while this poll and the application work.
+            fetcher.send_fetches()
             if fetcher.has_buffered():
                 out = drain(limit)
                 if out:
-                    fetcher.send_fetches()  # pipelining: the next fetch runs while the application works
+                    fetcher.send_fetches()  # for partitions the drain freed a buffer slot of
                     return out
-            fetcher.send_fetches()
             now = time.monotonic()
             if now >= deadline:
                 if fetcher.wait(now) and fetcher.has_buffered():
+                    fetcher.send_fetches()
                     out = drain(limit)
                     if out:
                         fetcher.send_fetches()

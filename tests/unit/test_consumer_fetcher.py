@@ -153,6 +153,24 @@ def test_next_fetch_is_in_flight_before_the_last_response_is_consumed() -> None:
         consumer.close()
 
 
+def test_the_next_fetch_is_out_before_the_response_is_decoded() -> None:
+    in_flight_at_decode: list[int] = []
+
+    def value(v: bytes) -> bytes:
+        in_flight_at_decode.append(len(transport.fetches))
+        return v
+
+    consumer, transport = consumer_for(T0, value_deserializer=value)
+    try:
+        consumer.poll(timeout_ms=0)
+        transport.fetches[0].complete({0: batch(0, 2)})
+        assert len(consumer.poll(timeout_ms=100)[T0]) == 2
+        assert in_flight_at_decode == [2, 2]  # the fetch from offset 2 was sent first
+        assert transport.fetches[1].offsets() == {T0: 2}
+    finally:
+        consumer.close()
+
+
 def test_records_are_built_once_with_the_deserializers() -> None:
     consumer, transport = consumer_for(T0, key_deserializer=bytes.decode, value_deserializer=bytes.upper)
     try:
