@@ -21,14 +21,14 @@ passed, a later cleaning drops the batch's tombstones.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c
 
 from kclient import records as _records
 from kclient.errors import CorruptRecordError
-from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, RecordColumns, decode_columns
 
 Buffer = bytes | bytearray | memoryview
 
@@ -115,10 +115,7 @@ def parse_records(body: Buffer, count: int) -> list[RawRecord]:
 
 def has_null_key(buf: Buffer, pos: int, header: BatchHeader) -> bool:
     """Whether any record of the (checked) batch at ``pos`` has no key."""
-    if header.attributes & _CONTROL_MASK:
-        return False
-    body = batch_body(buf, pos, header)
-    return any(r.key is None for r in parse_records(body, header.record_count))
+    return any(key is None for key in batch_columns(buf, pos, header).keys)
 
 
 def _zigzag(value: int) -> bytes:
@@ -196,18 +193,28 @@ def delete_horizon(header: BatchHeader) -> int | None:
     return header.first_timestamp if header.attributes & DELETE_HORIZON_MASK else None
 
 
+def batch_columns(buf: Buffer, pos: int, header: BatchHeader) -> RecordColumns:
+    """The records of the batch at ``pos`` as columns (kclient's compiled decoder).
+
+    Control batches give no records."""
+    with memoryview(buf) as view:
+        return decode_columns(view[pos : pos + header.batch_length + LOG_OVERHEAD])
+
+
 def filter_batch(
     buf: Buffer,
     pos: int,
     header: BatchHeader,
-    keep: Callable[[RawRecord, int], bool],
+    keep: Sequence[bool],
+    tombstones: Sequence[bool],
     *,
     keep_empty: bool,
     now_ms: int | None = None,
     delete_retention_ms: int = 0,
 ) -> FilterResult:
-    """The batch at ``pos`` with only the records ``keep(record, offset)`` accepts.
+    """The batch at ``pos`` with only the records whose ``keep`` flag is set.
 
+    ``keep`` and ``tombstones`` (value is null) hold one flag per record, in order.
     With ``now_ms`` (the cleaner), tombstones also follow the delete horizon: dropped
     once it has passed, and a batch that keeps a tombstone but has no horizon gets one
     (``now_ms + delete_retention_ms``). A batch whose records all go is dropped, or with
@@ -216,30 +223,30 @@ def filter_batch(
     size = header.batch_length + LOG_OVERHEAD
     if header.attributes & _CONTROL_MASK:
         return FilterResult(bytes(memoryview(buf)[pos : pos + size]), header.record_count)
-    body = batch_body(buf, pos, header)
-    raw = parse_records(body, header.record_count)
-    base = header.base_offset
     horizon = delete_horizon(header)
-    retain_deletes = now_ms is None or horizon is None or now_ms < horizon
-    kept = [r for r in raw if keep(r, base + r.offset_delta) and (retain_deletes or not r.tombstone)]
-    tombstones = any(r.tombstone for r in kept)
-    set_horizon = now_ms is not None and horizon is None and tombstones
-    if len(kept) == len(raw) and not set_horizon:
-        if not raw and not keep_empty:
+    if not (now_ms is None or horizon is None or now_ms < horizon):
+        keep = [k and not t for k, t in zip(keep, tombstones, strict=True)]
+    kept_count = sum(keep)
+    kept_tombstone = any(k and t for k, t in zip(keep, tombstones, strict=True))
+    set_horizon = now_ms is not None and horizon is None and kept_tombstone
+    if kept_count == len(keep) and not set_horizon:
+        if not keep and not keep_empty:
             return FilterResult(None, 0)
-        return FilterResult(bytes(memoryview(buf)[pos : pos + size]), len(raw), horizon if tombstones else None)
-    if not kept:
+        return FilterResult(bytes(memoryview(buf)[pos : pos + size]), kept_count, horizon if kept_tombstone else None)
+    if not kept_count:
         if keep_empty:
             return FilterResult(build_batch(header, b"", 0), 0)
         return FilterResult(None, 0)
+    body = batch_body(buf, pos, header)
+    kept = [r for r, k in zip(parse_records(body, header.record_count), keep, strict=True) if k]
     if set_horizon:
         assert now_ms is not None
         new_first = now_ms + delete_retention_ms
         records = rebase_timestamps(body, kept, header.first_timestamp, new_first)
         data = build_batch(
-            header, records, len(kept), first_timestamp=new_first, attributes=header.attributes | DELETE_HORIZON_MASK
+            header, records, kept_count, first_timestamp=new_first, attributes=header.attributes | DELETE_HORIZON_MASK
         )
-        return FilterResult(data, len(kept), new_first)
+        return FilterResult(data, kept_count, new_first)
     view = memoryview(body)
     records = b"".join(view[r.start : r.end] for r in kept)
-    return FilterResult(build_batch(header, records, len(kept)), len(kept), horizon if tombstones else None)
+    return FilterResult(build_batch(header, records, kept_count), kept_count, horizon if kept_tombstone else None)

@@ -45,13 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.storage import files
-from kbroker.storage.batch_filter import (
-    RawRecord,
-    batch_body,
-    build_batch,
-    filter_batch,
-    parse_records,
-)
+from kbroker.storage.batch_filter import batch_columns, build_batch, filter_batch
 from kbroker.storage.log import Log
 from kbroker.storage.offset_map import OffsetMap, key_hash
 from kbroker.storage.segment import LogSegment
@@ -252,6 +246,7 @@ class Cleaner:
         """Fill the map from ``first_dirty``; returns the offset where it stopped."""
         omap = self.offset_map
         omap.clear()
+        put = omap.put_hash
         for segment in log.segments[:-1]:
             if segment.next_offset <= first_dirty or segment.size == 0:
                 continue
@@ -276,11 +271,10 @@ class Cleaner:
                             f"cleaner's offset map of {omap.max_entries} entries: raise log.cleaner.dedupe.buffer.size"
                         )
                     return max(header.base_offset, first_dirty)
-                base = header.base_offset
-                for record in parse_records(batch_body(buf, pos, header), header.record_count):
-                    offset = base + record.offset_delta
-                    if record.key is not None and first_dirty <= offset < upper:
-                        omap.put_hash(key_hash(record.key), offset)
+                cols = batch_columns(buf, pos, header)
+                for offset, key in zip(cols.offsets, cols.keys, strict=True):
+                    if key is not None and first_dirty <= offset < upper:
+                        put(key_hash(key), offset)
                         stats.map_records += 1
         return upper
 
@@ -358,9 +352,7 @@ class Cleaner:
 
         retention = log.config.delete_retention_ms
 
-        def keep(record: RawRecord, offset: int) -> bool:
-            key = record.key
-            return key is not None and offset >= omap.get_hash(key_hash(key))
+        latest = omap.get_hash
 
         last_segment = group[-1]
         last_header: BatchHeader | None = None
@@ -376,8 +368,21 @@ class Cleaner:
                 stats.records_read += header.record_count
                 self._throttler.maybe_throttle(size)
                 keep_empty = (header.producer_id, header.last_offset) in producers
+                cols = batch_columns(buf, pos, header)
+                keep = [
+                    key is not None and offset >= latest(key_hash(key))
+                    for offset, key in zip(cols.offsets, cols.keys, strict=True)
+                ]
+                tombstones = [value is None for value in cols.values]
                 result = filter_batch(
-                    buf, pos, header, keep, keep_empty=keep_empty, now_ms=now_ms, delete_retention_ms=retention
+                    buf,
+                    pos,
+                    header,
+                    keep,
+                    tombstones,
+                    keep_empty=keep_empty,
+                    now_ms=now_ms,
+                    delete_retention_ms=retention,
                 )
                 if is_last_segment:
                     last_header, kept_last = header, result.data is not None
