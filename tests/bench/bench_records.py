@@ -14,7 +14,9 @@ compresses a little). Batches are either ~16 KiB (the producer's default
 - decode:   decode_batch with the CRC check (Record objects)
 - old-poll: decode_batches + one ConsumerRecord per Record (the consumer before issue 9)
 - records:  decode_consumer_records (the consumer's poll)
-- columns:  decode_columns (the columnar poll)
+- columns:  decode_columns (lists: what poll_columns hands out)
+- buffers:  decode_buffers (Arrow-layout ColumnBuffers: poll_buffers, poll_arrow, Spark)
+- arrow:    decode_buffers + ColumnBuffers.to_arrow (poll_arrow; skipped without pyarrow)
 - broker:   iter_headers + check_batch over a buffer of batches (a leader's or follower's check)
 - walk:     walk_records over each batch's records (the leader's record check; uncompressed only)
 
@@ -36,6 +38,16 @@ from kclient.records import HEADER_SIZE, CodecAPI, Compression, check_batch, ite
 from kclient.structs import ConsumerRecord
 
 VALUE_SIZE = 100
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 BATCH_BYTES = 16384
 TIMESTAMP = 1_700_000_000_000
 
@@ -116,6 +128,12 @@ def operations(
     def columns() -> None:
         api.decode_columns(log)
 
+    def buffers() -> None:
+        api.decode_buffers(log)
+
+    def arrow() -> None:
+        api.decode_buffers(log).to_arrow("t", 0)
+
     def broker() -> None:
         for pos, h in iter_headers(log):
             check_batch(log, pos, h)
@@ -128,6 +146,8 @@ def operations(
         ("old-poll", old_poll),
         ("records", consumer_records),
         ("columns", columns),
+        ("buffers", buffers),
+        *([("arrow", arrow)] if _has_pyarrow() else []),
         ("broker", broker),
     ]
     if codec == Compression.NONE:
