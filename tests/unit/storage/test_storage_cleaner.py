@@ -3,6 +3,7 @@ batches, compression, crash recovery of every swap stage, and the cleaner manage
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -503,3 +504,58 @@ def test_broker_log_cleaner_settings_have_kafkas_names_and_defaults() -> None:
     for key, bad in (("log.cleaner.threads", "0"), ("log.cleaner.io.max.bytes.per.second", "x")):
         with pytest.raises(InvalidConfigError, match=key):
             build_config({**required, key: bad})
+
+
+def test_the_throttler_holds_the_cleaner_to_its_io_rate() -> None:
+    from kbroker.storage.cleaner import Throttler
+
+    throttler = Throttler(1_000_000)
+    started = time.monotonic()
+    for _ in range(5):
+        throttler.maybe_throttle(50_000)
+    assert time.monotonic() - started >= 0.2
+    unlimited = Throttler(float("inf"))
+    started = time.monotonic()
+    unlimited.maybe_throttle(10**12)
+    assert time.monotonic() - started < 0.1
+
+
+def test_max_compaction_lag_forces_a_log_below_its_dirty_ratio(tmp_path: Path) -> None:
+    config = compact_config(min_cleanable_dirty_ratio=0.9)
+    logs = {("a", 0): Log.open(tmp_path / "a-0", config)}
+    log = logs[("a", 0)]
+    try:
+        for i in range(100):
+            update(log, f"k{i}", "v", timestamp=1_000)
+        log.roll()
+        manager = LogCleaner(tmp_path, lambda: logs, CleanerConfig(dedupe_buffer_size=1 << 20))
+        cleaner = manager.new_cleaner()
+        assert manager.clean_filthiest_log(cleaner, now_ms=10**12)  # all dirty: ratio 1.0
+        update(log, "k0", "new", timestamp=2_000)
+        log.roll()
+        assert manager.cleanable(("a", 0), log, 10**12).dirty_ratio < 0.9
+        assert not manager.clean_filthiest_log(cleaner, now_ms=10**12)
+        log.update_config(config.replace(max_compaction_lag_ms=60_000))
+        assert manager.cleanable(("a", 0), log, 10**12).forced
+        assert manager.clean_filthiest_log(cleaner, now_ms=10**12)
+        assert latest_by_key(read_all(log))[b"k0"] == b"new" and len(read_all(log)) == 100
+    finally:
+        log.close()
+
+
+def test_compact_delete_both_compacts_and_applies_retention(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", compact_config(cleanup_policy="compact,delete", retention_ms=60_000))
+    try:
+        for i in range(100):
+            update(log, f"k{i % 10}", f"old-{i}", timestamp=1_000)  # long past retention.ms
+        log.roll()
+        now = int(time.time() * 1000)
+        for i in range(100):
+            update(log, f"k{i % 5}", f"new-{i}", timestamp=now)
+        log.roll()
+        assert log.delete_old_segments(now) > 0
+        assert log.log_start_offset == 100
+        clean_all(log, big_cleaner(), now_ms=now)
+        assert latest_by_key(read_all(log)) == {f"k{i}".encode(): f"new-{95 + i}".encode() for i in range(5)}
+    finally:
+        log.close()
