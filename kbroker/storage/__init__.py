@@ -13,6 +13,10 @@ Knows nothing of ZooKeeper or gRPC. Modules, one concept each:
 - :mod:`~kbroker.storage.loader`: opening and recovering a partition directory
 - :mod:`~kbroker.storage.log`: :class:`Log`, one partition
 - :mod:`~kbroker.storage.log_manager`: :class:`LogManager`, one data directory
+- :mod:`~kbroker.storage.offset_map`: the cleaner's key -> last offset map
+- :mod:`~kbroker.storage.batch_filter`: stored batches rebuilt around some of their records
+- :mod:`~kbroker.storage.cleaner`: compaction of one log (offset map, recopy, swap)
+- :mod:`~kbroker.storage.cleaner_manager`: the cleaner threads and their checkpoint
 """
 
 from kbroker.storage.leader_epoch import EpochEntry, LeaderEpochCache

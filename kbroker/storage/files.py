@@ -7,6 +7,7 @@ A data directory holds one sub-directory per partition plus broker-wide files::
         .kafka_cleanshutdown                  present only after a clean shutdown
         recovery-point-offset-checkpoint      topic partition offset (data flushed below offset)
         log-start-offset-checkpoint           topic partition offset
+        cleaner-offset-checkpoint             topic partition offset (first dirty offset, compaction)
         <topic>-<partition>/
             00000000000000000000.log          segment: record batches, byte for byte
             00000000000000000000.index        sparse offset index of that segment
@@ -16,8 +17,8 @@ A data directory holds one sub-directory per partition plus broker-wide files::
 
 Segment files are named by their base offset zero-padded to 20 digits, so ``ls``
 sorts them numerically. ``.deleted``, ``.cleaned`` and ``.swap`` are appended to a
-segment's file names while it is being deleted or rewritten; leftovers are removed
-when a log is opened.
+segment's file names while it is being deleted or rewritten; when a log is opened a
+``.swap`` segment replaces the segments it covers and other leftovers are removed.
 
 Checkpoint files are text, in Kafka's format: a version line (``0``), a line with
 the number of entries, then one entry per line, fields separated by one space. They
