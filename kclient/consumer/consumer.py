@@ -3,10 +3,11 @@
 ``SubscriptionState`` (subscription_state.py) owns what is subscribed or assigned and
 each partition's position (the next offset to return) and pause flags; ``Fetcher``
 (fetcher.py) keeps one pipelined long-poll Fetch per leader in flight for the assigned
-partitions and decodes what the application asks for, once, as records or columns;
+partitions and decodes what the application asks for, once, as records or as column
+buffers (Arrow's layout, no object per record);
 with a ``group_id``, ``ConsumerCoordinator`` (group.py) joins the group and heartbeats,
 and its ``GroupOffsets`` (offsets.py) commits. Positions advance only over records
-handed out by ``poll`` / ``poll_columns`` / ``poll_arrow``, so whatever commits them
+handed out by ``poll`` / ``poll_columns`` / ``poll_buffers`` / ``poll_arrow``, so whatever commits them
 (``commit()``, auto-commit) commits exactly what the application has seen: at-least-once.
 
 Two ways to get partitions, mutually exclusive as in Kafka: ``assign()`` (the
