@@ -184,6 +184,9 @@ class LogCleaner:
         with self._lock:
             candidates: list[LogToClean] = []
             for key, log in self._logs().items():
+                truncated = log.take_truncation()
+                if truncated is not None and self._checkpoints.get(key, -1) > truncated:
+                    self._checkpoints[key] = truncated  # Kafka's maybeTruncateCheckpoint
                 if (
                     key in self._in_progress
                     or log.offline

@@ -156,6 +156,7 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
         self._offline_reason: str | None = None
+        self._truncated_to: int | None = None
         self.cleaner_upper_bound: Callable[[], int] | None = None
         """The log cleaner never cleans at or above the offset this returns: the replica
         layer sets it to the partition's high watermark. None: no bound but the active
@@ -665,6 +666,7 @@ class Log:
             self._roll_flush_offset = min(self._roll_flush_offset, self._next_offset)
             self._epoch_cache.truncate_from_end(self._next_offset)
             self._producer_state.truncate_and_reload(self._segments, self._log_start_offset, self._next_offset)
+            self._note_truncation(self._next_offset)
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -698,6 +700,7 @@ class Log:
         self._recovery_point = offset
         self._roll_flush_offset = -1
         self._epoch_cache.clear()
+        self._note_truncation(offset)
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to ``offset`` (DeleteRecords, retention) and
@@ -806,6 +809,17 @@ class Log:
                 segment.delete()
 
     # ------------------------------------------------------------------ cleaning (compaction)
+
+    def _note_truncation(self, offset: int) -> None:
+        if self._truncated_to is None or offset < self._truncated_to:
+            self._truncated_to = offset
+
+    def take_truncation(self) -> int | None:
+        """The lowest offset the log was truncated to since the last call, None if it was
+        not: the cleaner's checkpoint must not stay above it (what follows is new data)."""
+        with self._lock:
+            offset, self._truncated_to = self._truncated_to, None
+            return offset
 
     def last_producer_batches(self) -> set[tuple[int, int]]:
         """(producer id, last offset) of the last batch of every producer in the log: the

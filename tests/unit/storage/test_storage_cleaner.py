@@ -559,3 +559,28 @@ def test_compact_delete_both_compacts_and_applies_retention(tmp_path: Path) -> N
         assert latest_by_key(read_all(log)) == {f"k{i}".encode(): f"new-{95 + i}".encode() for i in range(5)}
     finally:
         log.close()
+
+
+def test_a_truncation_below_the_cleaner_checkpoint_moves_it_back(tmp_path: Path) -> None:
+    logs = {("a", 0): Log.open(tmp_path / "a-0", compact_config())}
+    log = logs[("a", 0)]
+    try:
+        for i in range(100):
+            update(log, f"k{i % 3}", f"v{i}")
+        log.roll()
+        manager = LogCleaner(tmp_path, lambda: logs, CleanerConfig(dedupe_buffer_size=1 << 20))
+        assert manager.clean_filthiest_log(manager.new_cleaner())
+        assert manager.state()[("a", 0)]["last_cleaned_offset"] == 100
+        log.truncate_to(50)  # a follower truncated: new data follows from the log end
+        end = log.log_end_offset
+        assert end <= 50
+        for i in range(100 - end):
+            update(log, f"t{i % 10}", f"new{i}")  # below the old checkpoint, yet dirty
+        for i in range(30):
+            update(log, f"k{i % 3}", f"new{i}")
+        log.roll()
+        assert manager.clean_filthiest_log(manager.new_cleaner())
+        assert manager.state()[("a", 0)]["last_cleaned_offset"] == 130
+        assert len(read_all(log)) == 13, "the data written after the truncation was cleaned too"
+    finally:
+        log.close()
