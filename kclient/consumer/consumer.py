@@ -478,7 +478,7 @@ class Consumer:
         Keys and values are the raw bytes (the deserializers do not apply). Waits,
         positions, commits and errors are exactly those of ``poll``; the two may be mixed.
         """
-        return {tp: cb.to_columns() for tp, cb in self.poll_buffers(timeout_ms, max_records).items()}
+        return self._poll(timeout_ms, max_records, self._fetcher.drain_column_lists)
 
     def poll_buffers(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, ColumnBuffers]:
         """``poll_columns`` without a Python object per record: per partition, a

@@ -30,7 +30,14 @@ from kclient.errors import (
     for_code,
 )
 from kclient.proto.kbroker.v1 import log_pb2
-from kclient.records import ColumnBuffers, decode_buffers, decode_consumer_records, iter_headers
+from kclient.records import (
+    ColumnBuffers,
+    RecordColumns,
+    decode_buffers,
+    decode_columns,
+    decode_consumer_records,
+    iter_headers,
+)
 from kclient.structs import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
@@ -57,8 +64,9 @@ class _Chunk:
     """One partition's share of one Fetch response (``data``, fetched from ``fetch_offset``).
 
     Decoded on first use, from the partition's position then, into ``decoded``: a list of
-    ConsumerRecords, or a ColumnBuffers for the columnar polls (decoded again, from the
-    position, when the application switches between the two). ``index`` is the next
+    ConsumerRecords (``poll``), a ColumnBuffers (``poll_buffers``, ``poll_arrow``) or a
+    RecordColumns (``poll_columns``); decoded again, from the position, when the
+    application switches between them. ``index`` is the next
     record to hand out. ``error`` is the CorruptRecordError of a batch that did not decode
     and the offset it stands at.
     """
@@ -70,7 +78,7 @@ class _Chunk:
         self.data = data
         self.fetch_offset = fetch_offset
         self.end: int | None = -1  # -1: not computed yet; None: unknown (a corrupt header)
-        self.decoded: list[ConsumerRecord] | ColumnBuffers | None = None
+        self.decoded: Decoded | None = None
         self.index = 0
         self.error: tuple[CorruptRecordError, int] | None = None
 
@@ -88,13 +96,24 @@ class _Chunk:
         return self.end
 
 
-def _join(pieces: list[Any]) -> Any:
-    """One partition's pieces of a drain as one list or ColumnBuffers."""
+def _records(pieces: list[list[ConsumerRecord]]) -> list[ConsumerRecord]:
+    return pieces[0] if len(pieces) == 1 else list(chain.from_iterable(pieces))
+
+
+def _lists(pieces: list[RecordColumns]) -> RecordColumns:
     if len(pieces) == 1:
         return pieces[0]
-    if isinstance(pieces[0], ColumnBuffers):
-        return ColumnBuffers.concat(pieces)
-    return list(chain.from_iterable(pieces))
+    joined: list[list[Any]] = [list(chain.from_iterable(column)) for column in zip(*pieces, strict=True)]
+    return RecordColumns(*joined)
+
+
+def _slice(c: RecordColumns, i: int, j: int) -> RecordColumns:
+    return RecordColumns(
+        c.offsets[i:j], c.timestamps[i:j], c.timestamp_types[i:j], c.keys[i:j], c.values[i:j], c.headers[i:j]
+    )
+
+
+Decoded = list[ConsumerRecord] | ColumnBuffers | RecordColumns
 
 
 class Fetcher:
@@ -148,25 +167,32 @@ class Fetcher:
     def has_buffered(self) -> bool:
         return bool(self._buffer)
 
-    def _decode(self, chunk: _Chunk, position: int, columns: bool) -> list[ConsumerRecord] | ColumnBuffers:
-        """Decode ``chunk`` from ``position`` as records or column buffers."""
+    def _decode(self, chunk: _Chunk, position: int, kind: type) -> Decoded:
+        """Decode ``chunk`` from ``position`` as ``kind``: ``list`` (ConsumerRecords),
+        ``ColumnBuffers`` or ``RecordColumns``."""
         tp = chunk.tp
         error: tuple[CorruptRecordError, int] | None = None
-        decoded: list[ConsumerRecord] | ColumnBuffers
-        if columns:
-            decoded = ColumnBuffers()
+        decoded: Decoded
+        if kind is ColumnBuffers:
+            decoded = buffers = ColumnBuffers()
             try:
-                decode_buffers(chunk.data, position, decoded)
+                decode_buffers(chunk.data, position, buffers)
             except Exception as exc:  # this partition only: the others still deliver
-                error = self._corrupt(tp, exc, decoded.offsets[-1] + 1 if len(decoded) else position)
+                error = self._corrupt(tp, exc, buffers.offsets[-1] + 1 if len(buffers) else position)
+        elif kind is RecordColumns:
+            decoded = cols = RecordColumns([], [], [], [], [], [])
+            try:
+                decode_columns(chunk.data, position, cols)
+            except Exception as exc:
+                error = self._corrupt(tp, exc, cols.offsets[-1] + 1 if cols.offsets else position)
         else:
             recs: list[ConsumerRecord] = []
+            decoded = recs
             kd, vd = self._key_deserializer, self._value_deserializer
             try:
                 decode_consumer_records(chunk.data, tp.topic, tp.partition, position, kd, vd, recs)
             except Exception as exc:
                 error = self._corrupt(tp, exc, recs[-1].offset + 1 if recs else position)
-            decoded = recs
         chunk.decoded = decoded
         chunk.index = 0
         if error is not None and chunk.error is None:
@@ -185,14 +211,19 @@ class Fetcher:
         Raises the CorruptRecordError of a partition whose position reached a batch that
         did not decode, unless records were collected first (then the next call raises).
         """
-        return self._drain(max_records, columns=False)
+        return {tp: _records(p) for tp, p in self._drain(max_records, list).items()}
 
     def drain_columns(self, max_records: int) -> dict[TopicPartition, ColumnBuffers]:
         """``drain`` as column buffers: raw keys and values (no deserializers), positions
         advanced exactly as ``drain`` does."""
-        return self._drain(max_records, columns=True)
+        return {tp: ColumnBuffers.concat(p) for tp, p in self._drain(max_records, ColumnBuffers).items()}
 
-    def _drain(self, max_records: int, columns: bool) -> dict[TopicPartition, Any]:
+    def drain_column_lists(self, max_records: int) -> dict[TopicPartition, RecordColumns]:
+        """``drain_columns`` as lists (``RecordColumns``, decoded straight into lists)."""
+        return {tp: _lists(p) for tp, p in self._drain(max_records, RecordColumns).items()}
+
+    def _drain(self, max_records: int, kind: type) -> dict[TopicPartition, list[Any]]:
+        """Per partition, the pieces (of responses decoded as ``kind``) of up to ``max_records`` records."""
         pieces: dict[TopicPartition, list[Any]] = {}
         n = 0
         buffer = self._buffer
@@ -208,23 +239,29 @@ class Fetcher:
                 continue
             position = st.position
             decoded = chunk.decoded
-            if decoded is None or isinstance(decoded, ColumnBuffers) != columns:
-                decoded = self._decode(chunk, position, columns)
-            size = len(decoded)
+            if decoded is None or type(decoded) is not kind:
+                decoded = self._decode(chunk, position, kind)
             i = chunk.index
-            if isinstance(decoded, ColumnBuffers):
-                offsets = decoded.offsets
-                if i < size and offsets[i] < position:
-                    i = bisect_left(offsets, position, i)
-                j = min(size, i + max_records - n)
-                last = offsets[j - 1] if j > i else 0
-            else:
+            if isinstance(decoded, list):
+                size = len(decoded)
                 if i < size and decoded[i].offset < position:
                     i = bisect_left(decoded, position, i, key=_record_offset)
                 j = min(size, i + max_records - n)
                 last = decoded[j - 1].offset if j > i else 0
+            else:
+                offsets = decoded.offsets
+                size = len(offsets)
+                if i < size and offsets[i] < position:
+                    i = bisect_left(offsets, position, i)
+                j = min(size, i + max_records - n)
+                last = offsets[j - 1] if j > i else 0
             if j > i:
-                take = decoded if i == 0 and j == size else decoded[i:j]
+                if i == 0 and j == size:
+                    take: Any = decoded
+                elif isinstance(decoded, RecordColumns):
+                    take = _slice(decoded, i, j)
+                else:
+                    take = decoded[i:j]
                 got = pieces.get(tp)
                 if got is None:
                     pieces[tp] = [take]
@@ -240,7 +277,7 @@ class Fetcher:
                     break
                 raise chunk.error[0]
             buffer.popleft()
-        return {tp: _join(p) for tp, p in pieces.items()}
+        return pieces
 
     # --- backoff --------------------------------------------------------------------
 

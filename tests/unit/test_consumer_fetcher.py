@@ -304,6 +304,35 @@ def test_a_columnar_drain_joins_two_responses_of_a_partition() -> None:
     assert rest.to_columns().keys == [b"k7", b"k8", b"k9"]
 
 
+def test_column_lists_join_two_responses_and_mix_with_buffers_and_records() -> None:
+    fetcher, subs, transport = fetcher_for(T0)
+    fetcher.send_fetches()
+    transport.fetches[0].complete({0: batch(0, 5)})
+    fetcher.wait(time.monotonic())
+    fetcher.send_fetches()
+    transport.fetches[1].complete({0: batch(5, 5)})
+    fetcher.wait(time.monotonic())
+    assert fetcher.drain_columns(2)[T0].offsets.tolist() == [0, 1]
+    lists = fetcher.drain_column_lists(5)[T0]  # 2-4 of the first response, 5-6 of the second
+    assert lists.offsets == [2, 3, 4, 5, 6]
+    assert lists.values == [b"r2", b"r3", b"r4", b"r5", b"r6"]
+    assert lists.headers == [[], [], [], [], []]
+    assert [r.offset for r in fetcher.drain(1)[T0]] == [7]
+    assert fetcher.drain_column_lists(10)[T0].keys == [b"k8", b"k9"]
+    assert subs.partitions[T0].position == 10
+
+
+def test_corrupt_batch_isolated_in_column_lists() -> None:
+    fetcher, subs, transport = fetcher_for(T0)
+    fetcher.send_fetches()
+    transport.fetches[0].complete({0: batch(0, 2) + batch(2, 3, corrupt=True)})
+    fetcher.wait(time.monotonic())
+    assert fetcher.drain_column_lists(100)[T0].offsets == [0, 1]
+    with pytest.raises(CorruptRecordError, match=r"t-0 at offset 2: .*CRC"):
+        fetcher.drain_column_lists(100)
+    assert subs.partitions[T0].position == 2
+
+
 def test_poll_arrow_joins_partitions_in_one_record_batch() -> None:
     pytest.importorskip("pyarrow")
     consumer, transport = consumer_for(T0, T1)
