@@ -276,6 +276,11 @@ class Fetcher:
                 if pieces:
                     break
                 raise chunk.error[0]
+            end = chunk.next_fetch_offset()
+            if chunk.error is None and end is not None and end > st.position:
+                # Past batches with no record left for us (emptied by compaction, control
+                # batches), as Kafka's CompletedFetch moves to the last batch's next offset.
+                st.position = end
             buffer.popleft()
         return pieces
 

@@ -167,11 +167,6 @@ def test_tombstones_delete_keys_and_go_after_delete_retention(cluster_factory: C
     assert len(records) == 9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kclient's consumer advances its position by records only, so it stops at an empty batch "
-    "(a cleaned batch whose records all went); Kafka's consumer moves to the batch's next offset",
-)
 def test_a_consumer_reads_past_batches_emptied_by_cleaning(cluster_factory: Callable[..., LocalCluster]) -> None:
     cluster = cluster_factory(1, **FAST_CLEANER)
     broker = cluster.brokers[0]
