@@ -315,8 +315,12 @@ def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordB
                     consumer.seek(tp, position)
                 continue
             cols = polled.get(tp)
+            moved = consumer.position(tp)  # also past batches compaction emptied
             if not cols:
-                if time.monotonic() > deadline:
+                if moved > position:
+                    position = moved
+                    deadline = time.monotonic() + opts.poll_timeout_ms / 1000.0
+                elif time.monotonic() > deadline:
                     raise KafkaError(
                         f"kbroker: reading {where} made no progress at offset {position} for "
                         f"kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms} ms"
@@ -324,17 +328,28 @@ def read_range(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordB
                 continue
             deadline = time.monotonic() + opts.poll_timeout_ms / 1000.0
             offsets = cols.offsets
-            if offsets[0] > position:  # a gap: records we expected are gone
-                report_data_loss(
-                    opts.fail_on_data_loss,
-                    f"offsets {position} to {offsets[0] - 1} of {tp.topic}-{tp.partition} are missing",
-                )
+            if offsets[0] > position:
+                _check_gap(opts, consumer, tp, position, offsets[0])
             n = len(offsets) if offsets[-1] < end else bisect_left(offsets, end)
-            position = end if n < len(offsets) else max(position, offsets[-1] + 1)
+            position = end if n < len(offsets) else max(position, offsets[-1] + 1, moved)
             if n:
                 yield (cols if n == len(cols) else cols[:n]).to_arrow(tp.topic, tp.partition, schema=schema)
     finally:
         consumer.close()
+
+
+def _check_gap(opts: SourceOptions, consumer: Consumer, tp: TopicPartition, position: int, first: int) -> None:
+    """Offsets ``position`` to ``first - 1`` were not returned. Below the log start
+    offset they were removed (retention, delete-records): data loss. Above it they were
+    compacted away (``cleanup.policy=compact``), which is no loss, as Spark's Kafka
+    source treats such gaps."""
+    earliest = consumer.beginning_offsets([tp])[tp]
+    if earliest > position:
+        report_data_loss(
+            opts.fail_on_data_loss,
+            f"offsets {position} to {min(earliest, first) - 1} of {tp.topic}-{tp.partition} are missing "
+            f"(the log now starts at {earliest})",
+        )
 
 
 def _recover_out_of_range(
