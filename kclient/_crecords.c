@@ -26,6 +26,8 @@
 #define HEADER_SIZE 61
 #define LOG_OVERHEAD 12
 #define MIN_BATCH_LENGTH (HEADER_SIZE - LOG_OVERHEAD)
+/* length, attributes, timestamp delta, offset delta, key, value, header count: a byte each at least */
+#define MIN_RECORD_SIZE 7
 
 static PyObject *RecordType = NULL;
 static PyObject *ConsumerRecordType = NULL;
@@ -815,8 +817,11 @@ static int buffers_presize(Sink *s, const uint8_t *b, Py_ssize_t n) {
         int32_t length = (int32_t)be32(b + pos + 8);
         if (length < MIN_BATCH_LENGTH || pos + (Py_ssize_t)length + LOG_OVERHEAD > n) break;
         int32_t c = (int32_t)be32(b + pos + 57);
-        if (c > 0) count += c;
-        if (!(be16(b + pos + 21) & 0x07)) body += (Py_ssize_t)length + LOG_OVERHEAD - HEADER_SIZE;
+        Py_ssize_t records = (Py_ssize_t)length + LOG_OVERHEAD - HEADER_SIZE;
+        if (!(be16(b + pos + 21) & 0x07)) { /* compressed batches reserve as they are inflated */
+            count += c < records / MIN_RECORD_SIZE ? (c > 0 ? c : 0) : records / MIN_RECORD_SIZE;
+            body += records;
+        }
         pos += (Py_ssize_t)length + LOG_OVERHEAD;
     }
     if (buffers_reserve(s, count) < 0) return -1;
@@ -940,6 +945,10 @@ static int buffers_undo(Sink *s, const Mark *m) {
 static int decode_body(const uint8_t *p, const uint8_t *end, int64_t count, int64_t base_offset, int64_t first_ts,
                        int log_append, int64_t max_ts, Sink *s) {
     uint64_t z;
+    if (s->mode == MODE_BUFFERS) { /* room for what the body can hold, whatever count claims */
+        int64_t most = (int64_t)(end - p) / MIN_RECORD_SIZE;
+        if (buffers_reserve(s, count < most ? count : most) < 0) return -1;
+    }
     for (int64_t i = 0; i < count; i++) {
         uint64_t zl;
         if (get_varint(&p, end, &zl) < 0) goto malformed;
@@ -1145,10 +1154,6 @@ static int decode_all_gc(PyObject *bufobj, Sink *s) {
         Mark mark = {0};
         if (s->mode == MODE_BUFFERS) {
             buffers_mark(s, &mark);
-            if (buffers_reserve(s, count) < 0) {
-                rc = -1;
-                break;
-            }
         } else {
             before = sink_len(s);
         }

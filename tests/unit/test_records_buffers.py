@@ -6,9 +6,14 @@ views; Arrow arrays are the buffers themselves (zero copy)."""
 
 from __future__ import annotations
 
+import struct
+import tracemalloc
+
 import pytest
+from crc32c import crc32c
 
 from kclient import records as rec
+from kclient.errors import CorruptRecordError
 from kclient.records import ColumnBuffers, decode_buffers, encode_batch, stamp_batch
 
 
@@ -107,3 +112,21 @@ def test_concat_of_one_is_itself_and_of_none_nulls_keeps_no_bitmap() -> None:
     mixed = ColumnBuffers.concat([cb[:2], with_nulls])
     assert mixed.to_columns().values == [b"v0", b"v1", b"v6", None, b"v8"]
     assert mixed._parts[rec._VALUE_VALID] == bytearray([0b10111])
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_a_record_count_the_batch_cannot_hold_is_corrupt_not_a_huge_allocation(codec: rec._Codec) -> None:
+    raw = bytearray(log(3))
+    struct.pack_into(">i", raw, 57, 2**31 - 1)  # recordCount, with a CRC that agrees
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptRecordError):
+            codec.decode_buffers(bytes(raw), 0, ColumnBuffers()._parts)
+        assert tracemalloc.get_traced_memory()[1] < 10 * 2**20  # not 16 GiB of int64 offsets
+    finally:
+        tracemalloc.stop()
+    parts = ColumnBuffers()._parts
+    with pytest.raises(CorruptRecordError):
+        codec.decode_buffers(log(2) + bytes(raw), 0, parts)
+    assert len(parts[rec._OFFSETS]) == 16  # the batch before it is kept
