@@ -13,7 +13,7 @@ from typing import NamedTuple
 from kbroker.storage import files
 from kbroker.storage.cleaner import Cleaner, CleanerAbortedError, Throttler, first_uncleanable_offset
 from kbroker.storage.log import Log
-from kbroker.storage.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap
+from kbroker.storage.offset_map import BYTES_PER_ENTRY, DEFAULT_LOAD_FACTOR, OffsetMap
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class LogCleaner:
         self._in_progress: set[TopicPartition] = set()
         self._state: dict[TopicPartition, _PartitionState] = {}
         self._throttler = Throttler(config.io_max_bytes_per_second)
-        self._map_memory = max(config.dedupe_buffer_size // config.threads, 24)
+        self._map_memory = max(config.dedupe_buffer_size // config.threads, BYTES_PER_ENTRY)
         self._threads: list[threading.Thread] = []
 
     @property

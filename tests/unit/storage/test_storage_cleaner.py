@@ -16,7 +16,7 @@ from kbroker.storage.cleaner import Cleaner, CleanerAbortedError, first_uncleana
 from kbroker.storage.cleaner_manager import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
-from kbroker.storage.offset_map import OffsetMap
+from kbroker.storage.offset_map import BYTES_PER_ENTRY, OffsetMap
 from kclient.errors import InvalidConfigurationError, InvalidRecordError
 from kclient.records import BatchBuilder, Compression, Record, decode_batches, iter_headers, read_header
 
@@ -90,7 +90,7 @@ def big_cleaner(memory: int = 1 << 20) -> Cleaner:
 
 
 def test_offset_map_keeps_the_latest_offset_and_is_bounded() -> None:
-    m = OffsetMap(24 * 10, load_factor=0.5)
+    m = OffsetMap(BYTES_PER_ENTRY * 10, load_factor=0.5)
     assert m.max_entries == 5
     for i in range(5):
         m.put(f"k{i}".encode(), i)
@@ -151,7 +151,7 @@ def test_a_full_offset_map_cleans_in_several_passes(log: Log) -> None:
         log.append_as_leader(keyed_batch([(key, value)]), 0)
         expected[key] = value
     log.roll()
-    cleaner = Cleaner(OffsetMap(24 * 25, load_factor=1.0), pause=no_pause)  # 25 keys at once
+    cleaner = Cleaner(OffsetMap(BYTES_PER_ENTRY * 25, load_factor=1.0), pause=no_pause)  # 25 keys at once
     passes = clean_all(log, cleaner)
     assert passes > 2
     records = read_all(log)
@@ -584,3 +584,18 @@ def test_a_truncation_below_the_cleaner_checkpoint_moves_it_back(tmp_path: Path)
         assert len(read_all(log)) == 13, "the data written after the truncation was cleaned too"
     finally:
         log.close()
+
+
+def test_the_offset_map_stays_within_its_memory_budget() -> None:
+    import tracemalloc
+
+    budget = 4 << 20
+    tracemalloc.start()
+    try:
+        m = OffsetMap(budget, load_factor=1.0)
+        for i in range(m.max_entries):
+            m.put(b"key-%d" % i, 10**9 + i)
+        used, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert m.free == 0 and used <= budget, f"{used} bytes for a {budget}-byte map"
