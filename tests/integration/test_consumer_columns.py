@@ -1,6 +1,7 @@
-"""Columnar polls against one real broker (issue 9): poll_columns and poll_arrow return
-exactly the produced records, in order, with keys, headers and timestamps; poll() and
-poll_columns() mixed keep positions (and what a commit saves) right."""
+"""Columnar polls against one real broker (issue 9): poll_columns, poll_buffers and
+poll_arrow return exactly the produced records, in order, with keys, headers and
+timestamps (null keys and values, compressed batches, several responses per poll);
+poll() and poll_columns() mixed keep positions (and what a commit saves) right."""
 
 from __future__ import annotations
 
@@ -124,3 +125,43 @@ def test_mixed_poll_and_poll_columns_keep_positions(cluster: LocalCluster) -> No
     with Consumer(bootstrap_servers=cluster.bootstrap, group_id="mixers", enable_auto_commit=False) as c2:
         c2.assign([tp])
         assert c2.position(tp) == N
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_poll_buffers_mixed_with_poll_columns_returns_exactly_the_produced_records(
+    cluster: LocalCluster, compression: str
+) -> None:
+    """poll_buffers (zero-copy ColumnBuffers) with null keys, headers, compressed batches,
+    several fetch responses per poll, and poll_columns between its calls."""
+    topic = f"buffers-{compression}"
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(bootstrap_servers=cluster.bootstrap, acks=1, batch_size=4096, compression_type=compression) as p:
+        values = [None if i % 7 == 3 else b"v%d" % i for i in range(N)]
+        keys = [None if i % 5 == 0 else b"k%d" % i for i in range(N)]
+        headers = [[("h", b"%d" % i)] if i % 11 == 0 else [] for i in range(N)]
+        for future in [p.send(topic, v, key=k, headers=h) for v, k, h in zip(values, keys, headers, strict=True)]:
+            future.get(10)
+    tp = TopicPartition(topic, 0)
+    got = RecordColumns([], [], [], [], [], [])
+    with Consumer(
+        bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=16384
+    ) as c:
+        c.assign([tp])
+        deadline = time.monotonic() + 30
+        turn = 0
+        while len(got.offsets) < N and time.monotonic() < deadline:
+            turn += 1
+            if turn % 3:
+                cb = c.poll_buffers(timeout_ms=500, max_records=1500).get(tp)
+                part = cb.to_columns() if cb is not None else None
+            else:
+                part = c.poll_columns(timeout_ms=500, max_records=500).get(tp)
+            if part is not None:
+                for dst, src in zip(got, part, strict=True):
+                    dst.extend(src)
+            assert c.position(tp) == len(got.offsets)
+    assert got.offsets == list(range(N))
+    assert got.keys == keys
+    assert got.values == values
+    assert got.headers == headers
