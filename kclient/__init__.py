@@ -16,7 +16,7 @@ from kclient.errors import (
     NoBrokersAvailable,
 )
 from kclient.producer import BatchMetadata, FutureBatchMetadata, FutureRecordMetadata, Producer
-from kclient.records import RecordColumns
+from kclient.records import ColumnBuffers, RecordColumns
 from kclient.structs import (
     BrokerMetadata,
     ConsumerRecord,
@@ -55,6 +55,7 @@ __all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionMetadata",
+    "ColumnBuffers",
     "RecordColumns",
     "RecordMetadata",
     "TopicPartition",
