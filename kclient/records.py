@@ -667,6 +667,12 @@ def _read_zigzag(data: Buffer, p: int) -> tuple[int, int]:
             raise CorruptRecordError(f"varint longer than 10 bytes at position {p}")
 
 
+def read_varint(data: Buffer, p: int) -> tuple[int, int]:
+    """(signed value, next position) of the zigzag varint at ``p``."""
+    z, p = _read_zigzag(data, p)
+    return (z >> 1) ^ -(z & 1), p
+
+
 # ---------------------------------------------------------------------------
 # Codecs
 # ---------------------------------------------------------------------------

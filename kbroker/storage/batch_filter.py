@@ -28,7 +28,7 @@ from crc32c import crc32c
 
 from kclient import records as _records
 from kclient.errors import CorruptRecordError
-from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, RecordColumns, decode_columns
+from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, RecordColumns, decode_columns, read_varint
 
 Buffer = bytes | bytearray | memoryview
 
@@ -55,21 +55,6 @@ class RawRecord(NamedTuple):
     """The value is null."""
 
 
-def _varint(data: Buffer, p: int) -> tuple[int, int]:
-    """(zigzag-decoded value, next position) of the varint at ``p``."""
-    z = 0
-    shift = 0
-    while True:
-        b = data[p]
-        p += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), p
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError(f"varint longer than 10 bytes at position {p}")
-
-
 def batch_body(buf: Buffer, pos: int, header: BatchHeader) -> Buffer:
     """The records of the batch at ``pos``, decompressed."""
     start = pos + HEADER_SIZE
@@ -89,7 +74,7 @@ def parse_records(body: Buffer, count: int) -> list[RawRecord]:
     out: list[RawRecord] = []
     p = 0
     n = len(body)
-    varint = _varint
+    varint = read_varint
     try:
         for _ in range(count):
             length, q = varint(body, p)
