@@ -59,13 +59,7 @@ class OffsetMap:
 
     def put(self, key: bytes, offset: int) -> None:
         """Remember ``offset`` as the latest of ``key`` (offsets are put in increasing order)."""
-        h = key_hash(key)
-        entries = self._entries
-        if h not in entries and len(entries) >= self.max_entries:
-            raise OverflowError(f"offset map full ({self.max_entries} entries)")
-        entries[h] = offset
-        if offset > self._latest_offset:
-            self._latest_offset = offset
+        self.put_hash(key_hash(key), offset)
 
     def get(self, key: bytes) -> int:
         """The latest offset of ``key``, -1 if it is not in the map."""
