@@ -324,6 +324,11 @@ class PolicyViolationError(BrokerResponseError):
     description = "Request parameters do not satisfy the configured policy."
 
 
+class ReassignmentInProgressError(BrokerResponseError):
+    errno = 60
+    description = "A partition reassignment is in progress."
+
+
 class NonEmptyGroupError(BrokerResponseError):
     errno = 68
     description = "The group is not empty."
@@ -374,6 +379,11 @@ class PreferredLeaderNotAvailableError(BrokerResponseError):
 class ElectionNotNeededError(BrokerResponseError):
     errno = 84
     description = "Leader election not needed for topic partition."
+
+
+class NoReassignmentInProgressError(BrokerResponseError):
+    errno = 85
+    description = "No partition reassignment is in progress."
 
 
 class InvalidRecordError(BrokerResponseError):

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import replace
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, SessionExpiredError
@@ -287,14 +288,16 @@ class Controller:
         return self._unclean_default if value is None else value.strip().lower() == "true"
 
     def _on_topic(self, topic: str) -> None:
-        found = self._zk.topic_assignment(topic)
+        found = self._zk.topic_znode(topic)
         if found is None:
             return
-        assignment, version = found
-        if self._zk.topic_id(topic) is None:
-            # Written without an id (a Kafka-era tool): give this incarnation one, as Kafka 2.8 does.
+        znode, version = found
+        assignment = znode.partitions
+        if znode.topic_id is None:
+            # Written without an id (a Kafka-era tool): give this incarnation one, as Kafka 2.8 does
+            # (keeping every other field: an in-flight reassignment survives).
             try:
-                self._zk.set_topic_znode(topic, assignment, version, zkdata.new_topic_id())
+                self._zk.set_topic_znode(topic, replace(znode, topic_id=zkdata.new_topic_id()), version)
             except BadVersionError:
                 pass  # changed meanwhile: the watch brings us back
         live = self._live()

@@ -50,6 +50,10 @@ class TopicInfo:
     config: dict[str, str] = field(default_factory=dict)
     states: dict[int, LeaderAndIsr] = field(default_factory=dict)
     topic_id: str | None = None
+    adding: Assignment = field(default_factory=dict)
+    """Partitions being reassigned -> replicas being added (``assignment`` is the full set)."""
+    removing: Assignment = field(default_factory=dict)
+    """Partitions being reassigned -> replicas being removed."""
 
 
 @dataclass(frozen=True)
@@ -280,11 +284,16 @@ class MetadataCache:
                     if data is None:
                         deleted.add(topic)
                         continue
-                    assignment, topic_id = zkdata.decode_assignment(data), zkdata.decode_topic_id(data)
+                    znode = zkdata.decode_topic_znode(data)
                     if info is None:
-                        topics[topic] = TopicInfo(topic, assignment, {}, {}, topic_id)
-                    else:
-                        topics[topic] = replace(info, assignment=assignment, topic_id=topic_id)
+                        info = TopicInfo(topic, znode.partitions)
+                    topics[topic] = replace(
+                        info,
+                        assignment=znode.partitions,
+                        topic_id=znode.topic_id,
+                        adding=znode.adding,
+                        removing=znode.removing,
+                    )
                 elif info is None:
                     continue  # the topic's assignment is gone or unread: it brings the rest
                 elif kind == "config":

@@ -5,6 +5,10 @@ replica assignment and writes ``/config/topics/<t>`` + ``/brokers/topics/<t>``; 
 controller reacts through its watches (partition state, deletion). Every check runs
 before anything is written, so bad input changes nothing.
 
+Adding partitions is refused (ReassignmentInProgressError, as Kafka's
+``AdminZkClient.addPartitions``) while a partition of the topic is being reassigned;
+new partitions get the replication factor of the existing partitions' targets.
+
 Counts: -1 means the broker default (``num.partitions``, ``default.replication.factor``);
 0 or below -1 is refused (InvalidPartitionsError / InvalidReplicationFactorError), as is
 a replication factor above the live brokers.
@@ -36,6 +40,7 @@ from kclient.errors import (
     InvalidReplicationFactorError,
     InvalidTopicError,
     PolicyViolationError,
+    ReassignmentInProgressError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -139,16 +144,22 @@ class TopicAdmin:
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> Assignment:
         validate_topic_name(name)
-        found = self._zk.topic_assignment(name)
+        found = self._zk.topic_znode(name)
         if found is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        current, version = found
+        znode, version = found
+        moving = znode.reassigning_partitions
+        if moving:
+            raise ReassignmentInProgressError(
+                f"topic {name!r} has partitions being reassigned ({moving}); add partitions after the move"
+            )
+        current = znode.partitions
         if total <= len(current):
             raise InvalidPartitionsError(
                 f"topic {name!r} has {len(current)} partitions; the new count must be larger, got {total}"
             )
         self._check_partitions(name, total)
-        rf = len(next(iter(current.values())))
+        rf = len(znode.target(min(current)))
         brokers = self._zk.live_brokers()
         self._check_broker_load(name, (total - len(current)) * rf, len(brokers), None)
         added = self._place(brokers, total - len(current), rf, first=len(current))

@@ -20,12 +20,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zkdata
-from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr
+from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
 from kclient.errors import (
     BrokerResponseError,
     InvalidRequestError,
     KafkaError,
     NotControllerError,
+    ReassignmentInProgressError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -262,25 +263,34 @@ class ZkClient:
     def topic_exists(self, topic: str) -> bool:
         return self.kazoo.exists(zkdata.topic_path(topic)) is not None
 
-    def topic_assignment(self, topic: str) -> tuple[Assignment, int] | None:
-        """(assignment, znode version), or None if the topic does not exist."""
+    def topic_znode(self, topic: str) -> tuple[TopicZNode, int] | None:
+        """(the whole topic znode, its version), or None if the topic does not exist."""
         try:
             data, stat = self.kazoo.get(zkdata.topic_path(topic))
         except NoNodeError:
             return None
-        return zkdata.decode_assignment(data), int(stat.version)
+        return zkdata.decode_topic_znode(data), int(stat.version)
 
-    def all_assignments(self) -> dict[str, Assignment]:
-        """Every topic's assignment, read with pipelined requests."""
+    def topic_assignment(self, topic: str) -> tuple[Assignment, int] | None:
+        """(each partition's full replica set, znode version), or None if the topic does not exist."""
+        found = self.topic_znode(topic)
+        return None if found is None else (found[0].partitions, found[1])
+
+    def all_topic_znodes(self) -> dict[str, TopicZNode]:
+        """Every topic's znode, read with pipelined requests."""
         pending = [(t, self.kazoo.get_async(zkdata.topic_path(t))) for t in self.topics()]
-        out: dict[str, Assignment] = {}
+        out: dict[str, TopicZNode] = {}
         for topic, result in pending:
             try:
                 data, _ = result.get(timeout=self.write_timeout_s * 6)
             except NoNodeError:
                 continue
-            out[topic] = zkdata.decode_assignment(data)
+            out[topic] = zkdata.decode_topic_znode(data)
         return out
+
+    def all_assignments(self) -> dict[str, Assignment]:
+        """Every topic's assignment (full replica sets), read with pipelined requests."""
+        return {t: z.partitions for t, z in self.all_topic_znodes().items()}
 
     def topic_config(self, topic: str) -> dict[str, str]:
         try:
@@ -311,29 +321,39 @@ class ZkClient:
             raise failure
 
     def set_topic_assignment(self, topic: str, assignment: Assignment, version: int) -> None:
-        """Compare-and-set the assignment (adding partitions), keeping the topic id."""
-        self.set_topic_znode(topic, assignment, version, None)
+        """Compare-and-set the replica sets (adding partitions), keeping the topic id and
+        every in-flight move whose replicas are still in the partition's new replica set."""
+        found = self.topic_znode(topic)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        current, stored = found
+        if stored != version:
+            raise BadVersionError()
 
-    def set_topic_znode(self, topic: str, assignment: Assignment, version: int, topic_id: str | None) -> None:
-        """Compare-and-set the topic znode; ``topic_id`` None keeps the current id."""
+        def kept(moves: Assignment) -> Assignment:
+            return {p: rs for p, rs in moves.items() if p in assignment and set(rs) <= set(assignment[p])}
+
+        znode = TopicZNode(dict(assignment), kept(current.adding), kept(current.removing), current.topic_id)
+        self.set_topic_znode(topic, znode, version)
+
+    def set_topic_znode(self, topic: str, znode: TopicZNode, version: int) -> int:
+        """Compare-and-set the whole topic znode; returns the new version.
+
+        Raises ``BadVersionError`` if it changed since read (re-read and re-apply),
+        UnknownTopicOrPartitionError if it is gone, InvalidRequestError if too large.
+        """
         path = zkdata.topic_path(topic)
+        data = zkdata.encode_topic_znode(znode)
+        self.check_request_size([(path, data)], f"the assignment of topic {topic!r}")
         try:
-            data, stat = self.kazoo.get(path)
+            stat = self.kazoo.set(path, data, version=version)
         except NoNodeError:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
-        if stat.version != version:
-            raise BadVersionError()
-        tid = topic_id or zkdata.decode_topic_id(data)
-        new = zkdata.encode_assignment(assignment, tid)
-        self.check_request_size([(path, new)], f"the assignment of topic {topic!r}")
-        self.kazoo.set(path, new, version=version)
+        return int(stat.version)
 
     def topic_id(self, topic: str) -> str | None:
-        try:
-            data, _ = self.kazoo.get(zkdata.topic_path(topic))
-        except NoNodeError:
-            return None
-        return zkdata.decode_topic_id(data)
+        found = self.topic_znode(topic)
+        return None if found is None else found[0].topic_id
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
         path = zkdata.topic_config_path(topic)
@@ -382,6 +402,79 @@ class ZkClient:
             return list(self.kazoo.get_children(path))
         except NoNodeError:
             return []
+
+    # --- /admin/reassign_partitions ------------------------------------------------
+
+    def reassignment_request(self) -> tuple[Reassignment, int] | None:
+        """(the pending reassignment request, znode version), or None if there is none.
+
+        A malformed znode raises InvalidRequestError (the caller decides to delete it).
+        """
+        try:
+            data, stat = self.kazoo.get(zkdata.REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return None
+        return zkdata.decode_reassignment(data), int(stat.version)
+
+    def create_reassignment_request(self, parts: Reassignment) -> None:
+        """Write a new request; ReassignmentInProgressError if one is pending already."""
+        data = zkdata.encode_reassignment(parts)
+        self.check_request_size([(zkdata.REASSIGN_PARTITIONS, data)], "the reassignment")
+        try:
+            self.kazoo.create(zkdata.REASSIGN_PARTITIONS, data, makepath=True)
+        except NodeExistsError:
+            raise ReassignmentInProgressError("a partition reassignment is in progress") from None
+
+    def set_reassignment_request(self, parts: Reassignment, version: int) -> int:
+        """Compare-and-set the pending request; returns the new version.
+
+        ``BadVersionError`` if it changed since read, ``NoNodeError`` if it is gone.
+        """
+        data = zkdata.encode_reassignment(parts)
+        self.check_request_size([(zkdata.REASSIGN_PARTITIONS, data)], "the reassignment")
+        return int(self.kazoo.set(zkdata.REASSIGN_PARTITIONS, data, version=version).version)
+
+    def commit_reassignment_step(
+        self,
+        epoch_zk_version: int,
+        topic: str,
+        znode: TopicZNode,
+        topic_version: int,
+        states: dict[int, LeaderAndIsr],
+        request: tuple[Reassignment | None, int] | None = None,
+    ) -> int:
+        """Controller: one fenced multi writing a reassignment step; returns the topic znode's new version.
+
+        CAS the topic znode against ``topic_version``, each state znode against its
+        ``zk_version``, and, with ``request`` = (parts, version), CAS
+        ``/admin/reassign_partitions`` to ``parts`` or delete it when ``parts`` is None.
+        Either all of it happens or none: ControllerMovedError if deposed;
+        ``BadVersionError`` / ``NoNodeError`` as-is if a znode changed (re-read and retry).
+        """
+        path, data = zkdata.topic_path(topic), zkdata.encode_topic_znode(znode)
+        ops: list[tuple[str, bytes]] = [(path, data)]
+        ops += [(zkdata.partition_state_path(topic, p), zkdata.encode_leader_and_isr(s)) for p, s in states.items()]
+        request_data = None
+        if request is not None and request[0] is not None:
+            request_data = zkdata.encode_reassignment(request[0])
+            ops.append((zkdata.REASSIGN_PARTITIONS, request_data))
+        self.check_request_size(ops, f"a reassignment step of topic {topic!r}")
+
+        def build(tx: object) -> None:
+            assert hasattr(tx, "set_data") and hasattr(tx, "delete")
+            tx.set_data(path, data, version=topic_version)
+            for p, state in sorted(states.items()):
+                tx.set_data(
+                    zkdata.partition_state_path(topic, p), zkdata.encode_leader_and_isr(state), version=state.zk_version
+                )
+            if request is not None:
+                if request_data is None:
+                    tx.delete(zkdata.REASSIGN_PARTITIONS, version=request[1])
+                else:
+                    tx.set_data(zkdata.REASSIGN_PARTITIONS, request_data, version=request[1])
+
+        self._fenced(epoch_zk_version, build)
+        return topic_version + 1
 
     # --- partition state -----------------------------------------------------------
 

@@ -13,10 +13,15 @@ path                                            mode content
 /controller                                     E    {"version":1,"brokerid","timestamp"}
 /controller_epoch                               P    the epoch as a decimal string
 /brokers/topics/<t>                             P    {"version":2,"partitions":{"0":[1,2]},
-                                                     "topic_id":"<22 chars>"}
+                                                     "adding_replicas":{},"removing_replicas":{},
+                                                     "topic_id":"<22 chars>"} (v1 if no id, idle)
 /brokers/topics/<t>/partitions/<p>/state        P    {"version":1,"leader","leader_epoch",
                                                      "isr","controller_epoch"}
 /config/topics/<t>                              P    {"version":1,"config":{k: "v"}}
+/config/brokers/<id> and /config/brokers/<default> P {"version":1,"config":{k: "v"}}
+/config/changes/config_change_<10 digits>       PS   {"version":2,"entity_path":"topics/<t>"}
+/admin/reassign_partitions                      P    {"version":1,"partitions":[{"topic","partition",
+                                                     "replicas"}]}
 /admin/delete_topics/<t>                        P    empty
 /admin/preferred_replica_election               P    {"version":1,"partitions":[{"topic","partition"}]}
 /latest_producer_id_block                       P    {"version":1,"broker","block_start","block_end"}
@@ -52,7 +57,7 @@ import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kclient.errors import BrokerResponseError, InvalidGroupIdError, InvalidRequestError, InvalidTopicError
 
@@ -62,12 +67,25 @@ BROKER_TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+ADMIN = "/admin"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
 
-PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONSUMERS)
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    CONFIG_TOPICS,
+    CONFIG_BROKERS,
+    CONFIG_CHANGES,
+    ADMIN,
+    DELETE_TOPICS,
+    CONSUMERS,
+)
 """Parents that every broker makes sure exist at start-up."""
 
 NO_LEADER = -1
@@ -254,24 +272,79 @@ def new_topic_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def encode_assignment(assignment: Assignment, topic_id: str | None = None) -> bytes:
-    parts = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
-    body: dict[str, Any] = {"version": 1, "partitions": parts}
-    if topic_id:
+@dataclass(frozen=True)
+class TopicZNode:
+    """The whole content of ``/brokers/topics/<t>`` (Kafka's ``TopicZNode``, KIP-455).
+
+    ``partitions`` is each partition's full replica set (during a move: target first,
+    then the origin replicas not in the target); ``adding`` and ``removing`` hold a
+    partition only while it moves (target = RS minus removing, origin = RS minus adding).
+    Every writer of a topic znode goes through this type, so no write erases a move.
+    """
+
+    partitions: Assignment
+    adding: Assignment = field(default_factory=dict)
+    removing: Assignment = field(default_factory=dict)
+    topic_id: str | None = None
+
+    def reassigning(self, partition: int) -> bool:
+        return bool(self.adding.get(partition) or self.removing.get(partition))
+
+    @property
+    def reassigning_partitions(self) -> list[int]:
+        return sorted(p for p in self.partitions if self.reassigning(p))
+
+    def target(self, partition: int) -> list[int]:
+        """The replicas the partition ends up with (its replica set when idle)."""
+        removing = self.removing.get(partition, [])
+        return [r for r in self.partitions[partition] if r not in removing]
+
+
+def _encode_parts(parts: Assignment, *, keep_empty: bool = True) -> dict[str, list[int]]:
+    return {str(p): [int(b) for b in rs] for p, rs in sorted(parts.items()) if rs or keep_empty}
+
+
+def _decode_parts(body: Any) -> Assignment:
+    return {int(p): [int(b) for b in rs] for p, rs in (body or {}).items()}
+
+
+def encode_topic_znode(znode: TopicZNode) -> bytes:
+    """v1 when there is no id and nothing moves (Kafka-era shape); v2 otherwise, with
+    both ``adding_replicas`` and ``removing_replicas`` always present."""
+    body: dict[str, Any] = {"version": 1, "partitions": _encode_parts(znode.partitions)}
+    if znode.topic_id or any(znode.adding.values()) or any(znode.removing.values()):
         body["version"] = 2
-        body["topic_id"] = topic_id
+        body["adding_replicas"] = _encode_parts(znode.adding, keep_empty=False)
+        body["removing_replicas"] = _encode_parts(znode.removing, keep_empty=False)
+        if znode.topic_id:
+            body["topic_id"] = znode.topic_id
     return _dumps(body)
 
 
-def decode_assignment(data: bytes) -> Assignment:
+def decode_topic_znode(data: bytes) -> TopicZNode:
     body = _loads(data)
-    return {int(p): [int(b) for b in rs] for p, rs in body["partitions"].items()}
+    tid = body.get("topic_id")
+    return TopicZNode(
+        partitions=_decode_parts(body["partitions"]),
+        adding={p: rs for p, rs in _decode_parts(body.get("adding_replicas")).items() if rs},
+        removing={p: rs for p, rs in _decode_parts(body.get("removing_replicas")).items() if rs},
+        topic_id=str(tid) if tid else None,
+    )
+
+
+def encode_assignment(assignment: Assignment, topic_id: str | None = None) -> bytes:
+    """A topic znode with nothing moving (new topics; tests writing Kafka-era znodes)."""
+    return encode_topic_znode(TopicZNode(dict(assignment), topic_id=topic_id))
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    """The full replica set of each partition (old callers; see :func:`decode_topic_znode`)."""
+    return decode_topic_znode(data).partitions
 
 
 def decode_topic_id(data: bytes) -> str | None:
     """The topic's id (one per incarnation of a name), or None for Kafka-era znodes without one."""
-    tid = _loads(data).get("topic_id")
-    return str(tid) if tid else None
+    return decode_topic_znode(data).topic_id
 
 
 # --- /brokers/topics/<t>/partitions/<p>/state ----------------------------------------
@@ -331,21 +404,97 @@ def decode_leader_and_isr(data: bytes, zk_version: int = -1) -> LeaderAndIsr:
     )
 
 
-# --- /config/topics/<t> --------------------------------------------------------------
+# --- /config/topics/<t>, /config/brokers/<id|<default>> ----------------------------
+
+ConfigEntityType = Literal["topics", "brokers"]
+ENTITY_TYPES: tuple[ConfigEntityType, ...] = ("topics", "brokers")
+DEFAULT_BROKER_ENTITY = "<default>"
+"""The entity name of the cluster-wide dynamic broker defaults."""
 
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic_segment(topic)}"
 
 
-def encode_topic_config(config: dict[str, str]) -> bytes:
+def broker_config_path(broker: int | None) -> str:
+    """``/config/brokers/<id>``, or ``/config/brokers/<default>`` for ``None``."""
+    return f"{CONFIG_BROKERS}/{DEFAULT_BROKER_ENTITY if broker is None else int(broker)}"
+
+
+def broker_entity(name: str) -> int | None:
+    """A broker entity name as a broker id (``None`` = ``<default>``); InvalidRequestError otherwise."""
+    if name == DEFAULT_BROKER_ENTITY:
+        return None
+    if not name.isascii() or not name.isdigit():
+        raise InvalidRequestError(f"broker entity {name!r} is neither a broker id nor {DEFAULT_BROKER_ENTITY}")
+    return int(name)
+
+
+def entity_config_path(entity_type: str, name: str) -> str:
+    """``/config/<type>/<name>``: topic names as path segments, broker names checked."""
+    if entity_type == "topics":
+        return topic_config_path(name)
+    if entity_type == "brokers":
+        return broker_config_path(broker_entity(name))
+    raise InvalidRequestError(f"unknown config entity type {entity_type!r}; expected one of {ENTITY_TYPES}")
+
+
+def encode_entity_config(config: dict[str, str]) -> bytes:
+    """Topic and broker config znodes alike: ``{"version":1,"config":{k: "v"}}``."""
     return _dumps({"version": 1, "config": {k: str(v) for k, v in config.items()}})
 
 
-def decode_topic_config(data: bytes) -> dict[str, str]:
+def decode_entity_config(data: bytes) -> dict[str, str]:
     if not data:
         return {}
     return {str(k): str(v) for k, v in _loads(data).get("config", {}).items()}
+
+
+encode_topic_config = encode_entity_config
+decode_topic_config = decode_entity_config
+
+
+# --- /config/changes/config_change_<seq> ----------------------------------------------
+
+CONFIG_CHANGE_PREFIX = "config_change_"
+
+
+def config_change_path() -> str:
+    """The prefix a sequential ``create`` appends its 10-digit counter to."""
+    return f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}"
+
+
+def encode_config_change(entity_type: str, name: str) -> bytes:
+    """Kafka's v2 notification: ``{"version":2,"entity_path":"topics/<t>"}``."""
+    entity_config_path(entity_type, name)  # validates
+    segment = topic_segment(name) if entity_type == "topics" else name
+    return _dumps({"version": 2, "entity_path": f"{entity_type}/{segment}"})
+
+
+def decode_config_change(data: bytes) -> tuple[ConfigEntityType, str]:
+    """(entity type, entity name) of a v2 or v1 notification; InvalidRequestError if malformed."""
+    try:
+        body = _loads(data)
+        if int(body["version"]) == 1:
+            entity_type, name = str(body["entity_type"]), str(body["entity_name"])
+        else:
+            entity_type, slash, segment = str(body["entity_path"]).partition("/")
+            if not slash:
+                raise ValueError("no '/' in entity_path")
+            name = decode_segment(segment)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidRequestError(f"malformed config change notification {data[:200]!r}: {exc}") from None
+    for known in ENTITY_TYPES:
+        if entity_type == known:
+            entity_config_path(known, name)  # validates the name
+            return known, name
+    raise InvalidRequestError(f"config change for unknown entity type {entity_type!r}")
+
+
+def config_change_seq(child: str) -> int:
+    """The sequence number of a ``config_change_NNNNNNNNNN`` child; -1 if not one."""
+    digits = child[len(CONFIG_CHANGE_PREFIX) :] if child.startswith(CONFIG_CHANGE_PREFIX) else ""
+    return int(digits) if digits.isascii() and digits.isdigit() else -1
 
 
 # --- /admin/delete_topics/<t> --------------------------------------------------------
@@ -369,6 +518,35 @@ def decode_preferred_election(data: bytes) -> list[tuple[str, int]] | None:
     if body.get("all"):
         return None
     return [(str(e["topic"]), int(e["partition"])) for e in body.get("partitions", [])]
+
+
+# --- /admin/reassign_partitions -----------------------------------------------------
+
+Reassignment = dict[tuple[str, int], list[int]]
+"""(topic, partition) -> target replicas, as requested in ``/admin/reassign_partitions``."""
+
+
+def encode_reassignment(parts: Reassignment) -> bytes:
+    """Kafka's JSON, entries sorted by (topic, partition); no ``log_dirs``."""
+    entries = [
+        {"topic": t, "partition": int(p), "replicas": [int(b) for b in rs]} for (t, p), rs in sorted(parts.items())
+    ]
+    return _dumps({"version": 1, "partitions": entries})
+
+
+def decode_reassignment(data: bytes) -> Reassignment:
+    """The request; a later duplicate entry wins (as Kafka's map). InvalidRequestError if malformed."""
+    try:
+        body = _loads(data)
+        out: Reassignment = {}
+        for e in body["partitions"]:
+            replicas = e["replicas"]
+            if not isinstance(replicas, list):
+                raise TypeError("replicas is not a list")
+            out[(str(e["topic"]), int(e["partition"]))] = [int(b) for b in replicas]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidRequestError(f"malformed reassignment {data[:200]!r}: {exc}") from None
+    return out
 
 
 # --- /latest_producer_id_block ---------------------------------------------------------
