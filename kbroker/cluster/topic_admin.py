@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
 from kbroker.cluster.assignment import assign_replicas, assign_replicas_rack_aware
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import Assignment, BrokerInfo
@@ -173,9 +175,15 @@ class TopicAdmin:
         validate_topic_name(name)
         if not self._zk.topic_exists(name):
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        merged = {**self._zk.topic_config(name), **configs}
-        LogConfig.from_properties(merged)
-        self._zk.set_topic_config(name, merged)
+        while True:
+            current, version = self._zk.entity_config("topics", name)
+            merged = {**current, **configs}
+            LogConfig.from_properties(merged)
+            try:
+                self._zk.set_entity_config("topics", name, merged, version)
+                return
+            except (BadVersionError, NodeExistsError):
+                continue  # changed meanwhile: merge into the new content
 
     @staticmethod
     def _count(

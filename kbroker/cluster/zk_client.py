@@ -364,6 +364,63 @@ class ZkClient:
         except NoNodeError:
             self.kazoo.create(path, data, makepath=True)
 
+    # --- entity configs and change notifications (/config/<type>/<name>, /config/changes) --
+
+    def entity_config(self, entity_type: str, name: str) -> tuple[dict[str, str], int]:
+        """(config, znode version) of a topic or broker entity; version -1 if it has none."""
+        try:
+            data, stat = self.kazoo.get(zkdata.entity_config_path(entity_type, name))
+        except NoNodeError:
+            return {}, -1
+        return zkdata.decode_entity_config(data), int(stat.version)
+
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str], version: int) -> int:
+        """Create (``version`` -1) or compare-and-set an entity's config together with a
+        ``config_change_`` notification, in one transaction; returns the new version.
+
+        ``NodeExistsError`` / ``BadVersionError`` if the znode changed since read: the
+        caller re-reads and re-applies its changes (no lost update under concurrent alters).
+        """
+        path, data = zkdata.entity_config_path(entity_type, name), zkdata.encode_entity_config(config)
+        change_path, change = zkdata.config_change_path(), zkdata.encode_config_change(entity_type, name)
+        self.check_request_size([(path, data), (change_path, change)], f"the configuration of {entity_type} {name!r}")
+        for parent in (path.rsplit("/", 1)[0], zkdata.CONFIG_CHANGES):
+            self.kazoo.ensure_path(parent)  # a cluster whose brokers predate them
+        tx = self.kazoo.transaction()
+        if version < 0:
+            tx.create(path, data)
+        else:
+            tx.set_data(path, data, version=version)
+        tx.create(change_path, change, sequence=True)
+        results = tx.commit()
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        if failure is not None:
+            raise failure
+        return version + 1
+
+    def config_changes(self) -> list[str]:
+        """The ``config_change_NNNNNNNNNN`` children, oldest first."""
+        children = [c for c in self._children(zkdata.CONFIG_CHANGES) if zkdata.config_change_seq(c) >= 0]
+        return sorted(children, key=zkdata.config_change_seq)
+
+    def config_change(self, child: str) -> tuple[zkdata.ConfigEntityType, str, int] | None:
+        """(entity type, entity name, creation time in ms) of one notification; None if gone.
+
+        A malformed notification raises InvalidRequestError (the caller skips it).
+        """
+        try:
+            data, stat = self.kazoo.get(f"{zkdata.CONFIG_CHANGES}/{child}")
+        except NoNodeError:
+            return None
+        entity_type, name = zkdata.decode_config_change(data)
+        return entity_type, name, int(stat.ctime)
+
+    def delete_config_change(self, child: str) -> None:
+        try:
+            self.kazoo.delete(f"{zkdata.CONFIG_CHANGES}/{child}")
+        except NoNodeError:
+            pass
+
     def mark_topic_for_deletion(self, topic: str) -> None:
         try:
             self.kazoo.create(zkdata.delete_topic_path(topic), b"", makepath=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from kazoo.exceptions import BadVersionError
+from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.metadata_cache import MetadataCache
@@ -143,3 +143,35 @@ def test_controller_topic_id_backfill_keeps_a_move(cluster_factory: Callable[...
         assert found[0].adding == {0: [0]} and found[0].removing == {0: [5]} and found[0].partitions == {0: [0, 5]}
     finally:
         zk.close()
+
+
+def test_entity_configs_are_cas_written_with_a_change_notification(zk: ZkClient) -> None:
+    assert zk.entity_config("brokers", "<default>") == ({}, -1)
+    assert zk.set_entity_config("brokers", "<default>", {"log.cleaner.threads": "2"}, -1) == 0
+    with pytest.raises(NodeExistsError):
+        zk.set_entity_config("brokers", "<default>", {}, -1)
+    assert zk.set_entity_config("brokers", "1", {"follower.replication.throttled.rate": "100"}, -1) == 0
+    assert zk.set_entity_config("brokers", "1", {}, 0) == 1
+    with pytest.raises(BadVersionError):
+        zk.set_entity_config("brokers", "1", {"x": "y"}, 0)
+    assert zk.entity_config("brokers", "<default>") == ({"log.cleaner.threads": "2"}, 0)
+    assert zk.entity_config("brokers", "1") == ({}, 1)
+    raw, _ = zk.kazoo.get("/config/brokers/<default>")
+    assert raw == b'{"config":{"log.cleaner.threads":"2"},"version":1}'
+
+    TopicAdmin(zk).create_topic("t", 1, 1)
+    TopicAdmin(zk).alter_config("t", {"retention.ms": "1000"})
+    assert zk.entity_config("topics", "t")[0] == {"retention.ms": "1000"} and zk.topic_config("t")["retention.ms"]
+    children = zk.config_changes()
+    # Three successful broker writes and the topic's: the failed CAS writes left none.
+    assert len(children) == 4 and all(c.startswith("config_change_") and len(c) == 24 for c in children)
+    entities = [zk.config_change(c) for c in children]
+    assert [e[:2] for e in entities if e] == [
+        ("brokers", "<default>"),
+        ("brokers", "1"),
+        ("brokers", "1"),
+        ("topics", "t"),
+    ]
+    zk.delete_config_change(children[0])
+    zk.delete_config_change(children[0])  # gone already: ignored
+    assert zk.config_change(children[0]) is None and len(zk.config_changes()) == 3

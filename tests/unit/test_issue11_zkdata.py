@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from kazoo.exceptions import BadVersionError
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zkdata import TopicZNode
 from kclient import errors
 from kclient.errors import InvalidRequestError, InvalidTopicError
@@ -112,3 +114,33 @@ def test_reassignment_error_codes_are_kafkas() -> None:
     assert errors.for_code(85) is errors.NoReassignmentInProgressError
     assert not errors.ReassignmentInProgressError.retriable
     assert not errors.NoReassignmentInProgressError.retriable
+
+
+class _RacingZk:
+    """A fake ZkClient whose first config write loses a race to another alter."""
+
+    def __init__(self) -> None:
+        self.config: dict[str, str] = {"retention.ms": "1"}
+        self.version = 0
+        self.raced = False
+
+    def topic_exists(self, name: str) -> bool:
+        return True
+
+    def entity_config(self, entity_type: str, name: str) -> tuple[dict[str, str], int]:
+        return dict(self.config), self.version
+
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str], version: int) -> int:
+        if not self.raced:
+            self.raced = True
+            self.config, self.version = {**self.config, "cleanup.policy": "compact"}, self.version + 1
+        if version != self.version:
+            raise BadVersionError()
+        self.config, self.version = config, version + 1
+        return self.version
+
+
+def test_alter_config_reapplies_on_a_concurrent_change_instead_of_losing_it() -> None:
+    zk = _RacingZk()
+    TopicAdmin(zk).alter_config("t", {"retention.ms": "5"})  # type: ignore[arg-type]
+    assert zk.config == {"retention.ms": "5", "cleanup.policy": "compact"} and zk.version == 2
