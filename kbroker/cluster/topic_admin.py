@@ -161,7 +161,7 @@ class TopicAdmin:
                 f"topic {name!r} has {len(current)} partitions; the new count must be larger, got {total}"
             )
         self._check_partitions(name, total)
-        rf = len(znode.target(min(current)))
+        rf = len(znode.target(min(current))) if current else self.default_replication_factor
         brokers = self._zk.live_brokers()
         self._check_broker_load(name, (total - len(current)) * rf, len(brokers), None)
         added = self._place(brokers, total - len(current), rf, first=len(current))

@@ -175,3 +175,9 @@ def test_entity_configs_are_cas_written_with_a_change_notification(zk: ZkClient)
     zk.delete_config_change(children[0])
     zk.delete_config_change(children[0])  # gone already: ignored
     assert zk.config_change(children[0]) is None and len(zk.config_changes()) == 3
+
+
+def test_create_partitions_on_a_topic_znode_without_partitions_uses_the_default_rf(zk: ZkClient) -> None:
+    zk.kazoo.create(zkdata.topic_path("e"), zkdata.encode_topic_znode(TopicZNode({})), makepath=True)
+    added = TopicAdmin(zk, default_replication_factor=2).create_partitions("e", 2)
+    assert sorted(added) == [0, 1] and all(len(r) == 2 for r in added.values())
