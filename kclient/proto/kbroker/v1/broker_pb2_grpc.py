@@ -5,6 +5,7 @@ import warnings
 
 from kclient.proto.kbroker.v1 import admin_pb2 as kbroker_dot_v1_dot_admin__pb2
 from kclient.proto.kbroker.v1 import cluster_pb2 as kbroker_dot_v1_dot_cluster__pb2
+from kclient.proto.kbroker.v1 import config_pb2 as kbroker_dot_v1_dot_config__pb2
 from kclient.proto.kbroker.v1 import group_pb2 as kbroker_dot_v1_dot_group__pb2
 from kclient.proto.kbroker.v1 import log_pb2 as kbroker_dot_v1_dot_log__pb2
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
@@ -92,6 +93,16 @@ class BrokerStub:
                 '/kbroker.v1.Broker/DescribeLogDirs',
                 request_serializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/kbroker.v1.Broker/DescribeConfigs',
+                request_serializer=kbroker_dot_v1_dot_config__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_config__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.IncrementalAlterConfigs = channel.unary_unary(
+                '/kbroker.v1.Broker/IncrementalAlterConfigs',
+                request_serializer=kbroker_dot_v1_dot_config__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_config__pb2.IncrementalAlterConfigsResponse.FromString,
                 _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/kbroker.v1.Broker/InitProducerId',
@@ -219,6 +230,18 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DescribeLogDirs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConfigs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IncrementalAlterConfigs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -356,6 +379,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeLogDirs,
                     request_deserializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=kbroker_dot_v1_dot_config__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_config__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'IncrementalAlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.IncrementalAlterConfigs,
+                    request_deserializer=kbroker_dot_v1_dot_config__pb2.IncrementalAlterConfigsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_config__pb2.IncrementalAlterConfigsResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -715,6 +748,60 @@ class Broker:
             '/kbroker.v1.Broker/DescribeLogDirs',
             kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsRequest.SerializeToString,
             kbroker_dot_v1_dot_admin__pb2.DescribeLogDirsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DescribeConfigs',
+            kbroker_dot_v1_dot_config__pb2.DescribeConfigsRequest.SerializeToString,
+            kbroker_dot_v1_dot_config__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IncrementalAlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/IncrementalAlterConfigs',
+            kbroker_dot_v1_dot_config__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+            kbroker_dot_v1_dot_config__pb2.IncrementalAlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,
