@@ -339,9 +339,15 @@ class ReplicaManager:
         if p is not None:
             p.resign()
             self.purgatory.progress((topic, index))  # its waiters now get NOT_LEADER at once
-        if delete and (p is not None or self._logs.offline_reason(topic, index) is not None):
+        # A log left from a replica this broker no longer has (removed while it was down,
+        # e.g. by a reassignment) goes too: the replica set in ZooKeeper no longer counts it.
+        stray = p is None and self._logs.get(topic, index) is not None
+        if delete and (p is not None or stray or self._logs.offline_reason(topic, index) is not None):
             self._logs.delete(topic, index)
-            log.info("%s-%d: replica removed", topic, index)
+            if stray:
+                log.warning("%s-%d: deleting a local log: this broker is no longer a replica", topic, index)
+            else:
+                log.info("%s-%d: replica removed", topic, index)
 
     # --- fencing -------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import grpc
 import pytest
@@ -252,3 +253,30 @@ def test_recreated_topic_replaces_a_stale_replica_log(cluster_factory: Callable[
     wait_until(lambda: describe(b1, "again")[0].leader == 1, what="broker 1 leads")
     values = [r.value.decode() for r in read_all(b1, "again", 1, 10, timeout_s=20)]
     assert values == [f"new-{i}" for i in range(10)]
+
+
+def test_a_replica_removed_while_its_broker_was_down_deletes_its_log(
+    cluster_factory: Callable[..., LocalCluster],
+) -> None:
+    """Broker 1 is down when the partition's replica set drops it (as a finished
+    reassignment does): back up, it deletes the stray log instead of keeping it forever."""
+    cluster = cluster_factory(2, **{"auto.leader.rebalance.enable": "false"})
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("moved", 1, 2, replica_assignments={0: [0, 1]})])
+    wait_until(lambda: full_isr(cluster.bootstrap, "moved"), what="full ISR")
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as p:
+        p.send("moved", b"x").get(10)
+    stray = cluster.brokers[1].data_dir / "moved-0"
+    assert stray.is_dir()
+    cluster.brokers[1].kill()
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start()
+    try:
+        data, stat = zk.get(zkdata.topic_path("moved"))
+        znode = zkdata.decode_topic_znode(data)
+        zk.set(zkdata.topic_path("moved"), zkdata.encode_topic_znode(replace(znode, partitions={0: [0]})), stat.version)
+    finally:
+        zk.stop()
+    wait_until(lambda: describe(cluster.brokers[0].address, "moved")[0].replicas == [0], what="replicas [0]")
+    cluster.brokers[1].start()
+    wait_until(lambda: not stray.exists(), timeout_s=30, what="broker 1 deleting its stray log")
