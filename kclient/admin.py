@@ -19,7 +19,7 @@ from kclient.errors import (
     for_code,
 )
 from kclient.metadata import ClusterMetadata
-from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, group_pb2
+from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2
 from kclient.retry import retry
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.topic_name import validate_topic_name
@@ -355,6 +355,58 @@ class AdminClient:
                 raise for_code(resp.error_code)(f"DescribeLogDirs on broker {broker_id}")
             out[broker_id] = resp
         return out
+
+    def _config_call(self, resource: tuple[int, str], method: str, request: Any) -> Any:
+        """A config RPC for one resource: a broker id's resource at that broker (its static
+        configs are known there only), anything else at any broker."""
+        rtype, name = resource
+        if rtype == config_pb2.BROKER and name.isdigit():
+            self._metadata.refresh(all_topics=False)
+            address = self._metadata.address_of(int(name))
+            if address is not None:
+                return self._transport.call(address, method, request, self._timeout_ms / 1000.0 + 5)
+        return self._call(method, request)
+
+    def describe_configs(
+        self, resources: Iterable[tuple[int, str]], include_synonyms: bool = False
+    ) -> dict[tuple[int, str], dict[str, config_pb2.DescribeConfigsResourceResult]]:
+        """Every config of each ``(resource_type, name)`` (``config_pb2.TOPIC`` / ``BROKER``;
+        a broker id, or "" for the cluster-wide broker defaults), as Kafka's ConfigEntry
+        (name, value, config_source, read_only, is_sensitive, synonyms), keyed by name.
+        Raises a failed resource's typed error (UnknownTopicOrPartitionError, ...)."""
+        out: dict[tuple[int, str], dict[str, config_pb2.DescribeConfigsResourceResult]] = {}
+        for rtype, name in resources:
+            req = config_pb2.DescribeConfigsRequest(include_synonyms=include_synonyms)
+            req.resources.add(resource_type=rtype, resource_name=name)
+            result = self._config_call((rtype, name), "DescribeConfigs", req).results[0]
+            if result.error_code:
+                raise for_code(result.error_code)(result.error_message or f"configs of {name!r}")
+            out[(rtype, name)] = {c.name: c for c in result.configs}
+        return out
+
+    def incremental_alter_configs(
+        self,
+        configs: Mapping[tuple[int, str], Iterable[tuple[str, int, str | None]]],
+        validate_only: bool = False,
+    ) -> None:
+        """Apply ``(name, op, value)`` operations (``config_pb2.SET`` / ``DELETE`` / ``APPEND``
+        / ``SUBTRACT``) to each ``(resource_type, name)``. Each resource is applied or
+        refused as a whole; raises the typed error of the first refused one
+        (InvalidConfigurationError, InvalidRequestError, UnknownTopicOrPartitionError)
+        after trying them all."""
+        first: KafkaError | None = None
+        for (rtype, name), ops in configs.items():
+            req = config_pb2.IncrementalAlterConfigsRequest(validate_only=validate_only)
+            res = req.resources.add(resource_type=rtype, resource_name=name)
+            for key, op, value in ops:
+                c = res.configs.add(name=key, config_operation=op)
+                if value is not None:
+                    c.value = value
+            result = self._config_call((rtype, name), "IncrementalAlterConfigs", req).responses[0]
+            if result.error_code and first is None:
+                first = for_code(result.error_code)(result.error_message or f"configs of {name!r}")
+        if first is not None:
+            raise first
 
     def close(self) -> None:
         self._transport.close()

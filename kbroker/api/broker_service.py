@@ -25,6 +25,7 @@ import grpc
 
 from kbroker.api.log_dirs import describe_log_dirs
 from kbroker.cluster import zkdata
+from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType, static_broker_configs
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -53,6 +54,7 @@ from kclient.proto.kbroker.v1 import (
     admin_pb2,
     broker_pb2_grpc,
     cluster_pb2,
+    config_pb2,
     group_pb2,
     log_pb2,
     metadata_pb2,
@@ -440,6 +442,56 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     @blocking
     def DescribeLogDirs(self, request: admin_pb2.DescribeLogDirsRequest) -> admin_pb2.DescribeLogDirsResponse:
         return describe_log_dirs(self._broker_id, self._replicas, request)
+
+    def _config_admin(self) -> ConfigAdmin:
+        static = static_broker_configs(self._replicas.log_manager.default_config)
+        return ConfigAdmin(self._zk, broker_id=self._broker_id, static_broker=static)
+
+    @blocking
+    def DescribeConfigs(self, request: config_pb2.DescribeConfigsRequest) -> config_pb2.DescribeConfigsResponse:
+        configs, resp = self._config_admin(), config_pb2.DescribeConfigsResponse()
+        for res in request.resources:
+            result = resp.results.add(resource_type=res.resource_type, resource_name=res.resource_name)
+
+            def describe(res: Any = res, result: Any = result) -> None:
+                if res.resource_type not in set(ResourceType):
+                    raise InvalidRequestError(f"Unsupported resource type {res.resource_type}")
+                keys = list(res.configuration_keys)
+                for e in configs.describe(ResourceType(res.resource_type), res.resource_name, keys):
+                    entry = result.configs.add(
+                        name=e.name, read_only=e.read_only, is_default=e.is_default, config_source=int(e.source)
+                    )
+                    if e.value is not None:
+                        entry.value = e.value
+                    for syn in e.synonyms if request.include_synonyms else ():
+                        s = entry.synonyms.add(name=syn.name, source=int(syn.source))
+                        if syn.value is not None:
+                            s.value = syn.value
+
+            _answer(result, describe)
+        return resp
+
+    @blocking
+    def IncrementalAlterConfigs(
+        self, request: config_pb2.IncrementalAlterConfigsRequest
+    ) -> config_pb2.IncrementalAlterConfigsResponse:
+        configs, resp = self._config_admin(), config_pb2.IncrementalAlterConfigsResponse()
+        for res in request.resources:
+            result = resp.responses.add(resource_type=res.resource_type, resource_name=res.resource_name)
+
+            def alter(res: Any = res) -> None:
+                if res.resource_type not in set(ResourceType):
+                    raise InvalidRequestError(f"Unsupported resource type {res.resource_type}")
+                ops = [
+                    AlterOp(c.name, OpType(c.config_operation), c.value if c.HasField("value") else None)
+                    for c in res.configs
+                ]
+                configs.incremental_alter(
+                    ResourceType(res.resource_type), res.resource_name, ops, validate_only=request.validate_only
+                )
+
+            _answer(result, alter)
+        return resp
 
     @blocking
     def CreatePartitions(self, request: admin_pb2.CreatePartitionsRequest) -> admin_pb2.CreatePartitionsResponse:

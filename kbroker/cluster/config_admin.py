@@ -1,0 +1,362 @@
+"""Describe and incrementally alter topic and broker configs: Kafka's DescribeConfigs /
+IncrementalAlterConfigs over the ZooKeeper config znodes.
+
+Topic configs live in ``/config/topics/<t>``, dynamic broker configs in
+``/config/brokers/<id>`` and ``/config/brokers/<default>``; every accepted change is
+written with :meth:`ZkClient.set_entity_config` (compare-and-set of the znode plus a
+``config_change_`` notification in one transaction; a concurrent change is re-read and
+the operations re-applied, so no update is lost).
+
+Checks, all before anything is written (a refused resource changes nothing):
+
+* a repeated config name, or SET/APPEND/SUBTRACT without a value: INVALID_REQUEST;
+* APPEND/SUBTRACT on a config that is not a list (topics: ``cleanup.policy`` and the
+  throttled-replicas lists; brokers: none): INVALID_REQUEST;
+* topics: the resulting overrides must pass topic creation's validation
+  (:meth:`LogConfig.from_properties`): unknown name or bad value is INVALID_CONFIG;
+  a topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION; DELETE of a config that
+  is not set is allowed;
+* brokers: only :data:`DYNAMIC_BROKER_CONFIGS` may be set (others: INVALID_REQUEST
+  "Cannot update these configs dynamically"); values are checked as ``server.properties``
+  checks them (INVALID_CONFIG).
+
+Precedence of a value (Kafka's): topic override > per-broker dynamic > cluster-default
+dynamic > static (``server.properties`` / flags) > Kafka's default.
+
+Thread-safe: no mutable state (ZooKeeper is the only state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
+from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zkdata import DEFAULT_BROKER_ENTITY, broker_entity
+from kbroker.config import LOG_DEFAULT_KEYS, build_config
+from kbroker.storage.cleaner_manager import CleanerConfig
+from kbroker.storage.log_config import CONFIG_NAMES, LogConfig
+from kclient.errors import (
+    InvalidConfigError,
+    InvalidConfigurationError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
+from kclient.topic_name import validate_topic_name
+
+_LONG_MAX = 2**63 - 1
+
+
+class ResourceType(IntEnum):
+    """Kafka's ConfigResource.Type codes."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+class ConfigSource(IntEnum):
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class OpType(IntEnum):
+    """Kafka's AlterConfigOp.OpType codes."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config as DescribeConfigs reports it; ``synonyms`` highest precedence first."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    synonyms: tuple[Synonym, ...] = ()
+
+    @property
+    def is_default(self) -> bool:
+        return self.source is ConfigSource.DEFAULT_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class AlterOp:
+    name: str
+    op: OpType
+    value: str | None = None
+
+
+LIST_TOPIC_CONFIGS = frozenset(
+    {"cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+)
+"""Topic configs of Kafka's LIST type (APPEND/SUBTRACT apply to those LogConfig has)."""
+
+THROTTLE_RATE_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+DYNAMIC_BROKER_CONFIGS: tuple[str, ...] = (
+    "log.cleaner.threads",
+    "log.cleaner.backoff.ms",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.dedupe.buffer.size",
+    "log.retention.ms",
+    "log.retention.bytes",
+    "log.segment.bytes",
+    "log.roll.ms",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.delete.retention.ms",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+    "message.max.bytes",
+    *THROTTLE_RATE_CONFIGS,
+)
+"""Broker configs Kafka allows to change without a restart and that kbroker has."""
+
+TOPIC_TO_BROKER_KEY = {topic_key: broker_key for broker_key, topic_key in LOG_DEFAULT_KEYS.items()}
+"""Topic config -> its broker-wide default's name (``retention.ms`` -> ``log.retention.ms``)."""
+
+
+def _kafka_broker_defaults() -> dict[str, str]:
+    topic_defaults = LogConfig().to_properties()
+    out = {broker_key: topic_defaults[topic_key] for broker_key, topic_key in LOG_DEFAULT_KEYS.items()}
+    cleaner = CleanerConfig()
+    out.update(
+        {
+            "log.cleaner.threads": str(cleaner.threads),
+            "log.cleaner.backoff.ms": str(cleaner.backoff_ms),
+            "log.cleaner.dedupe.buffer.size": str(cleaner.dedupe_buffer_size),
+            "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308",  # Double.MAX_VALUE
+        }
+    )
+    out.update({k: str(_LONG_MAX) for k in THROTTLE_RATE_CONFIGS})
+    return out
+
+
+KAFKA_BROKER_DEFAULTS = _kafka_broker_defaults()
+"""Kafka's default of every broker config this module reports."""
+
+
+def static_broker_configs(log_defaults: LogConfig) -> dict[str, str]:
+    """The broker-key form of a broker's static log defaults, where they differ from Kafka's."""
+    kafka = LogConfig().to_properties()
+    return {
+        TOPIC_TO_BROKER_KEY[k]: v
+        for k, v in log_defaults.to_properties().items()
+        if k in TOPIC_TO_BROKER_KEY and kafka[k] != v
+    }
+
+
+def validate_broker_config(key: str, value: str) -> None:
+    """INVALID_REQUEST if ``key`` cannot change dynamically; INVALID_CONFIG for a bad value."""
+    if key not in DYNAMIC_BROKER_CONFIGS:
+        raise InvalidRequestError(f"Cannot update these configs dynamically: [{key}]")
+    if key in THROTTLE_RATE_CONFIGS:
+        try:
+            rate = int(value.strip())
+        except ValueError:
+            raise InvalidConfigurationError(
+                f"Invalid value {value!r} for configuration {key}: not an integer"
+            ) from None
+        if not 0 <= rate <= _LONG_MAX:
+            raise InvalidConfigurationError(f"Invalid value {value!r} for configuration {key}: must be at least 0")
+        return
+    topic_key = LOG_DEFAULT_KEYS.get(key)
+    if topic_key is not None:
+        try:
+            LogConfig.from_properties({topic_key: value})
+        except InvalidConfigurationError as exc:
+            raise InvalidConfigurationError(
+                exc.message.replace(f"configuration {topic_key}:", f"configuration {key}:")
+            ) from None
+        return
+    try:
+        build_config({"broker.id": "0", "zookeeper.connect": "localhost:2181", "log.dirs": "/", key: value})
+    except InvalidConfigError as exc:
+        raise InvalidConfigurationError(f"Invalid value {value!r} for configuration {exc!s}") from None
+
+
+def broker_name(name: str) -> int | None:
+    """A BROKER resource name as a broker id, ``None`` for the cluster default ("" or ``<default>``)."""
+    return None if name == "" else broker_entity(name)
+
+
+def _entity_name(broker: int | None) -> str:
+    return DEFAULT_BROKER_ENTITY if broker is None else str(broker)
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def apply_ops(
+    current: Mapping[str, str], ops: Iterable[AlterOp], list_configs: frozenset[str], defaults: Mapping[str, str]
+) -> dict[str, str]:
+    """``current`` with ``ops`` applied (Kafka's prepareIncrementalConfigs).
+
+    APPEND/SUBTRACT start from the current value, else from ``defaults``; INVALID_REQUEST
+    for a repeated name, a missing value, or APPEND/SUBTRACT on a non-list config.
+    """
+    ops = list(ops)
+    names = [op.name for op in ops]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError("Error due to duplicate config keys")
+    out = dict(current)
+    for op in ops:
+        if op.op is not OpType.DELETE and op.value is None:
+            raise InvalidRequestError(f"Config value of {op.name} is missing for operation {op.op.name}")
+        if op.op in (OpType.APPEND, OpType.SUBTRACT) and op.name not in list_configs:
+            verb = "append" if op.op is OpType.APPEND else "subtract"
+            raise InvalidRequestError(f"Config value {verb} is not allowed for config key: {op.name}")
+        if op.op is OpType.SET:
+            assert op.value is not None
+            out[op.name] = op.value
+        elif op.op is OpType.DELETE:
+            out.pop(op.name, None)
+        else:
+            assert op.value is not None
+            old = _items(out.get(op.name, defaults.get(op.name, "")))
+            given = _items(op.value)
+            if op.op is OpType.APPEND:
+                new = old + [item for item in given if item not in old]
+            else:
+                new = [item for item in old if item not in given]
+            out[op.name] = ",".join(new)
+    return out
+
+
+class ConfigAdmin:
+    """DescribeConfigs / IncrementalAlterConfigs for one broker (or for ``kctl``).
+
+    ``broker_id``: the answering broker (its static configs are ``static_broker``,
+    broker-key names, e.g. from :func:`static_broker_configs`); they are reported only
+    for that broker's own resource and as the static layer of topic defaults.
+    Thread-safe: no mutable state.
+    """
+
+    def __init__(
+        self, zk: ZkClient, *, broker_id: int | None = None, static_broker: Mapping[str, str] | None = None
+    ) -> None:
+        self._zk = zk
+        self._broker_id = broker_id
+        self._static = dict(static_broker or {})
+
+    # --- describe ----------------------------------------------------------------
+
+    def describe(self, rtype: ResourceType, name: str, keys: Iterable[str] = ()) -> list[ConfigEntry]:
+        """Every config of the resource (or only ``keys``), sorted by name."""
+        wanted = set(keys)
+        if rtype is ResourceType.TOPIC:
+            entries = self._describe_topic(name)
+        elif rtype is ResourceType.BROKER:
+            entries = self._describe_broker(broker_name(name))
+        else:
+            raise InvalidRequestError(f"Unsupported resource type {rtype}")
+        return [e for e in sorted(entries, key=lambda e: e.name) if not wanted or e.name in wanted]
+
+    def _broker_layers(self, broker: int | None) -> list[tuple[ConfigSource, dict[str, str]]]:
+        """The broker-key value layers for ``broker``, highest precedence first."""
+        layers: list[tuple[ConfigSource, dict[str, str]]] = []
+        if broker is not None:
+            layers.append((ConfigSource.DYNAMIC_BROKER_CONFIG, self._zk.entity_config("brokers", str(broker))[0]))
+        layers.append(
+            (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, self._zk.entity_config("brokers", DEFAULT_BROKER_ENTITY)[0])
+        )
+        if broker is not None and broker == self._broker_id:
+            layers.append((ConfigSource.STATIC_BROKER_CONFIG, self._static))
+        layers.append((ConfigSource.DEFAULT_CONFIG, KAFKA_BROKER_DEFAULTS))
+        return layers
+
+    def _describe_topic(self, topic: str) -> list[ConfigEntry]:
+        validate_topic_name(topic)
+        if not self._zk.topic_exists(topic):
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        overrides = self._zk.entity_config("topics", topic)[0]
+        layers = self._broker_layers(self._broker_id)
+        kafka_topic = LogConfig().to_properties()
+        out = []
+        for key in sorted(set(CONFIG_NAMES.values()) | set(overrides)):
+            synonyms: list[Synonym] = []
+            if key in overrides:
+                synonyms.append(Synonym(key, overrides[key], ConfigSource.TOPIC_CONFIG))
+            broker_key = TOPIC_TO_BROKER_KEY.get(key)
+            for source, values in layers:
+                if source is ConfigSource.DEFAULT_CONFIG:
+                    if key in kafka_topic:
+                        synonyms.append(Synonym(broker_key or key, kafka_topic[key], source))
+                elif broker_key is not None and broker_key in values:
+                    synonyms.append(Synonym(broker_key, values[broker_key], source))
+            first = synonyms[0] if synonyms else Synonym(key, None, ConfigSource.DEFAULT_CONFIG)
+            out.append(ConfigEntry(key, first.value, first.source, False, tuple(synonyms)))
+        return out
+
+    def _describe_broker(self, broker: int | None) -> list[ConfigEntry]:
+        layers = self._broker_layers(broker)
+        if broker is None:
+            keys = set(layers[0][1])  # only what the cluster default sets, as Kafka
+        else:
+            keys = set(DYNAMIC_BROKER_CONFIGS)
+            for _, values in layers:
+                keys |= set(values)
+        out = []
+        for key in keys:
+            synonyms = tuple(Synonym(key, values[key], source) for source, values in layers if key in values)
+            first = synonyms[0] if synonyms else Synonym(key, None, ConfigSource.DEFAULT_CONFIG)
+            out.append(ConfigEntry(key, first.value, first.source, key not in DYNAMIC_BROKER_CONFIGS, synonyms))
+        return out
+
+    # --- alter -------------------------------------------------------------------
+
+    def incremental_alter(
+        self, rtype: ResourceType, name: str, ops: Iterable[AlterOp], *, validate_only: bool = False
+    ) -> None:
+        """Apply ``ops`` to the resource's stored config, or raise (writing nothing)."""
+        ops = list(ops)
+        if rtype is ResourceType.TOPIC:
+            validate_topic_name(name)
+            entity_type, entity = "topics", name
+        elif rtype is ResourceType.BROKER:
+            entity_type, entity = "brokers", _entity_name(broker_name(name))
+        else:
+            raise InvalidRequestError(f"Unsupported resource type {rtype}")
+        while True:
+            if entity_type == "topics" and not self._zk.topic_exists(name):
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            current, version = self._zk.entity_config(entity_type, entity)
+            new = self._prepare(entity_type, current, ops)
+            if validate_only or new == current:
+                return
+            try:
+                self._zk.set_entity_config(entity_type, entity, new, version)
+                return
+            except (BadVersionError, NodeExistsError):
+                continue  # changed meanwhile: re-apply the operations to the new content
+
+    def _prepare(self, entity_type: str, current: dict[str, str], ops: list[AlterOp]) -> dict[str, str]:
+        if entity_type == "topics":
+            defaults = LogConfig.from_properties(
+                {LOG_DEFAULT_KEYS[k]: v for k, v in self._static.items() if k in LOG_DEFAULT_KEYS}
+            ).to_properties()
+            new = apply_ops(current, ops, LIST_TOPIC_CONFIGS & set(CONFIG_NAMES.values()), defaults)
+            LogConfig.from_properties(new)  # topic creation's validation: INVALID_CONFIG
+            return new
+        new = apply_ops(current, ops, frozenset(), KAFKA_BROKER_DEFAULTS)
+        for op in ops:
+            if op.op is not OpType.DELETE:
+                validate_broker_config(op.name, new[op.name])
+        return new
