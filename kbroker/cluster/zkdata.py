@@ -299,6 +299,11 @@ class TopicZNode:
         removing = self.removing.get(partition, [])
         return [r for r in self.partitions[partition] if r not in removing]
 
+    def origin(self, partition: int) -> list[int]:
+        """The replicas the partition had before its move (its replica set when idle)."""
+        adding = self.adding.get(partition, [])
+        return [r for r in self.partitions[partition] if r not in adding]
+
 
 def _encode_parts(parts: Assignment, *, keep_empty: bool = True) -> dict[str, list[int]]:
     return {str(p): [int(b) for b in rs] for p, rs in sorted(parts.items()) if rs or keep_empty}
