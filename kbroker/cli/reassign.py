@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kbroker.cli.common import CliError, UsageError, check_zookeeper
-from kbroker.cluster.replica_plan import propose_reassignment
+from kbroker.cluster.replica_plan import plan_decommission, propose_reassignment
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import REASSIGN_PARTITIONS, TopicZNode
+from kclient.errors import KafkaError
 
 TopicPartition = tuple[str, int]
 Plan = dict[TopicPartition, list[int]]
@@ -298,5 +300,54 @@ def reassign(args: argparse.Namespace) -> int:
             else:
                 cancel(zk, plan)
         return 0
+    finally:
+        zk.close()
+
+
+def _holding(znodes: Mapping[str, TopicZNode], broker: int) -> Plan:
+    return {(t, p): list(rs) for t, z in znodes.items() for p, rs in z.partitions.items() if broker in rs}
+
+
+def decommission_broker(connect: str, broker: int, *, dry_run: bool, wait: bool, timeout_s: float) -> int:
+    """``kctl brokers decommission``: see :mod:`kbroker.cli.brokers`."""
+    zk = ZkClient(check_zookeeper(connect))
+    zk.start(timeout_s=10)
+    try:
+        deadline = time.monotonic() + timeout_s
+        announced = False
+        while True:
+            znodes = zk.all_topic_znodes()
+            moving = _moving(znodes, zk)
+            held = _holding(znodes, broker)
+            if not held and not moving:
+                print(f"Broker {broker} holds no partition replicas; it can be stopped.")
+                return 0
+            if not moving:
+                live = {b: info.rack for b, info in zk.live_brokers().items()}
+                try:
+                    everything = {(t, p): list(rs) for t, z in znodes.items() for p, rs in z.partitions.items()}
+                    plan = plan_decommission(everything, broker, live)
+                except KafkaError as exc:
+                    raise CliError(f"cannot decommission broker {broker}: {exc.message}") from None
+                print("Current partition replica assignment")
+                print(to_json(held))
+                print()
+                print("Proposed partition reassignment configuration")
+                print(to_json(plan))
+                if dry_run:
+                    return 0
+                zk.create_reassignment_request(plan)
+                print(f"Started {len(plan)} partition reassignment(s) off broker {broker}")
+                if not wait:
+                    return 0
+            elif not announced:
+                print(f"Waiting for {len(moving)} partition reassignment(s)")
+                announced = True
+            if time.monotonic() > deadline:
+                raise CliError(
+                    f"broker {broker} still holds {len(held)} partition replica(s) after {timeout_s:.0f} s; "
+                    "the moves go on (see partitions reassign --list)"
+                )
+            time.sleep(0.5)
     finally:
         zk.close()
