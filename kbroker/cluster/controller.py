@@ -20,6 +20,12 @@ The controller reacts to:
   returns. A partition whose in-sync replicas this controller has not yet seen alive
   (a cluster starting up) is logged at INFO; losing the last in-sync replica that was
   alive is an ERROR.
+* partition reassignment (:mod:`kbroker.cluster.reassignment`): the request znode
+  ``/admin/reassign_partitions`` (created or changed) and :meth:`alter_partition_reassignments`
+  start, replace or cancel moves (step U); a move completes (step B) when its target is in
+  sync, checked on each reassigning partition's state change, on membership changes and
+  every ``REASSIGN_TICK_S`` while anything moves. A new controller resumes from the topic
+  znodes. Preferred-leader elections skip moving partitions.
 * controlled shutdown (KIP-380): the request names the broker's epoch, the czxid of its
   current ``/brokers/ids/<id>``; a missing or stale one is refused
   (StaleBrokerEpochError). The broker counts as shutting down only while that very
@@ -49,18 +55,75 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import replace
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, SessionExpiredError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.reassignment import Moves, ReassignmentManager
 from kbroker.cluster.zk_client import ControllerMovedError, ZkClient
-from kbroker.cluster.zkdata import Assignment, LeaderAndIsr
-from kclient.errors import BrokerNotAvailableError, RequestTimedOutError, StaleBrokerEpochError
+from kbroker.cluster.zkdata import Assignment, LeaderAndIsr, Reassignment, TopicZNode
+from kclient.errors import (
+    BrokerNotAvailableError,
+    KafkaError,
+    RequestTimedOutError,
+    StaleBrokerEpochError,
+)
 
 log = logging.getLogger(__name__)
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
+REASSIGN_TICK_S = 5.0  # while a move is under way, try to complete it at least this often
+
+TP = tuple[str, int]
+
+
+class _ZkReassignmentStore:
+    """ZkClient as a :class:`~kbroker.cluster.reassignment.ReassignmentStore`, every step
+    fenced by this controller's ``/controller_epoch`` version."""
+
+    def __init__(self, zk: ZkClient, epoch_zk_version: int) -> None:
+        self._zk = zk
+        self._epoch_zk_version = epoch_zk_version
+
+    def topics(self) -> list[str]:
+        return self._zk.topics()
+
+    def topics_pending_deletion(self) -> list[str]:
+        return self._zk.topics_pending_deletion()
+
+    def topic_znode(self, topic: str) -> tuple[TopicZNode, int] | None:
+        return self._zk.topic_znode(topic)
+
+    def partition_state(self, topic: str, partition: int) -> LeaderAndIsr | None:
+        return self._zk.partition_state(topic, partition)
+
+    def reassignment_request(self) -> tuple[Reassignment, int] | None:
+        try:
+            return self._zk.reassignment_request()
+        except KafkaError:  # malformed JSON: nothing in it can be carried out
+            log.error("%s is malformed; deleting it", zkdata.REASSIGN_PARTITIONS)
+            try:
+                self._zk.kazoo.delete(zkdata.REASSIGN_PARTITIONS)
+            except NoNodeError:
+                pass
+            return None
+
+    def set_reassignment_request(self, parts: Reassignment, version: int) -> int:
+        return self._zk.set_reassignment_request(parts, version)
+
+    def delete_reassignment_request(self, version: int) -> None:
+        self._zk.kazoo.delete(zkdata.REASSIGN_PARTITIONS, version=version)
+
+    def commit_reassignment_step(
+        self,
+        topic: str,
+        znode: TopicZNode,
+        topic_version: int,
+        states: dict[int, LeaderAndIsr],
+        request: tuple[Reassignment | None, int] | None = None,
+    ) -> int:
+        return self._zk.commit_reassignment_step(self._epoch_zk_version, topic, znode, topic_version, states, request)
 
 
 class Controller:
@@ -92,6 +155,9 @@ class Controller:
         self._shutting_down: dict[int, int] = {}  # broker id -> registration epoch (czxid)
         self._seen: set[int] = set()  # brokers seen alive since this controller was elected
         self._suspended = False
+        self._reassign = ReassignmentManager(_ZkReassignmentStore(zk, -1), 0)
+        self._moving: set[TP] = set()  # reassigning partitions (state watches armed)
+        self._next_reassign_tick = 0.0
 
     @property
     def is_active(self) -> bool:
@@ -105,6 +171,7 @@ class Controller:
         ChildrenWatch(self._zk.kazoo, zkdata.BROKER_TOPICS, self._enqueue_on_change("topics"))
         ChildrenWatch(self._zk.kazoo, zkdata.DELETE_TOPICS, self._enqueue_on_change("deletions"))
         DataWatch(self._zk.kazoo, zkdata.PREFERRED_REPLICA_ELECTION, self._preferred_changed)
+        DataWatch(self._zk.kazoo, zkdata.REASSIGN_PARTITIONS, self._reassign_changed)
 
     def stop(self) -> None:
         self._stopped = True
@@ -157,6 +224,20 @@ class Controller:
             self._events.put(("elect_preferred", self._generation, zkdata.decode_preferred_election(data), "znode"))
         return True
 
+    def _reassign_changed(self, data: bytes | None, _stat: Any) -> bool:
+        if self._stopped:
+            return False
+        if data is not None:
+            self._events.put(("reassign_znode", self._generation))
+        return True
+
+    def _state_watch(self, event: WatchedEvent) -> None:
+        """A reassigning partition's state znode changed (e.g. its ISR grew): try step B."""
+        if self._stopped or event.type == EventType.NONE or not event.path:
+            return
+        parts = event.path.split("/")  # /brokers/topics/<t>/partitions/<p>/state
+        self._events.put(("isr", self._generation, zkdata.decode_segment(parts[-4]), int(parts[-2])))
+
     def _topic_watch(self, event: WatchedEvent) -> None:
         """The one callback of every topic znode's plain watch (kazoo's callback thread)."""
         if self._stopped or event.type == EventType.NONE or not event.path:
@@ -176,6 +257,8 @@ class Controller:
                 if self._active and self._auto_rebalance and time.monotonic() >= self._next_rebalance:
                     self._next_rebalance = time.monotonic() + self._rebalance_interval_s
                     event = ("elect_preferred", self._generation, None, None)
+                elif self._active and self._moving and time.monotonic() >= self._next_reassign_tick:
+                    event = ("reassign_tick", self._generation)
                 else:
                     continue
             if event is None:
@@ -191,7 +274,7 @@ class Controller:
                     log.warning("controller event %s: ZooKeeper unreachable (%r); retrying in 1 s", event[0], exc)
                 else:
                     log.exception("controller event %s failed; retrying in 1 s", event[0])
-                if event[0] != "controlled_shutdown" and not self._stopped:
+                if event[0] not in ("controlled_shutdown", "reassign_api") and not self._stopped:
                     retry = threading.Timer(1.0, self._events.put, args=(event,))
                     retry.daemon = True
                     retry.start()
@@ -220,10 +303,21 @@ class Controller:
                 except Exception as exc:
                     fut.set_exception(exc)
             return
+        if kind == "reassign_api":
+            self._reassign_api(event[1], event[2], event[3])
+            return
         if not self._active or event[1] != self._generation:
             return
         if kind == "brokers":
             self._on_brokers()
+            self._complete_moves(None)
+        elif kind == "reassign_znode":
+            self._reassign.process_request(self._live())
+            self._complete_moves(None)
+        elif kind == "reassign_tick":
+            self._complete_moves(None)
+        elif kind == "isr":
+            self._complete_moves([(event[2], event[3])])
         elif kind == "topics":
             self._on_topics()
         elif kind == "topic":
@@ -237,7 +331,9 @@ class Controller:
             self._topics = set()
             self._on_topics()
             self._on_brokers()
+            self._moving = set()  # kazoo forgot the plain state watches: re-arm them
             self._events.put(("deletions", self._generation))
+            self._events.put(("reassign_znode", self._generation))
         elif kind == "elect_preferred":
             self._elect_preferred(event[2])
             if event[3] == "znode":
@@ -260,8 +356,12 @@ class Controller:
         self._active = True
         self._topics = set()
         self._seen = set()
+        self._reassign = ReassignmentManager(_ZkReassignmentStore(self._zk, self._epoch_zk_version), self.epoch)
+        self._moving = set()
         log.info("broker %d: elected controller, epoch %d", self.broker_id, self.epoch)
-        for kind in ("brokers", "topics", "deletions"):
+        # "reassign_znode" starts what the request asks and resumes (step B) what a previous
+        # controller started: the progress is in the topic znodes.
+        for kind in ("brokers", "topics", "deletions", "reassign_znode"):
             self._events.put((kind, self._generation))
 
     # --- topic and partition state -------------------------------------------------
@@ -319,6 +419,8 @@ class Controller:
     def _delete_topic(self, topic: str) -> None:
         self._zk.delete_topic_znodes(topic, self._epoch_zk_version)
         self._topics.discard(topic)
+        self._moving = {tp for tp in self._moving if tp[0] != topic}
+        self._reassign.drop_topic(topic)
         log.info("topic %s deleted", topic)
 
     def _on_brokers(self) -> None:
@@ -385,12 +487,14 @@ class Controller:
     def _elect_preferred(self, partitions: list[tuple[str, int]] | None) -> None:
         live = self._live()
         for topic in self._zk.topics():
-            found = self._zk.topic_assignment(topic)
+            found = self._zk.topic_znode(topic)
             if found is None:
                 continue
-            for p, replicas in sorted(found[0].items()):
+            for p, replicas in sorted(found[0].partitions.items()):
                 if partitions is not None and (topic, p) not in partitions:
                     continue
+                if found[0].reassigning(p):
+                    continue  # as Kafka: a moving partition's leadership is the move's business
                 state = self._zk.partition_state(topic, p)
                 if state is None or not replicas:
                     continue
@@ -401,6 +505,72 @@ class Controller:
     def request_preferred_election(self, partitions: list[tuple[str, int]] | None = None) -> None:
         """Move leadership back to each partition's first replica where it is in sync."""
         self._events.put(("elect_preferred", self._generation, partitions, None))
+
+    # --- reassignment ----------------------------------------------------------------
+
+    def _complete_moves(self, tps: list[TP] | None) -> None:
+        """Try step B (all reassigning partitions, or ``tps``) and keep state watches on the rest."""
+        self._next_reassign_tick = time.monotonic() + REASSIGN_TICK_S
+        ongoing = set(self._reassign.ongoing(tps))
+        for topic, p in sorted(ongoing - self._moving if tps is None else ongoing):
+            # Armed before reading the state (no change slips between); re-armed on each
+            # "isr" event, since plain watches fire once (kazoo keeps one per callback).
+            self._zk.kazoo.exists(zkdata.partition_state_path(topic, p), watch=self._state_watch)
+        done = set(self._reassign.try_complete(self._live(), tps))
+        if tps is None:
+            self._moving = ongoing - done
+        else:
+            self._moving = (self._moving - set(tps)) | (ongoing - done)
+
+    def alter_partition_reassignments(
+        self, targets: dict[TP, list[int] | None], timeout_s: float = 60.0
+    ) -> dict[TP, KafkaError | None]:
+        """Start, replace (a replica list) or cancel (None) partition moves; per partition its error or None.
+
+        Returns once the moves are started (written to ZooKeeper), not when they finish, as
+        Kafka. Errors: UnknownTopicOrPartitionError, InvalidReplicaAssignmentError (empty,
+        duplicate or negative ids, an added broker not alive, or no in-sync replica left by a
+        replacement), NoReassignmentInProgressError (cancel of a partition not moving).
+        ControllerMovedError (a NotControllerError) when this broker is not the controller;
+        RequestTimedOutError after ``timeout_s``.
+        """
+        fut: Future[dict[TP, KafkaError | None]] = Future()
+        self._events.put(("reassign_api", "alter", dict(targets), fut))
+        return self._await(fut, timeout_s, "partition reassignment")
+
+    def list_partition_reassignments(
+        self, tps: list[TP] | None = None, timeout_s: float = 60.0
+    ) -> dict[TP, tuple[list[int], list[int], list[int]]]:
+        """Ongoing moves (of ``tps``, or all): (replicas, adding, removing) per partition."""
+        fut: Future[dict[TP, tuple[list[int], list[int], list[int]]]] = Future()
+        self._events.put(("reassign_api", "list", tps, fut))
+        return self._await(fut, timeout_s, "listing partition reassignments")
+
+    @staticmethod
+    def _await(fut: Future[Any], timeout_s: float, what: str) -> Any:
+        try:
+            return fut.result(timeout_s)
+        except FutureTimeoutError:
+            raise RequestTimedOutError(f"{what} took over {timeout_s} s") from None
+
+    def _reassign_api(self, op: str, arg: Any, fut: Future[Any]) -> None:
+        if not self._active:
+            fut.set_exception(ControllerMovedError(f"broker {self.broker_id} is not the controller"))
+            return
+        try:
+            if op == "alter":
+                try:
+                    result: Any = self._reassign.alter(arg, self._live())
+                except BadVersionError:  # a znode changed under us: re-read once (steps are idempotent)
+                    result = self._reassign.alter(arg, self._live())
+                self._complete_moves(None)
+            else:
+                ongoing: dict[TP, Moves] = self._reassign.ongoing(arg)
+                result = {tp: (m.replicas, m.adding, m.removing) for tp, m in ongoing.items()}
+        except Exception as exc:
+            fut.set_exception(exc)
+            return
+        fut.set_result(result)
 
     # --- controlled shutdown -------------------------------------------------------
 
