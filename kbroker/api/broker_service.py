@@ -476,12 +476,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: config_pb2.IncrementalAlterConfigsRequest
     ) -> config_pb2.IncrementalAlterConfigsResponse:
         configs, resp = self._config_admin(), config_pb2.IncrementalAlterConfigsResponse()
+        seen = Counter((r.resource_type, r.resource_name) for r in request.resources)
         for res in request.resources:
             result = resp.responses.add(resource_type=res.resource_type, resource_name=res.resource_name)
 
             def alter(res: Any = res) -> None:
+                if seen[(res.resource_type, res.resource_name)] > 1:
+                    raise InvalidRequestError("Duplicate resources in request are not allowed")
                 if res.resource_type not in set(ResourceType):
                     raise InvalidRequestError(f"Unsupported resource type {res.resource_type}")
+                unknown = [c.name for c in res.configs if c.config_operation not in set(OpType)]
+                if unknown:
+                    raise InvalidRequestError(f"Unknown config operation for {unknown[0]}")
                 ops = [
                     AlterOp(c.name, OpType(c.config_operation), c.value if c.HasField("value") else None)
                     for c in res.configs

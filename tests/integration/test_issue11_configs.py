@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+import grpc
 import pytest
 
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, NewTopic
 from kclient.errors import InvalidConfigurationError, InvalidRequestError, UnknownTopicOrPartitionError
-from kclient.proto.kbroker.v1 import config_pb2
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, config_pb2
 from tests.integration.test_kctl import conn, fails, kctl, ok
 
 pytestmark = pytest.mark.integration
@@ -30,7 +31,7 @@ def zk(zk_connect: str) -> Iterator[ZkClient]:
 
 
 def _changes(zk: ZkClient) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     for child in zk.config_changes():
         found = zk.config_change(child)
         if found is not None:
@@ -247,3 +248,51 @@ def test_kctl_configs(cluster: LocalCluster, mode: str) -> None:
             "Configs for brokers '<default>' are log.retention.ms=1000\n"
         )
     fails(kctl(brokers, "--entity-name 0 --add-config num.partitions=3"), mentions="dynamically")
+
+
+def test_raw_requests_refuse_duplicates_unknown_types_and_ops(cluster: LocalCluster, zk: ZkClient) -> None:
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic("raw", 1, 1)])
+    with grpc.insecure_channel(cluster.bootstrap.split(",")[0]) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        req = config_pb2.IncrementalAlterConfigsRequest()
+        for _ in range(2):
+            r = req.resources.add(resource_type=TOPIC, resource_name="raw")
+            r.configs.add(name="retention.ms", value="1")
+        r = req.resources.add(resource_type=3, resource_name="raw")
+        r = req.resources.add(resource_type=BROKER, resource_name="0")
+        r.configs.add(name="log.retention.ms", config_operation=9, value="1")
+        r = req.resources.add(resource_type=BROKER, resource_name="one")
+        resp = stub.IncrementalAlterConfigs(req, timeout=30)
+        assert [(x.error_code, x.resource_name) for x in resp.responses] == [
+            (InvalidRequestError.errno, "raw"),
+            (InvalidRequestError.errno, "raw"),
+            (InvalidRequestError.errno, "raw"),
+            (InvalidRequestError.errno, "0"),
+            (InvalidRequestError.errno, "one"),
+        ]
+        assert "Duplicate resources" in resp.responses[0].error_message
+        assert "Unknown config operation" in resp.responses[3].error_message
+        assert zk.entity_config("topics", "raw")[0] == {}
+        assert zk.entity_config("brokers", "0") == ({}, -1)
+        # Unset operation = SET; the answer keeps the request's order.
+        req = config_pb2.IncrementalAlterConfigsRequest()
+        req.resources.add(resource_type=TOPIC, resource_name="raw").configs.add(name="retention.ms", value="7")
+        req.resources.add(resource_type=TOPIC, resource_name="gone").configs.add(name="retention.ms", value="7")
+        resp = stub.IncrementalAlterConfigs(req, timeout=30)
+        assert [x.error_code for x in resp.responses] == [0, UnknownTopicOrPartitionError.errno]
+        assert zk.entity_config("topics", "raw")[0] == {"retention.ms": "7"}
+        d = stub.DescribeConfigs(
+            config_pb2.DescribeConfigsRequest(
+                resources=[
+                    config_pb2.DescribeConfigsResource(
+                        resource_type=TOPIC, resource_name="raw", configuration_keys=["retention.ms"]
+                    ),
+                    config_pb2.DescribeConfigsResource(resource_type=0, resource_name="raw"),  # type: ignore[arg-type]
+                ]
+            ),
+            timeout=30,
+        )
+        assert [(c.name, c.value) for c in d.results[0].configs] == [("retention.ms", "7")]
+        assert list(d.results[0].configs[0].synonyms) == []  # include_synonyms unset = false
+        assert d.results[1].error_code == InvalidRequestError.errno

@@ -10,6 +10,7 @@ from kbroker.cli.configs import parse_add_config
 from kbroker.cluster.config_admin import (
     AlterOp,
     ConfigAdmin,
+    ConfigEntry,
     ConfigSource,
     OpType,
     ResourceType,
@@ -204,7 +205,7 @@ def test_broker_name_must_be_an_id_or_default() -> None:
 # --- describe sources -------------------------------------------------------------------
 
 
-def _by_name(entries: list) -> dict:  # type: ignore[type-arg]
+def _by_name(entries: list[ConfigEntry]) -> dict[str, ConfigEntry]:
     return {e.name: e for e in entries}
 
 
