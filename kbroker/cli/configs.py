@@ -16,7 +16,8 @@ Over ``--zookeeper`` (the znodes, validated the same way)::
     Configs for topic 't' are retention.ms=1000,cleanup.policy=compact
     Completed updating config for entity: topic 't'.
 
-``--add-config k=v,k2=[a,b]`` (brackets hold a list value's commas), ``--delete-config
+``--describe`` without ``--entity-name`` describes every topic, or every live broker
+and then the cluster default. ``--add-config k=v,k2=[a,b]`` (brackets hold a list value's commas), ``--delete-config
 k1,k2``: deleting a config that is not set is refused, as Kafka's tool does
 (``Invalid config(s): k``, exit 1).
 """
@@ -87,20 +88,24 @@ def parse_add_config(text: str) -> dict[str, str]:
     return out
 
 
-def _entity(args: argparse.Namespace) -> tuple[ResourceType, str]:
-    if args.entity_type == "topics":
-        if args.entity_default:
-            raise UsageError("--entity-default applies to --entity-type brokers only")
-        if not args.entity_name:
-            raise UsageError("--entity-type topics needs --entity-name")
-        return ResourceType.TOPIC, args.entity_name
-    if args.entity_default == bool(args.entity_name):
-        raise UsageError("--entity-type brokers needs exactly one of --entity-name or --entity-default")
+def _entity(args: argparse.Namespace) -> tuple[ResourceType, str | None]:
+    """(type, name); name "" = the brokers' cluster default, None = every entity (--describe only)."""
+    rtype = ResourceType.TOPIC if args.entity_type == "topics" else ResourceType.BROKER
+    if args.entity_default and rtype is ResourceType.TOPIC:
+        raise UsageError("--entity-default applies to --entity-type brokers only")
+    if args.entity_default and args.entity_name:
+        raise UsageError("give --entity-name or --entity-default, not both")
     if args.entity_default:
-        return ResourceType.BROKER, ""
-    if not args.entity_name.isdigit():
+        return rtype, ""
+    if not args.entity_name:
+        if args.alter:
+            raise UsageError(
+                f"--alter needs --entity-name{' or --entity-default' if rtype is ResourceType.BROKER else ''}"
+            )
+        return rtype, None
+    if rtype is ResourceType.BROKER and not args.entity_name.isdigit():
         raise UsageError(f"--entity-name of a broker is its id, got {args.entity_name!r}")
-    return ResourceType.BROKER, args.entity_name
+    return rtype, args.entity_name
 
 
 def _changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
@@ -142,11 +147,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"give exactly one of --zookeeper or --bootstrap-server ({which} given)")
     if bootstrap is not None:
         with AdminClient(check_bootstrap(bootstrap)) as admin:
-            return _over_grpc(admin, rtype, name, changes, args.all)
+            if name is not None:
+                return _over_grpc(admin, rtype, name, changes, args.all)
+            if rtype is ResourceType.TOPIC:
+                names = admin.list_topics()
+            else:  # as Kafka: every broker, then the cluster default
+                names = [str(b.node_id) for b in admin.describe_cluster()[0]] + [""]
+            for each in names:
+                _over_grpc(admin, rtype, each, None, args.all)
+            return 0
     assert zookeeper is not None
     zk = _connect(check_zookeeper(zookeeper))
     try:
-        return _over_zookeeper(ConfigAdmin(zk), rtype, name, changes)
+        if name is not None:
+            return _over_zookeeper(ConfigAdmin(zk), rtype, name, changes)
+        names = zk.topics() if rtype is ResourceType.TOPIC else [str(b) for b in sorted(zk.live_brokers())] + [""]
+        for each in names:
+            _over_zookeeper(ConfigAdmin(zk), rtype, each, None)
+        return 0
     finally:
         zk.close()
 
@@ -180,9 +198,7 @@ def _over_grpc(
         return 0
     adds, deletes = changes
     _check_deletes(deletes, {k for k, e in entries.items() if e.config_source == dynamic})
-    admin.incremental_alter_configs(
-        {resource: [(op.name, int(op.op), op.value) for op in _ops(adds, deletes)]}
-    )
+    admin.incremental_alter_configs({resource: [(op.name, int(op.op), op.value) for op in _ops(adds, deletes)]})
     if name == "" and rtype is ResourceType.BROKER:
         print("Completed updating default config for brokers in the cluster.")
     else:

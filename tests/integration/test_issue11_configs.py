@@ -212,7 +212,10 @@ def test_kctl_configs(cluster: LocalCluster, mode: str) -> None:
     # Usage errors: exit 2.
     fails(kctl(alter, "--add-config retention.ms"), code=2, mentions="key=val")
     fails(kctl(alter), code=2, mentions="--add-config")
-    fails(kctl(f"configs {c} --describe --entity-type brokers"), code=2, mentions="--entity-default")
+    fails(
+        kctl(f"configs {c} --alter --entity-type brokers --add-config log.retention.ms=1"), code=2, mentions="--entity"
+    )
+    fails(kctl(f"configs {c} --describe --entity-type brokers --entity-name x"), code=2, mentions="broker is its id")
     fails(kctl(f"configs {c} --describe --entity-type topics --entity-name kc --entity-default"), code=2)
     fails(kctl("configs --describe --entity-type topics --entity-name kc"), code=2, mentions="neither")
 
@@ -248,6 +251,23 @@ def test_kctl_configs(cluster: LocalCluster, mode: str) -> None:
             "Configs for brokers '<default>' are log.retention.ms=1000\n"
         )
     fails(kctl(brokers, "--entity-name 0 --add-config num.partitions=3"), mentions="dynamically")
+
+    # Without --entity-name: every entity (brokers: each broker, then the cluster default).
+    every = ok(kctl(f"configs {c} --describe --entity-type brokers")).splitlines()
+    topics = ok(kctl(f"configs {c} --describe --entity-type topics")).splitlines()
+    if mode == "bootstrap":
+        assert [line for line in every if not line.startswith("  ")] == [
+            "Dynamic configs for broker 0 are:",
+            "Default configs for brokers in the cluster are:",
+        ]
+        assert len(every) == 4
+        assert topics[0] == "Dynamic configs for topic kc are:" and len(topics) == 2
+    else:
+        assert every == [
+            "Configs for brokers '0' are log.cleaner.threads=2",
+            "Configs for brokers '<default>' are log.retention.ms=1000",
+        ]
+        assert topics == ["Configs for topic 'kc' are cleanup.policy=compact,delete"]
 
 
 def test_raw_requests_refuse_duplicates_unknown_types_and_ops(cluster: LocalCluster, zk: ZkClient) -> None:
