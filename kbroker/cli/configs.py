@@ -13,13 +13,13 @@ Over ``--bootstrap-server`` (DescribeConfigs / IncrementalAlterConfigs)::
 
 Over ``--zookeeper`` (the znodes, validated the same way)::
 
-    Configs for topic 't' are retention.ms=1000,cleanup.policy=compact
+    Configs for topic 't' are cleanup.policy=compact,retention.ms=1000
     Completed updating config for entity: topic 't'.
 
 ``--describe`` without ``--entity-name`` describes every topic, or every live broker
-and then the cluster default. ``--add-config k=v,k2=[a,b]`` (brackets hold a list value's commas), ``--delete-config
-k1,k2``: deleting a config that is not set is refused, as Kafka's tool does
-(``Invalid config(s): k``, exit 1).
+and then the cluster default. ``--add-config k=v,k2=[a,b]`` (brackets hold a list
+value's commas), ``--delete-config k1,k2``: deleting a config that is not set is
+refused, as Kafka's tool does (``Invalid config(s): k``, exit 1).
 """
 
 from __future__ import annotations
