@@ -25,6 +25,7 @@ from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
 from kclient import AdminClient, NewTopic
 from kclient.errors import PreferredLeaderNotAvailableError, UnknownTopicOrPartitionError
+from kclient.proto.kbroker.v1 import config_pb2
 from kclient.topic_name import validate_topic_name
 
 ZK_CONNECT_TIMEOUT_S = 10.0
@@ -308,7 +309,8 @@ class AdminBackend(Backend):
         self._admin.create_partitions({name: total}, validate_only=validate_only)
 
     def alter_config(self, name: str, configs: Mapping[str, str]) -> None:
-        raise UsageError("changing topic configs needs --zookeeper: the gRPC admin API has no AlterConfigs yet")
+        ops = [(k, config_pb2.SET, v) for k, v in configs.items()]
+        self._admin.incremental_alter_configs({(config_pb2.TOPIC, name): ops})
 
     def brokers(self) -> tuple[list[BrokerView], int]:
         brokers, controller, _ = self._admin.describe_cluster()

@@ -224,9 +224,7 @@ def alter_topic(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config, "--config")
     _positive(args.partitions, "--partitions")
     if args.partitions is None and not configs:
-        raise UsageError("give --partitions N (or, with --zookeeper, --config KEY=VALUE)")
-    if configs and args.zookeeper is None:
-        raise UsageError("changing topic configs needs --zookeeper: the gRPC admin API has no AlterConfigs yet")
+        raise UsageError("give --partitions N or --config KEY=VALUE")
     with _backend(args) as backend:
         try:
             if configs and args.partitions is not None:  # both or neither
