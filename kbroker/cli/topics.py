@@ -73,7 +73,7 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     alter.add_argument("--topic", required=True)
     alter.add_argument("--partitions", type=int, help="the new, larger, partition count")
     alter.add_argument(
-        "--config", action="append", default=[], metavar="KEY=VALUE", help="config override to set (--zookeeper only)"
+        "--config", action="append", default=[], metavar="KEY=VALUE", help="config override to set (repeatable)"
     )
     alter.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
     alter.set_defaults(handler=alter_topic)
