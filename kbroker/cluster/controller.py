@@ -383,6 +383,17 @@ class Controller:
             self._arm_topic_watch(topic)
             self._on_topic(topic)
 
+    def set_unclean_default(self, value: bool) -> None:
+        """The broker's ``unclean.leader.election.enable`` changed (a dynamic config).
+
+        Turning it on re-runs elections, so offline partitions whose topics do not override
+        it get an unclean leader at once (Kafka does the same).
+        """
+        turned_on = value and not self._unclean_default
+        self._unclean_default = value
+        if turned_on:
+            self._events.put(("brokers", self._generation))
+
     def _unclean(self, topic: str) -> bool:
         value = self._zk.topic_config(topic).get(UNCLEAN_KEY)
         return self._unclean_default if value is None else value.strip().lower() == "true"
@@ -569,6 +580,8 @@ class Controller:
                 result = {tp: (m.replicas, m.adding, m.removing) for tp, m in ongoing.items()}
         except Exception as exc:
             fut.set_exception(exc)
+            if isinstance(exc, ControllerMovedError):
+                raise  # resign, as for any other event
             return
         fut.set_result(result)
 

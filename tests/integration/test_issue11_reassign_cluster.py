@@ -8,13 +8,22 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.controller import Controller
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from kclient.errors import (
+    InvalidReplicaAssignmentError,
+    NoReassignmentInProgressError,
+    NotControllerError,
+    UnknownTopicOrPartitionError,
+)
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -217,3 +226,91 @@ def test_a_down_target_broker_makes_the_move_wait(cluster_factory: Callable[...,
     wait_until(lambda: finished(zk, "dn", [1, 2]), timeout_s=45, what="the move once broker 2 is back")
     wait_until(lambda: log_dir_gone(cluster, 0, "dn"), what="broker 0's log deleted")
     assert sorted(read_values(cluster.bootstrap, "dn", 50)) == list(range(50))
+
+
+def test_the_controller_api_starts_lists_completes_and_cancels(zk: ZkClient, zk_connect: str) -> None:
+    """Controller.alter/list_partition_reassignments in process; ZooKeeper sessions stand in
+    for brokers and a leader's ISR write stands in for a follower catching up."""
+    sessions = []
+    for b in (0, 1, 2, 3):
+        s = ZkClient(zk_connect)
+        s.start()
+        s.ensure_persistent_paths()
+        s.register_broker(BrokerInfo(b, "127.0.0.1", 9000 + b))
+        sessions.append(s)
+    ctl = Controller(sessions[0], 0, auto_leader_rebalance=False)
+    idle_ctl = Controller(sessions[1], 1, auto_leader_rebalance=False)
+    ctl.start()
+    wait_until(lambda: ctl.is_active, 15, "controller elected")
+    idle_ctl.start()
+    try:
+        zk.create_topic("api", {0: [0, 1], 1: [0, 1]}, {})
+        wait_until(lambda: in_sync(zk, "api", [0, 1]), 15, "state created")
+        with pytest.raises(NotControllerError):
+            idle_ctl.alter_partition_reassignments({("api", 0): [2, 3]})
+        result = ctl.alter_partition_reassignments(
+            {("api", 0): [2, 3], ("api", 1): [1, 1], ("api", 7): [1], ("nope", 0): [1]}
+        )
+        assert result[("api", 0)] is None
+        assert isinstance(result[("api", 1)], InvalidReplicaAssignmentError)
+        assert isinstance(result[("api", 7)], UnknownTopicOrPartitionError)
+        assert isinstance(result[("nope", 0)], UnknownTopicOrPartitionError)
+        assert isinstance(
+            ctl.alter_partition_reassignments({("api", 1): None})[("api", 1)], NoReassignmentInProgressError
+        )
+        assert ctl.list_partition_reassignments() == {("api", 0): ([2, 3, 0, 1], [2, 3], [0, 1])}
+        assert ctl.list_partition_reassignments([("api", 1)]) == {}
+
+        def join(broker: int) -> None:  # the leader adds a caught-up follower (its own CAS)
+            state = zk.partition_state("api", 0)
+            assert state is not None
+            zk.update_partition_state("api", 0, replace(state, isr=[*state.isr, broker]), None)
+
+        join(2)
+        ctl.request_preferred_election()  # 2 is preferred and in sync, but the partition moves
+        ctl.list_partition_reassignments()  # (a barrier: events run in order)
+        assert zk.partition_state("api", 0).leader == 0  # type: ignore[union-attr]
+        join(3)  # the state watch fires: step B
+        wait_until(lambda: finished(zk, "api", [2, 3]), 15, "the move completes")
+        assert ctl.list_partition_reassignments() == {}
+
+        # Cancel through the API restores the original replica set.
+        assert ctl.alter_partition_reassignments({("api", 1): [1, 2]}) == {("api", 1): None}
+        assert moving(zk, "api", 1)
+        assert ctl.alter_partition_reassignments({("api", 1): None}) == {("api", 1): None}
+        found = zk.topic_znode("api")
+        assert found is not None and not found[0].reassigning(1) and set(found[0].partitions[1]) == {0, 1}
+    finally:
+        idle_ctl.stop()
+        ctl.stop()
+        for s in sessions:
+            s.close()
+
+
+def test_turning_unclean_election_on_elects_offline_partitions(zk: ZkClient, zk_connect: str) -> None:
+    sessions: dict[int, ZkClient] = {}
+
+    def register(b: int) -> None:
+        s = ZkClient(zk_connect)
+        s.start()
+        s.ensure_persistent_paths()
+        s.register_broker(BrokerInfo(b, "127.0.0.1", 9000 + b))
+        sessions[b] = s
+
+    register(0)
+    register(1)
+    ctl = Controller(sessions[0], 0, auto_leader_rebalance=False)
+    ctl.start()
+    try:
+        wait_until(lambda: ctl.is_active, 15, "controller elected")
+        zk.create_topic("un", {0: [1, 2]}, {})
+        wait_until(lambda: in_sync(zk, "un", [1]), 15, "ISR [1]: broker 2 is not registered")
+        register(2)
+        sessions.pop(1).close()
+        wait_until(lambda: zk.partition_state("un", 0).leader == zkdata.NO_LEADER, 15, "offline")  # type: ignore[union-attr]
+        ctl.set_unclean_default(True)
+        wait_until(lambda: zk.partition_state("un", 0).leader == 2, 15, "an unclean leader")  # type: ignore[union-attr]
+    finally:
+        ctl.stop()
+        for s in sessions.values():
+            s.close()
