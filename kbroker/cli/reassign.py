@@ -32,7 +32,7 @@ from typing import Any
 from kbroker.cli.common import CliError, UsageError, check_zookeeper
 from kbroker.cluster.replica_plan import plan_decommission, propose_reassignment
 from kbroker.cluster.zk_client import ZkClient
-from kbroker.cluster.zkdata import REASSIGN_PARTITIONS, TopicZNode
+from kbroker.cluster.zkdata import TopicZNode
 from kclient.errors import KafkaError
 
 TopicPartition = tuple[str, int]
@@ -252,7 +252,7 @@ def cancel(zk: ZkClient, plan: Plan) -> None:
     elif wanted:
         zk.set_reassignment_request(wanted, found[1])
     else:
-        zk.kazoo.delete(REASSIGN_PARTITIONS, version=found[1])
+        zk.delete_reassignment_request(found[1])
     print(f"Successfully cancelled partition reassignment{'s' if len(back) > 1 else ''} for: {_names(list(back))}")
 
 

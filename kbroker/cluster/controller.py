@@ -113,7 +113,7 @@ class _ZkReassignmentStore:
         return self._zk.set_reassignment_request(parts, version)
 
     def delete_reassignment_request(self, version: int) -> None:
-        self._zk.kazoo.delete(zkdata.REASSIGN_PARTITIONS, version=version)
+        self._zk.delete_reassignment_request(version)
 
     def commit_reassignment_step(
         self,

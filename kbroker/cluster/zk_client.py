@@ -491,6 +491,10 @@ class ZkClient:
         self.check_request_size([(zkdata.REASSIGN_PARTITIONS, data)], "the reassignment")
         return int(self.kazoo.set(zkdata.REASSIGN_PARTITIONS, data, version=version).version)
 
+    def delete_reassignment_request(self, version: int) -> None:
+        """Delete the request if unchanged since read (``BadVersionError`` otherwise)."""
+        self.kazoo.delete(zkdata.REASSIGN_PARTITIONS, version=version)
+
     def commit_reassignment_step(
         self,
         epoch_zk_version: int,
