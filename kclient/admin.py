@@ -15,11 +15,12 @@ from kclient.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    NotControllerError,
     NotCoordinatorError,
     for_code,
 )
 from kclient.metadata import ClusterMetadata
-from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2
+from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, reassignment_pb2
 from kclient.retry import retry
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.topic_name import validate_topic_name
@@ -76,6 +77,7 @@ class GroupDescription:
 _T = TypeVar("_T")
 _COORDINATOR_MOVED = (NotCoordinatorError.errno, CoordinatorNotAvailableError.errno)
 _COORDINATOR_RETRY_BACKOFF_S = 0.2
+_REASSIGNMENT_TIMEOUT_MS = 60000
 
 
 def _decode_assignment(protocol_type: str, data: bytes) -> list[TopicPartition]:
@@ -407,6 +409,88 @@ class AdminClient:
                 first = for_code(result.error_code)(result.error_message or f"configs of {name!r}")
         if first is not None:
             raise first
+
+    # --- partition reassignment ------------------------------------------------------
+
+    def _at_controller(self, method: str, request: Any, timeout_ms: int) -> Any:
+        """``method`` at the controller (Metadata's controller_id), found again while it
+        moves (NOT_CONTROLLER, no controller yet, its broker gone) until the admin timeout."""
+
+        def at_current_controller() -> Any:
+            self._metadata.refresh(all_topics=False)
+            address = self._metadata.address_of(self._metadata.controller_id)
+            if address is None:
+                raise NotControllerError(f"no live controller (controller id {self._metadata.controller_id})")
+            resp = self._transport.call(address, method, request, max(timeout_ms, self._timeout_ms) / 1000.0 + 5)
+            if resp.error_code == NotControllerError.errno:
+                raise NotControllerError(resp.error_message or method)
+            return resp
+
+        return retry(
+            at_current_controller,
+            what=method,
+            deadline=time.monotonic() + self._timeout_ms / 1000.0,
+            backoff_s=_COORDINATOR_RETRY_BACKOFF_S,
+        )
+
+    def alter_partition_reassignments(
+        self, reassignments: Mapping[tuple[str, int], list[int] | None], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, Exception | None]:
+        """Start moves to the given replica lists (preferred leader first), or cancel a
+        partition's move with ``None``; Kafka's AlterPartitionReassignments.
+
+        Returns once the controller has started the moves (not when they finish): per
+        partition ``None`` when accepted, else its error, as the values of Kafka's
+        ``AlterPartitionReassignmentsResult.values()`` futures
+        (UnknownTopicOrPartitionError, InvalidReplicaAssignmentError,
+        NoReassignmentInProgressError for a cancel of a partition that is not moving).
+        Raises what failed the whole request (InvalidRequestError for a partition named
+        twice, a timeout). Goes to the controller, found again while it moves.
+        """
+        timeout = timeout_ms or _REASSIGNMENT_TIMEOUT_MS
+        req = reassignment_pb2.AlterPartitionReassignmentsRequest(timeout_ms=timeout)
+        by_topic: dict[str, Any] = {}
+        for (topic, partition), replicas in reassignments.items():
+            if topic not in by_topic:
+                by_topic[topic] = req.topics.add(name=topic)
+            p = by_topic[topic].partitions.add(partition_index=partition)
+            if replicas is not None:
+                p.replicas.SetInParent()
+                p.replicas.broker_ids.extend(replicas)
+        resp = self._at_controller("AlterPartitionReassignments", req, timeout)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or "AlterPartitionReassignments")
+        out: dict[TopicPartition, Exception | None] = {}
+        for t in resp.responses:
+            for r in t.partitions:
+                code = r.error_code
+                out[TopicPartition(t.name, r.partition_index)] = for_code(code)(r.error_message) if code else None
+        return out
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """Ongoing moves (of ``partitions``, or every one): ``(replicas, adding_replicas,
+        removing_replicas)`` per partition; partitions that are not moving are left out."""
+        timeout = timeout_ms or _REASSIGNMENT_TIMEOUT_MS
+        req = reassignment_pb2.ListPartitionReassignmentsRequest(timeout_ms=timeout)
+        by_topic: dict[str, Any] = {}
+        for topic, partition in partitions or ():
+            if topic not in by_topic:
+                by_topic[topic] = req.topics.add(name=topic)
+            by_topic[topic].partition_indexes.append(partition)
+        resp = self._at_controller("ListPartitionReassignments", req, timeout)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or "ListPartitionReassignments")
+        return {
+            TopicPartition(t.name, p.partition_index): (
+                list(p.replicas),
+                list(p.adding_replicas),
+                list(p.removing_replicas),
+            )
+            for t in resp.topics
+            for p in t.partitions
+        }
 
     def close(self) -> None:
         self._transport.close()

@@ -58,6 +58,7 @@ from kclient.proto.kbroker.v1 import (
     group_pb2,
     log_pb2,
     metadata_pb2,
+    reassignment_pb2,
 )
 from kclient.topic_name import validate_topic_name
 
@@ -70,6 +71,7 @@ Offload = Callable[..., Awaitable[Any]]
 
 DEFAULT_ACKS = -1
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
+DEFAULT_REASSIGNMENT_TIMEOUT_MS = 60000
 DEFAULT_FETCH_MAX_WAIT_MS = 500
 MAX_FETCH_WAIT_MS = 30000
 DEFAULT_FETCH_MIN_BYTES = 1
@@ -547,6 +549,63 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             return resp
         for topic, p in remaining:
             resp.remaining.add(topic=topic, partition=p)
+        return resp
+
+    @blocking
+    def AlterPartitionReassignments(
+        self, request: reassignment_pb2.AlterPartitionReassignmentsRequest
+    ) -> reassignment_pb2.AlterPartitionReassignmentsResponse:
+        """Start, replace or cancel (``replicas`` unset) moves; the controller only."""
+        resp = reassignment_pb2.AlterPartitionReassignmentsResponse()
+        targets: dict[tuple[str, int], list[int] | None] = {}
+        for t in request.topics:
+            for p in t.partitions:
+                if (t.name, p.partition_index) in targets:
+                    _set_error(resp, InvalidRequestError(f"{t.name}-{p.partition_index} appears more than once"))
+                    return resp
+                targets[(t.name, p.partition_index)] = (
+                    list(p.replicas.broker_ids) if p.HasField("replicas") else None
+                )
+        if not self._controller.is_active:
+            _set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
+            return resp
+        timeout_s = opt(request, "timeout_ms", DEFAULT_REASSIGNMENT_TIMEOUT_MS) / 1000.0
+        results = _answer(resp, lambda: self._controller.alter_partition_reassignments(targets, timeout_s))
+        if results is None:
+            return resp
+        for t in request.topics:
+            topic = resp.responses.add(name=t.name)
+            for p in t.partitions:
+                err = results.get((t.name, p.partition_index))
+                code, message = _code(as_response_error(err) if err is not None else None)
+                topic.partitions.add(
+                    partition_index=p.partition_index,
+                    error_code=code,  # type: ignore[arg-type]
+                    error_message=message,
+                )
+        return resp
+
+    @blocking
+    def ListPartitionReassignments(
+        self, request: reassignment_pb2.ListPartitionReassignmentsRequest
+    ) -> reassignment_pb2.ListPartitionReassignmentsResponse:
+        """Ongoing moves (of the named partitions, or all); the controller only."""
+        resp = reassignment_pb2.ListPartitionReassignmentsResponse()
+        if not self._controller.is_active:
+            _set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
+            return resp
+        tps = [(t.name, p) for t in request.topics for p in t.partition_indexes] if request.topics else None
+        timeout_s = opt(request, "timeout_ms", DEFAULT_REASSIGNMENT_TIMEOUT_MS) / 1000.0
+        ongoing = _answer(resp, lambda: self._controller.list_partition_reassignments(tps, timeout_s))
+        if ongoing is None:
+            return resp
+        topic: Any = None
+        for (name, p), (replicas, adding, removing) in sorted(ongoing.items()):
+            if topic is None or topic.name != name:
+                topic = resp.topics.add(name=name)
+            topic.partitions.add(
+                partition_index=p, replicas=replicas, adding_replicas=adding, removing_replicas=removing
+            )
         return resp
 
     @blocking

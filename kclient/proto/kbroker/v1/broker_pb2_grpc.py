@@ -9,6 +9,7 @@ from kclient.proto.kbroker.v1 import config_pb2 as kbroker_dot_v1_dot_config__pb
 from kclient.proto.kbroker.v1 import group_pb2 as kbroker_dot_v1_dot_group__pb2
 from kclient.proto.kbroker.v1 import log_pb2 as kbroker_dot_v1_dot_log__pb2
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
+from kclient.proto.kbroker.v1 import reassignment_pb2 as kbroker_dot_v1_dot_reassignment__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -163,6 +164,16 @@ class BrokerStub:
                 '/kbroker.v1.Broker/ControlledShutdown',
                 request_serializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownResponse.FromString,
+                _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/kbroker.v1.Broker/AlterPartitionReassignments',
+                request_serializer=kbroker_dot_v1_dot_reassignment__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_reassignment__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/kbroker.v1.Broker/ListPartitionReassignments',
+                request_serializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
 
 
@@ -322,6 +333,18 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -449,6 +472,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ControlledShutdown,
                     request_deserializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=kbroker_dot_v1_dot_reassignment__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_reassignment__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1126,6 +1159,60 @@ class Broker:
             '/kbroker.v1.Broker/ControlledShutdown',
             kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.SerializeToString,
             kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/AlterPartitionReassignments',
+            kbroker_dot_v1_dot_reassignment__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            kbroker_dot_v1_dot_reassignment__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/ListPartitionReassignments',
+            kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
