@@ -13,7 +13,7 @@ from ``/config/topics/<t>`` sit on top of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,11 @@ LOG_DEFAULT_KEYS: dict[str, str] = {
 }
 
 HOURS_MS = 3_600_000
+
+LONG_MAX = 2**63 - 1
+
+THROTTLE_RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+"""Dynamic-only broker configs (not valid in ``server.properties``, as in Kafka)."""
 
 
 def _int(key: str, value: str, minimum: int | None = None) -> int:
@@ -130,6 +135,10 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: float = float("inf")
     """Kafka's default is Double.MAX_VALUE: no throttle."""
     log_cleaner_io_buffer_load_factor: float = 0.9
+    leader_replication_throttled_rate: int = LONG_MAX
+    """Dynamic only: bytes/s a leader serves to throttled replicas (stored; not enforced yet)."""
+    follower_replication_throttled_rate: int = LONG_MAX
+    """Dynamic only: bytes/s a follower fetches for throttled replicas (stored; not enforced yet)."""
 
     def cleaner_config(self) -> CleanerConfig:
         """The ``log.cleaner.*`` settings for the log manager."""
@@ -288,6 +297,27 @@ def load_properties(path: Path) -> dict[str, str]:
             raise InvalidConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
         props[key.strip()] = value.strip()
     return props
+
+
+def with_overrides(config: BrokerConfig, props: Mapping[str, str]) -> BrokerConfig:
+    """``config`` with Kafka-named ``props`` laid on top (the dynamic broker configs).
+
+    ``log.*`` defaults replace the topic-level default they name; the throttle rates are
+    accepted here only. A bad value raises :class:`InvalidConfigError` and nothing changes.
+    """
+    out: dict[str, Any] = {"log_defaults": dict(config.log_defaults)}
+    for key, value in props.items():
+        if key in LOG_DEFAULT_KEYS:
+            out["log_defaults"][LOG_DEFAULT_KEYS[key]] = value
+        elif key in THROTTLE_RATE_KEYS:
+            out[key.replace(".", "_")] = _int(key, value, 0)
+        elif key in _SETTERS:
+            _SETTERS[key](out, key, value)
+        else:
+            raise InvalidConfigError(f"unknown broker setting {key!r}")
+    out.pop("_retention_rank", None)
+    out["log_defaults"].pop("_units_retention_ms", None)
+    return replace(config, **out)
 
 
 def build_config(props: Mapping[str, str]) -> BrokerConfig:

@@ -39,6 +39,7 @@ from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import BrokerIdInUseError, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.config import BrokerConfig, build_config, load_properties
+from kbroker.dynamic_config import DynamicBrokerConfig, DynamicConfigApplier
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.storage.log_config import LogConfig
@@ -56,8 +57,11 @@ class KafkaServer:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.log_defaults = LogConfig.from_properties(config.log_defaults)
+        self.static_log_defaults = LogConfig.from_properties(config.log_defaults)
+        self.log_defaults = self.static_log_defaults
+        """In force: the static defaults with the dynamic broker configs on top."""
         self.zk = ZkClient(config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms)
+        self.dynamic = DynamicBrokerConfig(config, self.zk)
         self.port = -1
         self.cluster_id = ""
         self._registered = threading.Event()
@@ -74,12 +78,15 @@ class KafkaServer:
         self.zk.ensure_persistent_paths()
         self._wait_for_stale_registration()
         self.cluster_id = self.zk.get_or_create_cluster_id()
+        effective = self.dynamic.load()  # dynamic broker configs apply from boot
+        self.log_defaults = LogConfig.from_properties(effective.log_defaults)
 
         self.logs = LogManager(
             cfg.data_dir,
-            self.log_defaults,
+            self.static_log_defaults,
             retention_check_interval_ms=cfg.retention_check_interval_ms,
-            cleaner_config=cfg.cleaner_config(),
+            cleaner_config=effective.cleaner_config(),
+            current_default=self.log_defaults,
         )
         self.logs.startup()
         self.metadata = MetadataCache(self.zk)
@@ -153,7 +160,25 @@ class KafkaServer:
         self.metadata.start()
         self.groups.start()
         self.controller.start()
+        self.dynamic.on_change(
+            DynamicConfigApplier(
+                set_log_defaults=self._set_log_defaults,
+                set_unclean_default=self.controller.set_unclean_default,
+                reconfigure_cleaner=lambda c: self._log_manager().cleaner.reconfigure(c.cleaner_config()),
+            )
+        )
+        self.dynamic.start()
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
+
+    def _log_manager(self) -> LogManager:
+        if self.logs is None:
+            raise RuntimeError("the log manager is not started")
+        return self.logs
+
+    def _set_log_defaults(self, defaults: LogConfig) -> None:
+        self.log_defaults = defaults
+        self._log_manager().set_current_default(defaults)
+        self.replicas.update_log_defaults(defaults)
 
     def _wait_for_stale_registration(self) -> None:
         """Refuse a live duplicate id at once; outwait a dead predecessor's session.
@@ -253,6 +278,7 @@ class KafkaServer:
             return
         self._stopped.set()
         log.info("broker %d shutting down", self.config.broker_id)
+        self.dynamic.stop()
         if self.config.controlled_shutdown and not self.hurry.is_set():
             self._controlled_shutdown()
         self.groups.shutdown()

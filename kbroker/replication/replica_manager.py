@@ -160,6 +160,9 @@ class ReplicaManager:
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, Partition] = {}
         self._configs: dict[str, LogConfig] = {}
+        self._overrides: dict[str, dict[str, str]] = {}
+        self._config_lock = threading.Lock()
+        """Guards ``_defaults``, ``_configs``, ``_overrides`` and applying them to logs."""
         self.purgatory = Purgatory()
         self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"append-{i}") for i in range(APPEND_LANES)]
         # Fencing: with ZooKeeper out of reach and the ISR followers gone quiet for this
@@ -278,8 +281,10 @@ class ReplicaManager:
             plog.cleaner_upper_bound = p.committed_offset
             with self._lock:
                 self._partitions[(topic, index)] = p
-        elif p.log.config != log_config:
-            p.log.update_config(log_config)
+        with self._config_lock:  # the defaults may have changed meanwhile (a dynamic config)
+            current = self._configs.get(topic, self._defaults)
+            if p.log.config != current:
+                p.log.update_config(current)
         if topic_id is not None:
             _record_topic_id(p.log.dir, topic_id)
         if state is None:
@@ -321,9 +326,16 @@ class ReplicaManager:
             doomed = [tp for tp in self._partitions if tp[0] == topic]
         for tp in doomed:
             self._drop(*tp, delete=True)
-        self._configs.pop(topic, None)
+        with self._config_lock:
+            self._configs.pop(topic, None)
+            self._overrides.pop(topic, None)
 
     def _config_for(self, topic: str, overrides: dict[str, str]) -> LogConfig:
+        with self._config_lock:
+            self._overrides[topic] = dict(overrides)
+            return self._recompute_locked(topic, overrides)
+
+    def _recompute_locked(self, topic: str, overrides: dict[str, str]) -> LogConfig:
         try:
             cfg = LogConfig.from_properties(overrides, self._defaults)
         except KafkaError as exc:
@@ -331,6 +343,19 @@ class ReplicaManager:
             cfg = self._defaults
         self._configs[topic] = cfg
         return cfg
+
+    def update_log_defaults(self, defaults: LogConfig) -> None:
+        """The broker's log defaults changed (a dynamic broker config): every topic's config
+        is recomputed from its own overrides on top of the new defaults, and each hosted
+        log gets its topic's config at once (so a topic override still wins)."""
+        with self._config_lock:
+            self._defaults = defaults
+            for topic, overrides in self._overrides.items():
+                self._recompute_locked(topic, overrides)
+            for p in self.partitions():
+                cfg = self._configs.get(p.topic, defaults)
+                if p.log.config != cfg:
+                    p.log.update_config(cfg)
 
     def _drop(self, topic: str, index: int, delete: bool = True) -> None:
         with self._lock:

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -93,7 +93,8 @@ class LogCleaner:
     changed under it (truncated, deleted) is just retried later.
 
     Thread safety: all methods may be called from any thread; one lock guards the
-    checkpoint map, the logs in progress and the per-partition state.
+    checkpoint map, the logs in progress and the per-partition state, another the
+    threads' lifecycle (start, stop, :meth:`reconfigure`).
     """
 
     def __init__(self, data_dir: Path, logs: Callable[[], dict[TopicPartition, Log]], config: CleanerConfig) -> None:
@@ -110,6 +111,9 @@ class LogCleaner:
         self._throttler = Throttler(config.io_max_bytes_per_second)
         self._map_memory = max(config.dedupe_buffer_size // config.threads, BYTES_PER_ENTRY)
         self._threads: list[threading.Thread] = []
+        self._lifecycle = threading.Lock()
+        """Serialises startup / shutdown / reconfigure."""
+        self._shut_down = False
 
     @property
     def config(self) -> CleanerConfig:
@@ -118,30 +122,74 @@ class LogCleaner:
     # ------------------------------------------------------------------ lifecycle
 
     def startup(self) -> None:
-        if not self._config.enable or self._threads:
+        with self._lifecycle:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if not self._config.enable or self._threads or self._shut_down:
             return
+        stop = self._stop
         for n in range(self._config.threads):
-            thread = threading.Thread(target=self._run, name=f"log-cleaner-{n}", daemon=True)
+            thread = threading.Thread(target=self._run, args=(stop,), name=f"log-cleaner-{n}", daemon=True)
             self._threads.append(thread)
             thread.start()
 
     def shutdown(self) -> None:
         """Stop the threads (a cleaning in progress finishes its current group first)."""
+        with self._lifecycle:
+            self._shut_down = True
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join()
         self._threads = []
 
-    def _run(self) -> None:
+    def thread_names(self) -> list[str]:
+        """The names of the running cleaner threads."""
+        with self._lifecycle:
+            return [t.name for t in self._threads if t.is_alive()]
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """Use ``config`` from now on (Kafka's LogCleaner.reconfigure, for the dynamic
+        log.cleaner.* configs): the threads stop after their current pass, and new ones
+        start with the new thread count, dedupe buffer share, throttle and backoff.
+        ``enable`` stays as it was (it is not dynamic). Checkpoints and per-partition state
+        are kept."""
+        if config.threads < 1:
+            raise ValueError(f"log.cleaner.threads must be at least 1, not {config.threads}")
+        with self._lifecycle:
+            config = replace(config, enable=self._config.enable)
+            if config == self._config:
+                return
+            running = bool(self._threads)
+            self._stop_locked()
+            self._config = config
+            self._stop = threading.Event()
+            self._throttler = Throttler(config.io_max_bytes_per_second)
+            self._map_memory = max(config.dedupe_buffer_size // config.threads, BYTES_PER_ENTRY)
+            if running:
+                self._start_locked()
+        logger.info(
+            "log cleaner reconfigured: %d thread(s), backoff %d ms, dedupe buffer %d bytes, io max %s bytes/s",
+            config.threads,
+            config.backoff_ms,
+            config.dedupe_buffer_size,
+            config.io_max_bytes_per_second,
+        )
+
+    def _run(self, stop: threading.Event) -> None:
         cleaner = self.new_cleaner()
-        while not self._stop.is_set():
+        backoff_s = self._config.backoff_ms / 1000
+        while not stop.is_set():
             try:
                 cleaned = self.clean_filthiest_log(cleaner)
             except Exception:  # never kill the thread
                 logger.exception("log cleaner pass failed")
                 cleaned = False
             if not cleaned:
-                self._stop.wait(self._config.backoff_ms / 1000)
+                stop.wait(backoff_s)
 
     def new_cleaner(self) -> Cleaner:
         """A cleaner with one thread's share of the dedupe buffer."""

@@ -84,6 +84,7 @@ class LogManager:
         flush_check_interval_ms: int = 1000,
         checkpoint_interval_ms: int = 60_000,
         cleaner_config: CleanerConfig | None = None,
+        current_default: LogConfig | None = None,
     ) -> None:
         for name, value in (
             ("retention_check_interval_ms", retention_check_interval_ms),
@@ -94,6 +95,7 @@ class LogManager:
                 raise ValueError(f"{name} must be positive, not {value}")
         self._data_dir = Path(data_dir)
         self._default_config = default_config
+        self._current_default = current_default or default_config
         self._retention_interval_ms = retention_check_interval_ms
         self._flush_interval_ms = flush_check_interval_ms
         self._checkpoint_interval_ms = checkpoint_interval_ms
@@ -149,7 +151,20 @@ class LogManager:
 
     @property
     def default_config(self) -> LogConfig:
+        """The static log defaults (``server.properties`` / flags), as DescribeConfigs
+        reports them (STATIC_BROKER_CONFIG)."""
         return self._default_config
+
+    @property
+    def current_default(self) -> LogConfig:
+        """The log defaults in force: the static ones with the dynamic broker configs on
+        top. Logs are loaded with it, and new logs created without a config get it."""
+        return self._current_default
+
+    def set_current_default(self, config: LogConfig) -> None:
+        """A dynamic broker config changed the defaults (existing logs are reconfigured by
+        the replica manager, which knows each topic's overrides)."""
+        self._current_default = config
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -188,7 +203,7 @@ class LogManager:
                     try:
                         self._logs[key] = Log.open(
                             path,
-                            configs.get(topic, self._default_config),
+                            configs.get(topic, self._current_default),
                             recovery_point=recovery_points.get(key, 0),
                             log_start_offset=start_offsets.get(key),
                             clean_shutdown=clean,
@@ -311,7 +326,7 @@ class LogManager:
             log = self._logs.get(key)
             if log is None:
                 path = self._data_dir / files.partition_dir_name(topic, partition)
-                log = Log.open(path, config or self._default_config)
+                log = Log.open(path, config or self._current_default)
                 files.fsync_dir(self._data_dir)
                 self._logs[key] = log
                 logger.info("created log for %s-%d in %s", topic, partition, path)
