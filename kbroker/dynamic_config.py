@@ -109,6 +109,8 @@ class DynamicBrokerConfig:
     def load(self) -> BrokerConfig:
         """Read the dynamic configs once (no watches, no listeners); the effective config."""
         self._effective = self._read(watch=False)
+        if self._effective != self._static:
+            log.info("dynamic broker configs in force: %s", describe_change(self._static, self._effective))
         return self._effective
 
     def start(self) -> None:
