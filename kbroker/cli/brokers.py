@@ -8,7 +8,7 @@
 
 (``-`` when a broker has no rack.)
 
-``decommission N`` (over ``--zookeeper``) plans, for every partition with a replica on
+``decommission N`` (over ``--zookeeper`` or ``--bootstrap-server``) plans, for every partition with a replica on
 N, a replacement in place on the least loaded other live broker (same rack first), prints
 the current and proposed assignments as ``partitions reassign --generate`` does, starts
 the moves, and waits until N holds no replica (planning again for partitions created on N
@@ -35,7 +35,7 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
         "decommission",
         parents=[connection],
         help="move every partition replica off a broker, so that it can be stopped",
-        description="Plan and run the reassignments that leave broker N without replicas (needs --zookeeper).",
+        description="Plan and run the reassignments that leave broker N without replicas.",
     )
     drain.add_argument("broker", type=int, metavar="N", help="the broker to empty")
     drain.add_argument("--dry-run", action="store_true", help="print the plan only")
@@ -60,12 +60,11 @@ def list_brokers(args: argparse.Namespace) -> int:
 
 
 def decommission(args: argparse.Namespace) -> int:
-    from kbroker.cli.reassign import decommission_broker
+    from kbroker.cli.reassign import decommission_broker, open_source
 
-    if args.zookeeper is None:
-        raise UsageError("brokers decommission needs --zookeeper HOST:PORT[/chroot]")
     if args.timeout_ms <= 0:
         raise UsageError("--timeout-ms must be positive")
-    return decommission_broker(
-        args.zookeeper, args.broker, dry_run=args.dry_run, wait=not args.no_wait, timeout_s=args.timeout_ms / 1000
-    )
+    with open_source(args.zookeeper, args.bootstrap_server) as src:
+        return decommission_broker(
+            src, args.broker, dry_run=args.dry_run, wait=not args.no_wait, timeout_s=args.timeout_ms / 1000
+        )

@@ -1,4 +1,6 @@
-"""``kctl partitions reassign``: kafka-reassign-partitions.sh, over ``--zookeeper``.
+"""``kctl partitions reassign``: kafka-reassign-partitions.sh, over ``--bootstrap-server``
+(AlterPartitionReassignments / ListPartitionReassignments at the controller) or
+``--zookeeper`` (the ``/admin/reassign_partitions`` znode and the topic znodes).
 
 Exactly one action:
 
@@ -11,13 +13,16 @@ Exactly one action:
   controller carries the moves out and removes the znode when all are done.
 - ``--verify --reassignment-json-file F`` says, per partition, whether its move is complete.
 - ``--cancel --reassignment-json-file F`` sends the moving partitions back to their
-  original replicas (kbroker accepts this over ``--zookeeper``; Kafka needs the admin API).
+  original replicas (kbroker accepts this over ``--zookeeper`` too; Kafka needs the admin API).
 - ``--list`` shows the moves in progress.
 
 Files are Kafka's JSON: ``{"version":1,"topics":[{"topic":"foo"}]}`` and
 ``{"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[1,2],
 "log_dirs":["any","any"]}]}`` (``log_dirs`` optional; kbroker has one data directory per
-broker, so only ``"any"``). Output lines are kafka-reassign-partitions.sh's (Kafka 2.8).
+broker, so only ``"any"``). Output lines are kafka-reassign-partitions.sh's (Kafka 2.8),
+including what differs between its two modes: over ``--bootstrap-server``, ``--verify``
+ends with a blank line and ``--cancel`` with "None of the specified partition moves are
+active." (Kafka's empty report of log-directory moves).
 """
 
 from __future__ import annotations
@@ -25,18 +30,21 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbroker.cli.common import CliError, UsageError, check_zookeeper
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
 from kbroker.cluster.replica_plan import plan_decommission, propose_reassignment
 from kbroker.cluster.zk_client import ZkClient
-from kbroker.cluster.zkdata import TopicZNode
+from kclient.admin import AdminClient
 from kclient.errors import KafkaError
 
 TopicPartition = tuple[str, int]
 Plan = dict[TopicPartition, list[int]]
+Moves = dict[TopicPartition, tuple[list[int], list[int], list[int]]]
+"""Ongoing moves: (replicas, adding replicas, removing replicas) per partition."""
 
 EXISTING = (
     "Cannot execute because there is an existing partition assignment.  Use --additional to override this and "
@@ -144,40 +152,187 @@ def _ids(text: str | None) -> list[int]:
     return [int(t) for t in items]
 
 
+# --- where the assignments live -------------------------------------------------------
+
+
+class Source(ABC):
+    """Where the command reads assignments and starts or cancels moves: ZooKeeper or the
+    controller's admin RPCs. One per command run; not thread-safe."""
+
+    bootstrap: bool
+    """True over --bootstrap-server (Kafka's output differs slightly between the modes)."""
+
+    @abstractmethod
+    def assignments(self) -> dict[str, dict[int, list[int]]]:
+        """Every topic's replicas per partition (while moving: the original and the target ones)."""
+
+    @abstractmethod
+    def live_brokers(self) -> dict[int, str | None]:
+        """Live broker id -> rack."""
+
+    @abstractmethod
+    def ongoing(self) -> Moves:
+        """The moves the controller has started."""
+
+    @abstractmethod
+    def moving(self) -> Plan:
+        """Every partition with a move requested or running -> its target replicas."""
+
+    @abstractmethod
+    def start(self, plan: Plan) -> None:
+        """Start the moves (CliError naming every refused partition)."""
+
+    @abstractmethod
+    def cancel(self, tps: Sequence[TopicPartition]) -> list[TopicPartition]:
+        """Cancel the moves of ``tps`` that are requested or running; returns those."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ZooKeeperSource(Source):
+    """``/admin/reassign_partitions`` and the topic znodes (the controller carries moves out)."""
+
+    bootstrap = False
+
+    def __init__(self, connect: str) -> None:
+        self.zk = ZkClient(check_zookeeper(connect))
+        self.zk.start(timeout_s=10)
+
+    def assignments(self) -> dict[str, dict[int, list[int]]]:
+        return {t: {p: list(rs) for p, rs in z.partitions.items()} for t, z in self.zk.all_topic_znodes().items()}
+
+    def live_brokers(self) -> dict[int, str | None]:
+        return {b: info.rack for b, info in self.zk.live_brokers().items()}
+
+    def ongoing(self) -> Moves:
+        out: Moves = {}
+        for t, z in self.zk.all_topic_znodes().items():
+            for p in z.reassigning_partitions:
+                out[(t, p)] = (list(z.partitions[p]), list(z.adding.get(p, [])), list(z.removing.get(p, [])))
+        return out
+
+    def moving(self) -> Plan:
+        """The request znode's partitions and the topic znodes' adding/removing."""
+        found = self.zk.reassignment_request()
+        moving: Plan = dict(found[0]) if found else {}
+        for t, z in self.zk.all_topic_znodes().items():
+            for p in z.reassigning_partitions:
+                moving.setdefault((t, p), z.target(p))
+        return moving
+
+    def start(self, plan: Plan) -> None:
+        self.zk.create_reassignment_request(plan)
+
+    def cancel(self, tps: Sequence[TopicPartition]) -> list[TopicPartition]:
+        """Moving partitions go back to their original replicas (a new request the controller
+        carries out); requested ones the controller has not started are dropped from the request."""
+        znodes = self.zk.all_topic_znodes()
+        found = self.zk.reassignment_request()
+        request: Plan = dict(found[0]) if found else {}
+        back: dict[TopicPartition, list[int] | None] = {}
+        for t, p in sorted(tps):
+            z = znodes.get(t)
+            if z is not None and p in z.partitions and z.reassigning(p):
+                back[(t, p)] = z.origin(p)
+            elif (t, p) in request:
+                back[(t, p)] = None
+        if not back:
+            return []
+        wanted = {tp: rs for tp, rs in request.items() if tp not in back}
+        wanted.update({tp: rs for tp, rs in back.items() if rs is not None})
+        if found is None:
+            self.zk.create_reassignment_request(wanted)
+        elif wanted:
+            self.zk.set_reassignment_request(wanted, found[1])
+        else:
+            self.zk.delete_reassignment_request(found[1])
+        return list(back)
+
+    def close(self) -> None:
+        self.zk.close()
+
+
+class AdminSource(Source):
+    """The admin RPCs: DescribeTopics, Metadata, and the reassignment RPCs at the controller."""
+
+    bootstrap = True
+
+    def __init__(self, bootstrap: str) -> None:
+        self.admin = AdminClient(check_bootstrap(bootstrap))
+
+    def assignments(self) -> dict[str, dict[int, list[int]]]:
+        return {d.name: {p.partition: list(p.replicas) for p in d.partitions} for d in self.admin.describe_topics()}
+
+    def live_brokers(self) -> dict[int, str | None]:
+        return {b.node_id: b.rack for b in self.admin.describe_cluster()[0]}
+
+    def ongoing(self) -> Moves:
+        return {(tp.topic, tp.partition): m for tp, m in self.admin.list_partition_reassignments().items()}
+
+    def moving(self) -> Plan:
+        """The controller keeps the target first in the replicas of a moving partition."""
+        return {tp: [b for b in rs if b not in removing] for tp, (rs, _, removing) in self.ongoing().items()}
+
+    def start(self, plan: Plan) -> None:
+        _raise_errors("Error reassigning partition(s):", self.admin.alter_partition_reassignments(dict(plan)))
+
+    def cancel(self, tps: Sequence[TopicPartition]) -> list[TopicPartition]:
+        ongoing = self.ongoing()
+        active = [tp for tp in sorted(tps) if tp in ongoing]
+        if active:
+            results = self.admin.alter_partition_reassignments(dict.fromkeys(active))
+            _raise_errors("Error cancelling partition reassignment(s) for:", results)
+        return active
+
+    def close(self) -> None:
+        self.admin.close()
+
+
+def _raise_errors(what: str, results: Mapping[Any, Exception | None]) -> None:
+    failed = [f"{tp[0]}-{tp[1]}: {err}" for tp, err in sorted(results.items()) if err is not None]
+    if failed:
+        raise CliError(f"{what} {'; '.join(failed)}")
+
+
+def open_source(zookeeper: str | None, bootstrap: str | None) -> Source:
+    """The source for exactly one of ``--zookeeper`` / ``--bootstrap-server``."""
+    if (zookeeper is None) == (bootstrap is None):
+        which = "both" if zookeeper is not None else "neither"
+        raise UsageError(f"give exactly one of --zookeeper or --bootstrap-server ({which} given)")
+    return ZooKeeperSource(zookeeper) if zookeeper is not None else AdminSource(bootstrap or "")
+
+
 # --- actions -------------------------------------------------------------------------
 
 
-def _current(znodes: Mapping[str, TopicZNode], tps: Sequence[TopicPartition]) -> Plan:
+def _current(assignments: Mapping[str, Mapping[int, list[int]]], tps: Sequence[TopicPartition]) -> Plan:
     out: Plan = {}
     for t, p in tps:
-        z = znodes.get(t)
-        if z is None or p not in z.partitions:
+        parts = assignments.get(t)
+        if parts is None or p not in parts:
             raise CliError(f"Topic {t} or partition {t}-{p} not found")
-        out[(t, p)] = list(z.partitions[p])
+        out[(t, p)] = list(parts[p])
     return out
 
 
-def _moving(znodes: Mapping[str, TopicZNode], zk: ZkClient) -> Plan:
-    """Every partition being moved: the request znode and the topic znodes' adding/removing."""
-    found = zk.reassignment_request()
-    moving: Plan = dict(found[0]) if found else {}
-    for t, z in znodes.items():
-        for p in z.reassigning_partitions:
-            moving.setdefault((t, p), z.target(p))
-    return moving
-
-
-def generate(zk: ZkClient, topics: list[str], brokers: list[int], rack_aware: bool) -> None:
-    znodes = zk.all_topic_znodes()
-    missing = [t for t in topics if t not in znodes]
+def generate(src: Source, topics: list[str], brokers: list[int], rack_aware: bool) -> None:
+    assignments = src.assignments()
+    missing = [t for t in topics if t not in assignments]
     if missing:
         raise CliError(f"Topic(s) {', '.join(missing)} not found")
-    current = {(t, p): list(rs) for t in topics for p, rs in znodes[t].partitions.items()}
-    live = zk.live_brokers()
+    current = {(t, p): list(rs) for t in topics for p, rs in assignments[t].items()}
+    live = src.live_brokers()
     unknown = [b for b in brokers if b not in live]
     if unknown:
         raise CliError(f"Unknown broker id {unknown[0]}")
-    racks = {b: live[b].rack for b in brokers} if rack_aware else None
+    racks = {b: live[b] for b in brokers} if rack_aware else None
     print("Current partition replica assignment")
     print(to_json(current))
     print()
@@ -185,169 +340,133 @@ def generate(zk: ZkClient, topics: list[str], brokers: list[int], rack_aware: bo
     print(to_json(propose_reassignment(current, brokers, racks)))
 
 
-def execute(zk: ZkClient, plan: Plan) -> None:
-    znodes = zk.all_topic_znodes()
-    current = _current(znodes, sorted(plan))
-    live = zk.live_brokers()
+def execute(src: Source, plan: Plan) -> None:
+    if src.moving():  # checked first, as Kafka
+        raise CliError(EXISTING)
+    current = _current(src.assignments(), sorted(plan))
+    live = src.live_brokers()
     for rs in plan.values():
         for b in rs:
             if b not in live:
                 raise CliError(f"Unknown broker id {b}")
-    if _moving(znodes, zk):
-        raise CliError(EXISTING)
     print("Current partition replica assignment")
     print()
     print(to_json(current))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
-    zk.create_reassignment_request(plan)
+    src.start(plan)
     print(f"Successfully started partition reassignment{'s' if len(plan) > 1 else ''} for {_names(list(plan))}")
 
 
-def verify(zk: ZkClient, plan: Plan) -> bool:
+def verify(src: Source, plan: Plan) -> bool:
     """Prints each partition's state; True when every move is complete."""
-    znodes = zk.all_topic_znodes()
-    moving = _moving(znodes, zk)
+    assignments = src.assignments()
+    moving = src.moving()
     print("Status of partition reassignment:")
     done = True
     for (t, p), target in sorted(plan.items()):
-        z = znodes.get(t)
-        if z is None or p not in z.partitions:
+        parts = assignments.get(t)
+        if parts is None or p not in parts:
             raise CliError(f"Topic {t} or partition {t}-{p} not found")
         if (t, p) in moving:
             print(f"Reassignment of partition {t}-{p} is still in progress.")
             done = False
-        elif list(z.partitions[p]) == list(target):
+        elif list(parts[p]) == list(target):
             print(f"Reassignment of partition {t}-{p} is complete.")
         else:
-            now = ",".join(map(str, z.partitions[p]))
+            now = ",".join(map(str, parts[p]))
             print(
                 f"There is no active reassignment of partition {t}-{p}, but replica set is {now} rather than "
                 f"{','.join(map(str, target))}."
             )
             done = False
+    if src.bootstrap:
+        print()  # Kafka's (empty) report of replica log-directory moves
     return done
 
 
-def cancel(zk: ZkClient, plan: Plan) -> None:
-    """Moving partitions go back to their original replicas (a new request the controller
-    carries out); requested ones the controller has not started are dropped from the request."""
-    znodes = zk.all_topic_znodes()
-    found = zk.reassignment_request()
-    request: Plan = dict(found[0]) if found else {}
-    back: dict[TopicPartition, list[int] | None] = {}
-    for t, p in sorted(plan):
-        z = znodes.get(t)
-        if z is not None and p in z.partitions and z.reassigning(p):
-            back[(t, p)] = z.origin(p)
-        elif (t, p) in request:
-            back[(t, p)] = None
-    if not back:
-        print("None of the specified partition reassignments are active.")
-        return
-    wanted = {tp: rs for tp, rs in request.items() if tp not in back}
-    wanted.update({tp: rs for tp, rs in back.items() if rs is not None})
-    if found is None:
-        zk.create_reassignment_request(wanted)
-    elif wanted:
-        zk.set_reassignment_request(wanted, found[1])
+def cancel(src: Source, plan: Plan) -> None:
+    cancelled = src.cancel(sorted(plan))
+    if cancelled:
+        s = "s" if len(cancelled) > 1 else ""
+        print(f"Successfully cancelled partition reassignment{s} for: {_names(cancelled)}")
     else:
-        zk.delete_reassignment_request(found[1])
-    print(f"Successfully cancelled partition reassignment{'s' if len(back) > 1 else ''} for: {_names(list(back))}")
+        print("None of the specified partition reassignments are active.")
+    if src.bootstrap:
+        print("None of the specified partition moves are active.")
 
 
-def list_moves(zk: ZkClient) -> None:
-    znodes = zk.all_topic_znodes()
-    rows = []
-    for t in sorted(znodes):
-        z = znodes[t]
-        for p in z.reassigning_partitions:
-            rows.append(
-                f"{t}-{p}: replicas: {','.join(map(str, z.partitions[p]))}. "
-                f"adding: {','.join(map(str, z.adding.get(p, [])))}. "
-                f"removing: {','.join(map(str, z.removing.get(p, [])))}."
-            )
-    if not rows:
+def list_moves(src: Source) -> None:
+    ongoing = src.ongoing()
+    if not ongoing:
         print("No partition reassignments found.")
         return
     print("Current partition reassignments:")
-    for row in rows:
-        print(row)
+    for (t, p), (replicas, adding, removing) in sorted(ongoing.items()):
+        print(
+            f"{t}-{p}: replicas: {','.join(map(str, replicas))}. adding: {','.join(map(str, adding))}. "
+            f"removing: {','.join(map(str, removing))}."
+        )
 
 
 def reassign(args: argparse.Namespace) -> int:
-    if args.zookeeper is None:
-        raise UsageError(
-            "partitions reassign needs --zookeeper HOST:PORT[/chroot] (the admin API for reassignments "
-            "is not built yet)"
-        )
-    zk = ZkClient(check_zookeeper(args.zookeeper))
-    zk.start(timeout_s=10)
-    try:
+    with open_source(args.zookeeper, args.bootstrap_server) as src:
         if args.generate:
             if args.topics_to_move_json_file is None or args.broker_list is None:
                 raise UsageError("--generate needs --topics-to-move-json-file and --broker-list")
             topics = parse_topics_to_move(_load(args.topics_to_move_json_file, "--topics-to-move-json-file"))
-            generate(zk, topics, _ids(args.broker_list), not args.disable_rack_aware)
+            generate(src, topics, _ids(args.broker_list), not args.disable_rack_aware)
         elif args.list:
-            list_moves(zk)
+            list_moves(src)
         else:
             plan = parse_reassignment(_load(args.reassignment_json_file, "--reassignment-json-file"))
             if args.execute:
-                execute(zk, plan)
+                execute(src, plan)
             elif args.verify:
-                return 0 if verify(zk, plan) else 1
+                return 0 if verify(src, plan) else 1
             else:
-                cancel(zk, plan)
+                cancel(src, plan)
         return 0
-    finally:
-        zk.close()
 
 
-def _holding(znodes: Mapping[str, TopicZNode], broker: int) -> Plan:
-    return {(t, p): list(rs) for t, z in znodes.items() for p, rs in z.partitions.items() if broker in rs}
+def _holding(assignments: Mapping[str, Mapping[int, list[int]]], broker: int) -> Plan:
+    return {(t, p): list(rs) for t, parts in assignments.items() for p, rs in parts.items() if broker in rs}
 
 
-def decommission_broker(connect: str, broker: int, *, dry_run: bool, wait: bool, timeout_s: float) -> int:
+def decommission_broker(src: Source, broker: int, *, dry_run: bool, wait: bool, timeout_s: float) -> int:
     """``kctl brokers decommission``: see :mod:`kbroker.cli.brokers`."""
-    zk = ZkClient(check_zookeeper(connect))
-    zk.start(timeout_s=10)
-    try:
-        deadline = time.monotonic() + timeout_s
-        announced = False
-        while True:
-            znodes = zk.all_topic_znodes()
-            moving = _moving(znodes, zk)
-            held = _holding(znodes, broker)
-            if not held and not moving:
-                print(f"Broker {broker} holds no partition replicas; it can be stopped.")
+    deadline = time.monotonic() + timeout_s
+    announced = False
+    while True:
+        assignments = src.assignments()
+        moving = src.moving()
+        held = _holding(assignments, broker)
+        if not held and not moving:
+            print(f"Broker {broker} holds no partition replicas; it can be stopped.")
+            return 0
+        if not moving:
+            try:
+                everything = {(t, p): list(rs) for t, parts in assignments.items() for p, rs in parts.items()}
+                plan = plan_decommission(everything, broker, src.live_brokers())
+            except KafkaError as exc:
+                raise CliError(f"cannot decommission broker {broker}: {exc.message}") from None
+            print("Current partition replica assignment")
+            print(to_json(held))
+            print()
+            print("Proposed partition reassignment configuration")
+            print(to_json(plan))
+            if dry_run:
                 return 0
-            if not moving:
-                live = {b: info.rack for b, info in zk.live_brokers().items()}
-                try:
-                    everything = {(t, p): list(rs) for t, z in znodes.items() for p, rs in z.partitions.items()}
-                    plan = plan_decommission(everything, broker, live)
-                except KafkaError as exc:
-                    raise CliError(f"cannot decommission broker {broker}: {exc.message}") from None
-                print("Current partition replica assignment")
-                print(to_json(held))
-                print()
-                print("Proposed partition reassignment configuration")
-                print(to_json(plan))
-                if dry_run:
-                    return 0
-                zk.create_reassignment_request(plan)
-                print(f"Started {len(plan)} partition reassignment(s) off broker {broker}")
-                if not wait:
-                    return 0
-            elif not announced:
-                print(f"Waiting for {len(moving)} partition reassignment(s)")
-                announced = True
-            if time.monotonic() > deadline:
-                raise CliError(
-                    f"broker {broker} still holds {len(held)} partition replica(s) after {timeout_s:.0f} s; "
-                    "the moves go on (see partitions reassign --list)"
-                )
-            time.sleep(0.5)
-    finally:
-        zk.close()
+            src.start(plan)
+            print(f"Started {len(plan)} partition reassignment(s) off broker {broker}")
+            if not wait:
+                return 0
+        elif not announced:
+            print(f"Waiting for {len(moving)} partition reassignment(s)")
+            announced = True
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"broker {broker} still holds {len(held)} partition replica(s) after {timeout_s:.0f} s; "
+                "the moves go on (see partitions reassign --list)"
+            )
+        time.sleep(0.5)

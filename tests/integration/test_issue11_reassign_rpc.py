@@ -58,12 +58,15 @@ def codes(resp: reassignment_pb2.AlterPartitionReassignmentsResponse) -> dict[tu
 
 
 def test_reassignment_rpcs_at_the_controller_only(cluster_factory: Callable[..., LocalCluster]) -> None:
-    cluster = cluster_factory(4)
+    # A broker is paused below; its ZooKeeper session must outlive the few calls made meanwhile.
+    cluster = cluster_factory(4, **{"zookeeper.session.timeout.ms": "15000"})
     assignment = {p: [p % 3, (p + 1) % 3] for p in range(6)}  # brokers 0-2; broker 3 holds nothing
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic("mv", 6, replica_assignments=assignment)])
+    wait_until(lambda: controller_id(cluster.bootstrap) >= 0, what="a controller")
     ctl = controller_id(cluster.bootstrap)
     other = next(b for b in range(4) if b != ctl)
+    spare = 3 if ctl != 3 else 2  # not the controller, not a replica of mv-0 ([0, 1])
     at_ctl, at_other = stub_of(cluster.brokers[ctl].address), stub_of(cluster.brokers[other].address)
 
     # A broker that is not the controller refuses both, at the top level.
@@ -93,27 +96,27 @@ def test_reassignment_rpcs_at_the_controller_only(cluster_factory: Callable[...,
     assert replicas(cluster.bootstrap, "mv") == assignment
 
     # A move to a paused broker stays in progress: it is listed, and can be cancelled.
-    cluster.brokers[3].pause()
+    cluster.brokers[spare].pause()
     try:
-        started = at_ctl.AlterPartitionReassignments(alter_request("mv", {0: [3, 0]}), timeout=60)
+        started = at_ctl.AlterPartitionReassignments(alter_request("mv", {0: [spare, 0]}), timeout=60)
         assert started.error_code == 0 and codes(started) == {("mv", 0): 0}, started
         ongoing = at_ctl.ListPartitionReassignments(reassignment_pb2.ListPartitionReassignmentsRequest(), timeout=30)
         assert ongoing.error_code == 0
         [topic] = ongoing.topics
         [p0] = topic.partitions
         assert (topic.name, p0.partition_index) == ("mv", 0)
-        assert sorted(p0.replicas) == [0, 1, 3]
-        assert list(p0.adding_replicas) == [3] and list(p0.removing_replicas) == [1]
+        assert sorted(p0.replicas) == sorted([0, 1, spare])
+        assert list(p0.adding_replicas) == [spare] and list(p0.removing_replicas) == [1]
         with AdminClient(cluster.brokers[other].address) as admin:  # found via controller_id
             assert admin.list_partition_reassignments([("mv", 0), ("mv", 1)]) == {
-                TopicPartition("mv", 0): (list(p0.replicas), [3], [1])
+                TopicPartition("mv", 0): (list(p0.replicas), [spare], [1])
             }
             assert admin.alter_partition_reassignments({("mv", 0): None}) == {TopicPartition("mv", 0): None}
             assert admin.list_partition_reassignments() == {}
             again = admin.alter_partition_reassignments({("mv", 0): None})
             assert isinstance(again[TopicPartition("mv", 0)], NoReassignmentInProgressError)
     finally:
-        cluster.brokers[3].resume()
+        cluster.brokers[spare].resume()
     wait_until(lambda: replicas(cluster.bootstrap, "mv") == assignment, what="the cancelled move rolled back")
 
     # Through AdminClient: a move that completes.
