@@ -182,9 +182,17 @@ class DynamicBrokerConfig:
                 kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._watch)
             except NoNodeError:
                 kazoo.exists(zkdata.CONFIG_CHANGES, watch=self._watch)
-        broker = self._zk.entity_config("brokers", str(self._static.broker_id))[0]
-        default = self._zk.entity_config("brokers", zkdata.DEFAULT_BROKER_ENTITY)[0]
+        broker = self._entity(str(self._static.broker_id))
+        default = self._entity(zkdata.DEFAULT_BROKER_ENTITY)
         return merge(self._static, default, broker)
+
+    def _entity(self, name: str) -> dict[str, str]:
+        """One config znode; a malformed one is logged and counts as empty (never fatal)."""
+        try:
+            return self._zk.entity_config("brokers", name)[0]
+        except (ValueError, AttributeError, TypeError, KafkaError) as exc:
+            log.error("dynamic configs of brokers/%s ignored: malformed znode (%s)", name, exc)
+            return {}
 
     def _purge_changes(self) -> None:
         now_ms = int(time.time() * 1000)

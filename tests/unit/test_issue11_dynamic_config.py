@@ -164,8 +164,11 @@ class FakeZk:
         self.configs: dict[str, dict[str, str]] = {}
         self.changes: dict[str, int] = {}
         self.deleted: list[str] = []
+        self.malformed: set[str] = set()
 
     def entity_config(self, entity_type: str, name: str) -> tuple[dict[str, str], int]:
+        if name in self.malformed:
+            raise ValueError("Expecting value: line 1 column 1 (char 0)")
         return dict(self.configs.get(name, {})), 0
 
     def config_changes(self) -> list[str]:
@@ -207,3 +210,13 @@ def test_dynamic_broker_config_loads_watches_and_notifies() -> None:
         assert seen[-1] == (300, 100)
     finally:
         dyn.stop()
+
+
+def test_malformed_znode_is_logged_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+    zk = FakeZk()
+    zk.configs["<default>"] = {"log.retention.ms": "200"}
+    zk.malformed.add("1")
+    dyn = DynamicBrokerConfig(static(), cast(ZkClient, zk))
+    with caplog.at_level(logging.ERROR):
+        assert retention(dyn.load()) == 200
+    assert "brokers/1 ignored: malformed znode" in caplog.text
