@@ -51,7 +51,6 @@ from kclient.transport import CHANNEL_OPTIONS
 log = logging.getLogger("kbroker")
 
 
-
 class KafkaServer:
     """One broker."""
 

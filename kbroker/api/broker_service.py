@@ -252,9 +252,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             for p in t.partitions:
                 part_max = opt(p, "partition_max_bytes", DEFAULT_PARTITION_MAX_BYTES)
                 if part_max <= 0:
-                    await _abort(
-                        context, InvalidFetchSizeError(f"{t.name}-{p.index}: partition_max_bytes must be > 0")
-                    )
+                    await _abort(context, InvalidFetchSizeError(f"{t.name}-{p.index}: partition_max_bytes must be > 0"))
                 epoch = opt(p, "current_leader_epoch", -1)
                 specs.append(FetchSpec(t.name, p.index, p.fetch_offset, part_max, epoch))
         dup = _no_duplicates([(s.topic, s.partition) for s in specs])
@@ -563,9 +561,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if (t.name, p.partition_index) in targets:
                     _set_error(resp, InvalidRequestError(f"{t.name}-{p.partition_index} appears more than once"))
                     return resp
-                targets[(t.name, p.partition_index)] = (
-                    list(p.replicas.broker_ids) if p.HasField("replicas") else None
-                )
+                targets[(t.name, p.partition_index)] = list(p.replicas.broker_ids) if p.HasField("replicas") else None
         if not self._controller.is_active:
             _set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
             return resp

@@ -449,9 +449,7 @@ class ReplicaManager:
                 continue
         return True
 
-    def finish_acks(
-        self, pending: PendingAcks, results: dict[TopicPartition, ProduceResult], timeout_ms: int
-    ) -> None:
+    def finish_acks(self, pending: PendingAcks, results: dict[TopicPartition, ProduceResult], timeout_ms: int) -> None:
         """Fill in the acks=all outcome of each pending partition (after the wait)."""
         for tp, (p, required, min_isr) in pending.partitions.items():
             try:
