@@ -23,8 +23,8 @@ from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zook
 from kbroker.cluster import zkdata
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
-from kclient import AdminClient, NewTopic
-from kclient.errors import PreferredLeaderNotAvailableError, UnknownTopicOrPartitionError
+from kclient import AdminClient, NewTopic, TopicPartition
+from kclient.errors import KafkaError, PreferredLeaderNotAvailableError, UnknownTopicOrPartitionError
 from kclient.proto.kbroker.v1 import config_pb2
 from kclient.topic_name import validate_topic_name
 
@@ -42,6 +42,9 @@ class PartitionView:
     leader: int
     replicas: list[int]
     isr: list[int]
+    adding: list[int] = field(default_factory=list)
+    """While the partition is being moved: the replicas being added (and removed)."""
+    removing: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,11 @@ class TopicView:
 
     @property
     def replication_factor(self) -> int:
-        return len(self.partitions[0].replicas) if self.partitions else 0
+        """Of the first partition, not counting replicas being added (Kafka 2.8's TopicCommand)."""
+        if not self.partitions:
+            return 0
+        first = self.partitions[0]
+        return len(first.replicas) - len(first.adding)
 
 
 @dataclass(frozen=True)
@@ -153,14 +160,14 @@ class ZooKeeperBackend(Backend):
         for name in sorted(names) if names is not None else self.list_topics():
             if explicit:
                 validate_topic_name(name)
-            found = self._zk.topic_assignment(name)
+            found = self._zk.topic_znode(name)
             if found is None:
                 if explicit:
                     raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 continue  # deleted while we were reading
-            assignment, _ = found
+            znode, _ = found
             partitions = []
-            for p, replicas in sorted(assignment.items()):
+            for p, replicas in sorted(znode.partitions.items()):
                 state = self._zk.partition_state(name, p)
                 partitions.append(
                     PartitionView(
@@ -168,6 +175,8 @@ class ZooKeeperBackend(Backend):
                         state.leader if state is not None else NO_LEADER,
                         list(replicas),
                         list(state.isr) if state is not None else [],
+                        list(znode.adding.get(p, [])),
+                        list(znode.removing.get(p, [])),
                     )
                 )
             out.append(TopicView(name, partitions, self._zk.topic_config(name), name in pending))
@@ -281,11 +290,16 @@ class AdminBackend(Backend):
         for name in names or ():
             validate_topic_name(name)
         out = []
-        for d in self._admin.describe_topics(list(names) if names is not None else None):
-            parts = [
-                PartitionView(p.partition, p.leader, list(p.replicas), list(p.isr))
-                for p in sorted(d.partitions, key=lambda p: p.partition)
-            ]
+        described = self._admin.describe_topics(list(names) if names is not None else None)
+        try:  # moves under way, from the controller (best effort: describe works without one)
+            moving = self._admin.list_partition_reassignments(timeout_ms=5000)
+        except KafkaError:
+            moving = {}
+        for d in described:
+            parts = []
+            for p in sorted(d.partitions, key=lambda p: p.partition):
+                _, adding, removing = moving.get(TopicPartition(d.name, p.partition), ([], [], []))
+                parts.append(PartitionView(p.partition, p.leader, list(p.replicas), list(p.isr), adding, removing))
             out.append(TopicView(d.name, parts, dict(d.configs)))
         return sorted(out, key=lambda t: t.name)
 

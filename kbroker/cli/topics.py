@@ -7,8 +7,10 @@ Output (tabs shown as ``\\t``)::
                      T - marked for deletion            (--zookeeper, deletion pending)
     topics describe  Topic: T\\tPartitionCount: N\\tReplicationFactor: R\\tConfigs: k=v,...
                      \\tTopic: T\\tPartition: p\\tLeader: l\\tReplicas: 1,2\\tIsr: 1,2
-                     (Leader ``none`` when there is none; with a partition filter only the
-                     matching partition lines are printed, as Kafka does)
+                     (Leader ``none`` when there is none; a partition being moved adds
+                     ``\\tAdding Replicas: 3\\tRemoving Replicas: 1`` and ReplicationFactor
+                     does not count the replicas being added; with a partition filter only
+                     the matching partition lines are printed, as Kafka does)
     topics delete    Topic T is marked for deletion.    (--zookeeper; silent otherwise)
     topics alter     Adding partitions succeeded!       (--zookeeper; silent otherwise)
 """
@@ -151,10 +153,13 @@ def topic_line(t: TopicView) -> str:
 
 def partition_line(topic: str, p: PartitionView) -> str:
     leader = "none" if p.leader == NO_LEADER else str(p.leader)
-    return (
+    line = (
         f"\tTopic: {topic}\tPartition: {p.partition}\tLeader: {leader}"
         f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
     )
+    if p.adding or p.removing:  # a move under way
+        line += f"\tAdding Replicas: {_ids(p.adding)}\tRemoving Replicas: {_ids(p.removing)}"
+    return line
 
 
 def is_under_replicated(p: PartitionView) -> bool:

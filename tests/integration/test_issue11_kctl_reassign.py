@@ -157,6 +157,14 @@ def test_reassign_and_decommission_over_bootstrap_server(
             f". adding: {spare}. removing: {p0[1]}."
         ), listed
         fails(kctl(b, f"partitions reassign --execute --reassignment-json-file {plan}"), mentions="existing")
+        # topics describe shows the move (both ways), and ReplicationFactor leaves out the replica being added.
+        z = f"--zookeeper {cluster.zk_connect}"
+        for conn in (b, z):
+            lines = ok(kctl(conn, "topics describe --topic boot")).splitlines()
+            assert "\tReplicationFactor: 2\t" in lines[0], lines
+            moving = next(line for line in lines if "\tPartition: 0\t" in line)
+            assert moving.endswith(f"\tAdding Replicas: {spare}\tRemoving Replicas: {p0[1]}"), moving
+            assert all("Adding Replicas" not in line for line in lines[1:] if line is not moving)
         still = kctl(b, f"partitions reassign --verify --reassignment-json-file {move}")
         assert still.returncode == 1 and still.stdout == (
             "Status of partition reassignment:\nReassignment of partition boot-0 is still in progress.\n\n"
