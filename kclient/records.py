@@ -1027,6 +1027,22 @@ def _py_decode_consumer_records(
     add = out.append
     new = _tuple_new
     record_type = ConsumerRecord
+    for header, offsets, timestamps, keys, values, headers in _data_batches(buf, start_offset):
+        if key_deserializer is not None:
+            keys = [k if k is None else key_deserializer(k) for k in keys]
+        if value_deserializer is not None:
+            values = [v if v is None else value_deserializer(v) for v in values]
+        ts_type = 1 if header.attributes & _TIMESTAMP_TYPE_MASK else 0
+        for offset, timestamp, key, value, hs in zip(offsets, timestamps, keys, values, headers, strict=True):
+            add(new(record_type, (topic, partition, offset, timestamp, ts_type, key, value, hs)))
+    return out
+
+
+def _data_batches(
+    buf: Buffer, start_offset: int
+) -> Iterator[tuple[BatchHeader, list[int], list[int], list[bytes | None], list[bytes | None], list[list[Header]]]]:
+    """Each checked data batch reaching ``start_offset``, decoded into column lists
+    (control batches skipped); a bad batch raises when the iteration reaches it."""
     for pos, header in iter_headers(buf):
         check_batch(buf, pos, header)
         if header.attributes & _CONTROL_MASK or header.base_offset + header.last_offset_delta < start_offset:
@@ -1037,14 +1053,7 @@ def _py_decode_consumer_records(
         values: list[bytes | None] = []
         headers: list[list[Header]] = []
         _decode_columns_into(buf, pos, header, start_offset, offsets, timestamps, keys, values, headers)
-        if key_deserializer is not None:
-            keys = [k if k is None else key_deserializer(k) for k in keys]
-        if value_deserializer is not None:
-            values = [v if v is None else value_deserializer(v) for v in values]
-        ts_type = 1 if header.attributes & _TIMESTAMP_TYPE_MASK else 0
-        for offset, timestamp, key, value, hs in zip(offsets, timestamps, keys, values, headers, strict=True):
-            add(new(record_type, (topic, partition, offset, timestamp, ts_type, key, value, hs)))
-    return out
+        yield header, offsets, timestamps, keys, values, headers
 
 
 def _py_decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | None = None) -> RecordColumns:
@@ -1062,16 +1071,7 @@ def _py_decode_columns(buf: Buffer, start_offset: int = 0, out: RecordColumns | 
 
 def _py_decode_buffers(buf: Buffer, start_offset: int, parts: list[Any]) -> None:
     _check_parts(parts)
-    for pos, header in iter_headers(buf):
-        check_batch(buf, pos, header)
-        if header.attributes & _CONTROL_MASK or header.base_offset + header.last_offset_delta < start_offset:
-            continue
-        offsets: list[int] = []
-        timestamps: list[int] = []
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        headers: list[list[Header]] = []
-        _decode_columns_into(buf, pos, header, start_offset, offsets, timestamps, keys, values, headers)
+    for header, offsets, timestamps, keys, values, headers in _data_batches(buf, start_offset):
         n = len(parts[_OFFSETS]) >> 3
         before = [len(part) if type(part) is bytearray else part for part in parts[:_HEADERS]]
         try:  # all or nothing: a buffer something views cannot grow (BufferError)
