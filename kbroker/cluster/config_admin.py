@@ -36,7 +36,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import DEFAULT_BROKER_ENTITY, broker_entity
-from kbroker.config import LOG_DEFAULT_KEYS, build_config
+from kbroker.config import LOG_DEFAULT_KEYS, THROTTLE_RATE_KEYS, build_config
 from kbroker.storage.cleaner_manager import CleanerConfig
 from kbroker.storage.log_config import CONFIG_NAMES, LogConfig
 from kclient.errors import (
@@ -108,8 +108,6 @@ LIST_TOPIC_CONFIGS = frozenset(
 )
 """Topic configs of Kafka's LIST type (APPEND/SUBTRACT apply to those LogConfig has)."""
 
-THROTTLE_RATE_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-
 DYNAMIC_BROKER_CONFIGS: tuple[str, ...] = (
     "log.cleaner.threads",
     "log.cleaner.backoff.ms",
@@ -124,7 +122,7 @@ DYNAMIC_BROKER_CONFIGS: tuple[str, ...] = (
     "unclean.leader.election.enable",
     "min.insync.replicas",
     "message.max.bytes",
-    *THROTTLE_RATE_CONFIGS,
+    *THROTTLE_RATE_KEYS,
 )
 """Broker configs Kafka allows to change without a restart and that kbroker has."""
 
@@ -144,7 +142,7 @@ def _kafka_broker_defaults() -> dict[str, str]:
             "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308",  # Double.MAX_VALUE
         }
     )
-    out.update({k: str(_LONG_MAX) for k in THROTTLE_RATE_CONFIGS})
+    out.update({k: str(_LONG_MAX) for k in THROTTLE_RATE_KEYS})
     return out
 
 
@@ -166,7 +164,7 @@ def validate_broker_config(key: str, value: str) -> None:
     """INVALID_REQUEST if ``key`` cannot change dynamically; INVALID_CONFIG for a bad value."""
     if key not in DYNAMIC_BROKER_CONFIGS:
         raise InvalidRequestError(f"Cannot update these configs dynamically: [{key}]")
-    if key in THROTTLE_RATE_CONFIGS:
+    if key in THROTTLE_RATE_KEYS:
         try:
             rate = int(value.strip())
         except ValueError:
