@@ -23,7 +23,7 @@ from typing import NoReturn
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from kbroker.cli import brokers, configs, console, groups, leaders, log_dirs, perf, reassign, topics
+from kbroker.cli import acls, brokers, configs, console, groups, leaders, log_dirs, perf, reassign, topics, users
 from kbroker.cli.common import CliError, UsageError, one_line
 from kclient.errors import KafkaError
 
@@ -77,6 +77,8 @@ def build_parser() -> KctlArgumentParser:
     groups.add_parser(nouns, admin_flags)
     configs.add_parser(nouns, admin_flags)
     reassign.add_parser(nouns, admin_flags)
+    acls.add_parser(nouns, admin_flags)
+    users.add_parser(nouns, admin_flags)
     log_dirs.add_parser(nouns, client_flags)
     console.add_parsers(nouns, client_flags)
     perf.add_parser(nouns, client_flags)
