@@ -31,9 +31,7 @@ class KafkaPrincipal:
         """
         kind, sep, name = text.partition(":")
         if not sep or not kind:
-            raise InvalidRequestError(
-                f"principal {text!r} is not in the form <type>:<name> (e.g. User:alice)"
-            )
+            raise InvalidRequestError(f"principal {text!r} is not in the form <type>:<name> (e.g. User:alice)")
         return cls(kind, name)
 
     @classmethod
