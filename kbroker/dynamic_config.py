@@ -229,8 +229,7 @@ class DynamicConfigApplier:
     * ``unclean.leader.election.enable``: also the controller's default (turning it on
       re-runs elections of offline partitions);
     * ``log.cleaner.*``: the cleaner threads restart between cleanings with the new config;
-    * the replication throttle rates: passed to ``on_throttle`` (the hook for the
-      replication quotas; nothing enforces them yet).
+    * the replication throttle rates: the leader and follower replication quotas.
 
     Runs on the ``dynamic-config`` thread (see :class:`DynamicBrokerConfig`).
     """
@@ -241,12 +240,12 @@ class DynamicConfigApplier:
         set_log_defaults: Callable[[LogConfig], None],
         set_unclean_default: Callable[[bool], None],
         reconfigure_cleaner: Callable[[BrokerConfig], None],
-        on_throttle: Callable[[int, int], None] | None = None,
+        set_replication_throttles: Callable[[int, int], None],
     ) -> None:
         self._set_log_defaults = set_log_defaults
         self._set_unclean = set_unclean_default
         self._reconfigure_cleaner = reconfigure_cleaner
-        self._on_throttle = on_throttle
+        self._set_throttles = set_replication_throttles
 
     def __call__(self, old: BrokerConfig, new: BrokerConfig) -> None:
         if new.log_defaults != old.log_defaults:
@@ -259,7 +258,5 @@ class DynamicConfigApplier:
             self._reconfigure_cleaner(new)
         rates = (new.leader_replication_throttled_rate, new.follower_replication_throttled_rate)
         if rates != (old.leader_replication_throttled_rate, old.follower_replication_throttled_rate):
-            if self._on_throttle is not None:
-                self._on_throttle(*rates)
-            else:
-                log.info("replication throttle rates now leader %d, follower %d bytes/s (not enforced yet)", *rates)
+            self._set_throttles(*rates)
+            log.info("replication throttle rates now leader %d, follower %d bytes/s", *rates)

@@ -99,6 +99,9 @@ class KafkaServer:
             replica_fetch_wait_max_ms=cfg.replica_fetch_wait_max_ms,
             replica_fetch_max_bytes=cfg.replica_fetch_max_bytes,
         )
+        self.replicas.set_replication_throttles(
+            effective.leader_replication_throttled_rate, effective.follower_replication_throttled_rate
+        )
         self.metadata.on_partition_change(self.replicas.on_partition_change)
         self.metadata.on_topic_deleted(self.replicas.on_topic_deleted)
         self.metadata.on_brokers_change(self.replicas.on_brokers_change)
@@ -164,6 +167,7 @@ class KafkaServer:
                 set_log_defaults=self._set_log_defaults,
                 set_unclean_default=self.controller.set_unclean_default,
                 reconfigure_cleaner=lambda c: self._log_manager().cleaner.reconfigure(c.cleaner_config()),
+                set_replication_throttles=self.replicas.set_replication_throttles,
             )
         )
         self.dynamic.start()

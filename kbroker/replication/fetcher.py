@@ -29,6 +29,7 @@ import grpc
 
 from kbroker.purgatory import Purgatory
 from kbroker.replication.partition import Partition
+from kbroker.replication.quota import ReplicationQuota
 from kclient.errors import (
     FencedLeaderEpochError,
     KafkaError,
@@ -53,6 +54,9 @@ class _FetchState:
     leader_epoch: int
     truncating: bool = True
     rounds: int = 0
+    in_sync: bool = False
+    """Caught up with the leader's high watermark at the last fetch (Kafka's
+    isReplicaInSync): such a replica is never throttled."""
 
 
 class LeaderEndPoint(Protocol):
@@ -120,8 +124,10 @@ class ReplicaFetcher(threading.Thread):
         max_wait_ms: int,
         max_bytes: int,
         purgatory: Purgatory,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         super().__init__(name=f"replica-fetcher-{leader_id}", daemon=True)
+        self._quota = quota if quota is not None else ReplicationQuota("follower")
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.leader = leader
@@ -229,12 +235,20 @@ class ReplicaFetcher(threading.Thread):
         with self._lock:
             return self._partitions.get((p.topic, p.index)) is st
 
+    def _throttled(self, st: _FetchState) -> bool:
+        """Kafka's shouldFollowerThrottle: out of sync, listed, and the quota used up."""
+        p = st.partition
+        return not st.in_sync and self._quota.is_throttled(p.topic, p.index) and self._quota.is_exceeded()
+
     def _fetch(self, states: list[_FetchState]) -> float:
         req = log_pb2.FetchRequest(
             replica_id=self.broker_id, max_wait_ms=self._max_wait_ms, min_bytes=1, max_bytes=self._max_bytes
         )
+        unthrottled = [s for s in states if not self._throttled(s)]
+        if not unthrottled:
+            return min(1.0, max(self._quota.time_until_within_s(), 0.05))
         topics: dict[str, log_pb2.FetchTopic] = {}
-        for s in states:
+        for s in unthrottled:
             p = s.partition
             t = topics.get(p.topic)
             if t is None:
@@ -249,6 +263,7 @@ class ReplicaFetcher(threading.Thread):
         resp = self.leader.fetch(req, self._max_wait_ms / 1000.0 + FETCH_TIMEOUT_MARGIN_S)
         progressed = False
         errors = 0
+        throttled_bytes = 0
         for t in resp.topics:
             for r in t.partitions:
                 with self._lock:
@@ -261,6 +276,9 @@ class ReplicaFetcher(threading.Thread):
                     continue
                 try:
                     st.partition.append_as_follower(r.records, r.high_watermark, st.leader_epoch)
+                    st.in_sync = st.partition.log.log_end_offset >= r.high_watermark
+                    if self._quota.is_throttled(t.name, r.index):
+                        throttled_bytes += len(r.records)
                     if r.records:
                         progressed = True
                         self._purgatory.progress((t.name, r.index))
@@ -271,6 +289,7 @@ class ReplicaFetcher(threading.Thread):
                 except KafkaError as exc:
                     log.warning("%s-%d: follower append failed: %s", t.name, r.index, exc)
                     st.truncating = True
+        self._quota.record(throttled_bytes)
         # Nothing but errors (e.g. the leader moved): don't spin; the metadata watch fixes it.
         return 0.5 if errors and not progressed else 0.0
 
@@ -323,8 +342,10 @@ class ReplicaFetcherManager:
         max_wait_ms: int = 500,
         max_bytes: int = 1048576,
         endpoint: Callable[[str], LeaderEndPoint] = GrpcLeaderEndPoint,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.quota = quota if quota is not None else ReplicationQuota("follower")
         self._endpoint = endpoint
         self._address_of = address_of
         self._purgatory = purgatory
@@ -355,6 +376,7 @@ class ReplicaFetcherManager:
                     max_wait_ms=self._max_wait_ms,
                     max_bytes=self._max_bytes,
                     purgatory=self._purgatory,
+                    quota=self.quota,
                 )
                 self._fetchers[leader_id] = f
                 f.start()

@@ -332,14 +332,22 @@ class Partition:
                     f"broker {replica_id} is not a replica of {self.topic}-{self.index} ({self.replicas})"
                 )
 
-    def read(self, offset: int, max_bytes: int, replica_id: int, current_leader_epoch: int = -1) -> ReadResult:
+    def in_sync(self, replica_id: int) -> bool:
+        with self._lock:
+            return replica_id in self.isr
+
+    def read(
+        self, offset: int, max_bytes: int, replica_id: int, current_leader_epoch: int = -1, *, records: bool = True
+    ) -> ReadResult:
+        """Records from ``offset`` (none if not ``records``: a throttled follower gets the
+        offsets only) after the leadership and epoch checks."""
         with self._lock:
             self._require_leader()
             self.check_epoch(current_leader_epoch)
             hw = self.high_watermark
             start, end = self.log.log_start_offset, self.log.log_end_offset
         limit = None if replica_id >= 0 else hw
-        if replica_id < 0 and hw < offset <= end:
+        if not records or (replica_id < 0 and hw < offset <= end):
             # Above the HW but inside the log: nothing visible yet.
             return ReadResult(b"", hw, start, end)
         data = self.log.read(offset, max_bytes, max_offset=limit, min_one_batch=True)

@@ -36,6 +36,7 @@ from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
 from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
+from kbroker.replication.quota import ReplicationQuota, parse_throttled_replicas
 from kbroker.storage import files
 from kbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from kbroker.storage.log_config import LogConfig
@@ -164,6 +165,8 @@ class ReplicaManager:
         self._config_lock = threading.Lock()
         """Guards ``_defaults``, ``_configs``, ``_overrides`` and applying them to logs."""
         self.purgatory = Purgatory()
+        self.leader_quota = ReplicationQuota("leader")
+        """Bounds what this broker serves to throttled followers (partition moves)."""
         self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"append-{i}") for i in range(APPEND_LANES)]
         # Fencing: with ZooKeeper out of reach and the ISR followers gone quiet for this
         # long, this broker has most likely been deposed (see :meth:`fenced`).
@@ -174,6 +177,7 @@ class ReplicaManager:
             self.purgatory,
             max_wait_ms=replica_fetch_wait_max_ms,
             max_bytes=replica_fetch_max_bytes,
+            quota=ReplicationQuota("follower"),
         )
         self._hw_file = logs.data_dir / HW_CHECKPOINT
         self._saved_hw = files.read_offsets_checkpoint(self._hw_file) if self._hw_file.exists() else {}
@@ -329,6 +333,8 @@ class ReplicaManager:
         with self._config_lock:
             self._configs.pop(topic, None)
             self._overrides.pop(topic, None)
+            self.leader_quota.remove_throttle(topic)
+            self.fetchers.quota.remove_throttle(topic)
 
     def _config_for(self, topic: str, overrides: dict[str, str]) -> LogConfig:
         with self._config_lock:
@@ -342,7 +348,18 @@ class ReplicaManager:
             log.error("topic %s: bad config in ZooKeeper (%s); using broker defaults", topic, exc)
             cfg = self._defaults
         self._configs[topic] = cfg
+        self.leader_quota.mark_throttled(
+            topic, parse_throttled_replicas(cfg.leader_replication_throttled_replicas, self.broker_id)
+        )
+        self.fetchers.quota.mark_throttled(
+            topic, parse_throttled_replicas(cfg.follower_replication_throttled_replicas, self.broker_id)
+        )
         return cfg
+
+    def set_replication_throttles(self, leader_bytes_per_s: int, follower_bytes_per_s: int) -> None:
+        """``leader.`` / ``follower.replication.throttled.rate`` (dynamic broker configs)."""
+        self.leader_quota.set_bound(leader_bytes_per_s)
+        self.fetchers.quota.set_bound(follower_bytes_per_s)
 
     def update_log_defaults(self, defaults: LogConfig) -> None:
         """The broker's log defaults changed (a dynamic broker config): every topic's config
@@ -559,8 +576,21 @@ class ReplicaManager:
         specs: list[FetchSpec],
         errors: dict[int, BrokerResponseError] | None = None,
     ) -> list[FetchResult]:
-        """Read every spec once (a follower up to the LEO, a consumer below the HW)."""
+        """Read every spec once (a follower up to the LEO, a consumer below the HW); what a
+        follower gets of throttled partitions counts against the leader quota."""
+        out, throttled_bytes = self._read(replica_id, max_bytes, specs, errors)
+        self.leader_quota.record(throttled_bytes)
+        return out
+
+    def _read(
+        self,
+        replica_id: int,
+        max_bytes: int,
+        specs: list[FetchSpec],
+        errors: dict[int, BrokerResponseError] | None = None,
+    ) -> tuple[list[FetchResult], int]:
         budget = max_bytes
+        throttled_bytes = 0
         out: list[FetchResult] = []
         for i, spec in enumerate(specs):
             if errors and i in errors:
@@ -569,22 +599,35 @@ class ReplicaManager:
             try:
                 p = self.partition(spec.topic, spec.partition)
                 limit = max(min(spec.max_bytes, budget), 0)
-                r = p.read(spec.offset, limit, replica_id, spec.current_leader_epoch)
+                listed = replica_id >= 0 and self.leader_quota.is_throttled(spec.topic, spec.partition)
+                held = listed and self._leader_throttled(p, replica_id)
+                r = p.read(spec.offset, limit, replica_id, spec.current_leader_epoch, records=not held)
                 budget -= len(r.records)
+                if listed:
+                    throttled_bytes += len(r.records)
                 out.append(FetchResult(None, r))
             except Exception as exc:
                 out.append(FetchResult(as_response_error(exc)))
-        return out
+        return out, throttled_bytes
+
+    def _leader_throttled(self, p: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle (the partition is listed): an out-of-sync follower
+        gets nothing while the leader quota is used up."""
+        return not p.in_sync(replica_id) and self.leader_quota.is_exceeded()
 
     def fetch_ready(self, replica_id: int, min_bytes: int, max_bytes: int, specs: list[FetchSpec]) -> bool:
         """May a parked fetch answer now? Cheap: compares offsets (reads only when
         ``min_bytes`` > 1). Any error (leadership moved, partition gone) counts as ready."""
         if min_bytes > 1:
-            return self.enough(self.read(replica_id, max_bytes, specs), min_bytes)
+            return self.enough(self._read(replica_id, max_bytes, specs)[0], min_bytes)
         for spec in specs:
             try:
                 p = self.partition(spec.topic, spec.partition)
-                if p.available_to(replica_id, spec.offset, spec.current_leader_epoch):
+                if p.available_to(replica_id, spec.offset, spec.current_leader_epoch) and not (
+                    replica_id >= 0
+                    and self.leader_quota.is_throttled(spec.topic, spec.partition)
+                    and self._leader_throttled(p, replica_id)
+                ):
                     return True
             except Exception:
                 return True

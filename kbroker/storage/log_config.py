@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,10 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = _LONG_MAX
     delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    leader_replication_throttled_replicas: str = ""
+    """Replicas (``partition:broker,...`` or ``*``) whose leader side a move throttles."""
+    follower_replication_throttled_replicas: str = ""
+    """Replicas (``partition:broker,...`` or ``*``) whose follower side a move throttles."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -143,6 +148,8 @@ CONFIG_NAMES: dict[str, str] = {
     "min_compaction_lag_ms": "min.compaction.lag.ms",
     "max_compaction_lag_ms": "max.compaction.lag.ms",
     "delete_retention_ms": "delete.retention.ms",
+    "leader_replication_throttled_replicas": "leader.replication.throttled.replicas",
+    "follower_replication_throttled_replicas": "follower.replication.throttled.replicas",
 }
 """Python field name -> Kafka topic config name."""
 
@@ -204,6 +211,28 @@ def _timestamp_type(name: str, value: Any) -> None:
         raise _bad(name, value, "must be CreateTime or LogAppendTime")
 
 
+_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _throttled_replicas(name: str, value: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` entries."""
+    if not isinstance(value, str):
+        raise _bad(name, value, "not a string")
+    if value in ("", "*"):
+        return
+    if not all(_REPLICA.fullmatch(entry) for entry in value.split(",")):
+        raise _bad(
+            name,
+            value,
+            "must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+        )
+
+
+def _parse_replica_list(name: str, raw: str) -> str:
+    return ",".join(entry.strip() for entry in raw.split(",")) if raw.strip() else ""
+
+
 _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     # Kafka: segment.bytes >= 14 (one legacy record); here one batch header (61).
     "segment_bytes": _int_range(61, _INT_MAX),
@@ -225,6 +254,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "min_compaction_lag_ms": _int_range(0, _LONG_MAX),
     "max_compaction_lag_ms": _int_range(1, _LONG_MAX),
     "delete_retention_ms": _int_range(0, _LONG_MAX),
+    "leader_replication_throttled_replicas": _throttled_replicas,
+    "follower_replication_throttled_replicas": _throttled_replicas,
 }
 
 
@@ -291,6 +322,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
             "cleanup_policy": _parse_policy,
             "message_timestamp_type": _parse_str,
             "min_cleanable_dirty_ratio": _parse_float,
+            "leader_replication_throttled_replicas": _parse_replica_list,
+            "follower_replication_throttled_replicas": _parse_replica_list,
         }.get(field, _parse_int),
     )
     for field in CONFIG_NAMES

@@ -76,7 +76,7 @@ class Recorder:
             set_log_defaults=lambda c: self.calls.append(("log", c.retention_ms)),
             set_unclean_default=lambda v: self.calls.append(("unclean", v)),
             reconfigure_cleaner=lambda c: self.calls.append(("cleaner", c.log_cleaner_threads)),
-            on_throttle=lambda leader, follower: self.calls.append(("throttle", (leader, follower))),
+            set_replication_throttles=lambda leader, follower: self.calls.append(("throttle", (leader, follower))),
         )
 
 
