@@ -81,7 +81,7 @@ def test_throttled_replica_lists_name_partitions_on_this_broker() -> None:
 
 @pytest.mark.parametrize("value", ["0-1", "0:1,", "*,0:1", "a:b", "0:1:2"])
 def test_a_bad_throttled_replica_list_is_refused(value: str) -> None:
-    with pytest.raises(InvalidConfigurationError, match="leader.replication.throttled.replicas"):
+    with pytest.raises(InvalidConfigurationError, match=r"leader\.replication\.throttled\.replicas"):
         LogConfig.from_properties({"leader.replication.throttled.replicas": value})
 
 
