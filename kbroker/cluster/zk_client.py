@@ -14,6 +14,7 @@ import base64
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -21,6 +22,7 @@ from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
+from kbroker.security import zk_acl
 from kclient.errors import (
     BrokerResponseError,
     InvalidRequestError,
@@ -51,25 +53,50 @@ def split_connect_string(connect: str) -> tuple[str, str]:
 class ZkClient:
     """kbroker's znodes over one kazoo session (chroot aware)."""
 
-    def __init__(self, connect: str, *, session_timeout_ms: int = 18000) -> None:
+    def __init__(
+        self,
+        connect: str,
+        *,
+        session_timeout_ms: int = 18000,
+        auth_digest: str | None = None,
+        set_acl: bool = False,
+    ) -> None:
+        """``auth_digest`` (``user:password``): the session authenticates with ZooKeeper's
+        digest scheme. ``set_acl`` (Kafka's ``zookeeper.set.acl``, needs ``auth_digest``):
+        every znode this client creates, the chroot included, gets the secure ACLs of
+        :mod:`kbroker.security.zk_acl` (ALL for this identity, world READ on non-sensitive
+        paths). Existing znodes keep theirs (``kctl zookeeper-security-migration``)."""
         hosts, chroot = split_connect_string(connect)
         if not hosts:
             raise KafkaError(f"bad ZooKeeper connect string {connect!r}")
+        credential = zk_acl.ZkCredential.parse(auth_digest) if auth_digest else None
+        if set_acl and credential is None:
+            raise KafkaError(f"zookeeper.set.acl is true, but no ZooKeeper credential was given; {zk_acl.NO_AUTH_HINT}")
         self.connect = connect
         self.chroot = chroot
         self.write_timeout_s = 5.0
+        self.credential = credential
+        self.set_acl = set_acl
         self._hosts = hosts
-        self.kazoo = KazooClient(
-            hosts=hosts + chroot,
+        self.kazoo = self._kazoo(
+            hosts + chroot,
             timeout=session_timeout_ms / 1000.0,
             connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 2},
         )
+
+    def _kazoo(self, hosts: str, **kwargs: Any) -> KazooClient:
+        """A kazoo client with this client's authentication and ACL policy."""
+        if self.set_acl and self.credential is not None:
+            return zk_acl.AclKazooClient(self.credential, hosts=hosts, **kwargs)
+        if self.credential is not None:
+            kwargs["auth_data"] = self.credential.auth_data
+        return KazooClient(hosts=hosts, **kwargs)
 
     # --- session -------------------------------------------------------------------
 
     def start(self, timeout_s: float = 15.0) -> None:
         if self.chroot:
-            root = KazooClient(hosts=self._hosts, timeout=10.0)
+            root = self._kazoo(self._hosts, timeout=10.0)
             root.start(timeout=timeout_s)
             try:
                 root.ensure_path(self.chroot)
