@@ -6,6 +6,12 @@ controller reacts through its watches). ``--bootstrap-server`` asks a broker thr
 :class:`kclient.AdminClient`. Both return the same small views, so each command is
 written once.
 
+On a cluster with ``zookeeper.set.acl``, ``--zookeeper`` authenticates with the
+ZooKeeper credential of the environment (``$KBROKER_ZK_DIGEST``, or the JAAS file named
+in ``$KAFKA_OPTS``; see :mod:`kbroker.security.zk_acl`) and gives what it creates the
+secure ACLs, as Kafka's tools do when JAAS is configured. Without it, a write is refused
+with one line naming NoAuth.
+
 Thread safety: none; one command owns a backend for its lifetime.
 """
 
@@ -13,16 +19,19 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
 from kbroker.cluster import zkdata
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.security import zk_acl
+from kbroker.security.zk_acl import ZkCredential, ZkCredentialError
 from kclient import AdminClient, NewTopic, TopicPartition
 from kclient.errors import KafkaError, PreferredLeaderNotAvailableError, UnknownTopicOrPartitionError
 from kclient.proto.kbroker.v1 import config_pb2
@@ -126,26 +135,64 @@ class Backend(ABC):
         self.close()
 
 
+def zookeeper_credential() -> ZkCredential | None:
+    """The ZooKeeper credential of kctl's environment, if any (CliError if malformed)."""
+    try:
+        return zk_acl.resolve_credential()
+    except ZkCredentialError as exc:
+        raise CliError(str(exc)) from None
+
+
+def connect_zookeeper(
+    connect: str,
+    timeout_s: float = ZK_CONNECT_TIMEOUT_S,
+    *,
+    credential: ZkCredential | None = None,
+    set_acl: bool | None = None,
+    session_timeout_ms: int = 18000,
+) -> ZkClient:
+    """A started ZkClient for ``kctl --zookeeper``, or a CliError saying why not.
+
+    ``credential`` authenticates the session; ``set_acl`` (default: whether there is a
+    credential) gives the znodes it creates the secure ACLs.
+    """
+    zk = ZkClient(
+        connect,
+        session_timeout_ms=session_timeout_ms,
+        auth_digest=credential.digest if credential is not None else None,
+        set_acl=credential is not None if set_acl is None else set_acl,
+    )
+    try:
+        zk.start(timeout_s)
+    except (KazooTimeoutError, KazooException, OSError) as exc:
+        try:
+            zk.close()
+        except Exception:  # the session never opened
+            pass
+        if isinstance(exc, KazooTimeoutError):
+            raise CliError(f"cannot connect to ZooKeeper at {connect} (no answer within {timeout_s:g}s)") from None
+        if isinstance(exc, NoAuthError):
+            raise CliError(zk_acl.no_auth_message(credential)) from None
+        raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(exc).__name__} {exc}".rstrip()) from None
+    return zk
+
+
+@contextmanager
+def refused_writes(credential: ZkCredential | None) -> Iterator[None]:
+    """Turn ZooKeeper's NoAuth (a secured znode, no or another credential) into one CliError line."""
+    try:
+        yield
+    except NoAuthError:
+        raise CliError(zk_acl.no_auth_message(credential)) from None
+
+
 class ZooKeeperBackend(Backend):
     """The znodes themselves, like ``kafka-topics.sh --zookeeper``."""
 
     def __init__(self, connect: str, timeout_s: float = ZK_CONNECT_TIMEOUT_S) -> None:
         self.connect = connect
-        self._zk = ZkClient(connect)
-        try:
-            self._zk.start(timeout_s)
-        except (KazooTimeoutError, KazooException, OSError) as exc:
-            self._close_quietly()
-            if isinstance(exc, KazooTimeoutError):
-                raise CliError(f"cannot connect to ZooKeeper at {connect} (no answer within {timeout_s:g}s)") from None
-            raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(exc).__name__} {exc}".rstrip()) from None
+        self._zk = connect_zookeeper(connect, timeout_s, credential=zookeeper_credential())
         self._admin = TopicAdmin(self._zk)
-
-    def _close_quietly(self) -> None:
-        try:
-            self._zk.close()
-        except Exception:  # the session never opened
-            pass
 
     def list_topics(self) -> list[str]:
         return self._zk.topics()
@@ -190,16 +237,20 @@ class ZooKeeperBackend(Backend):
         assignment: Mapping[int, list[int]] | None,
         configs: Mapping[str, str],
     ) -> None:
-        self._admin.create_topic(name, partitions, replication_factor, assignment=assignment, configs=configs)
+        with refused_writes(self._zk.credential):
+            self._admin.create_topic(name, partitions, replication_factor, assignment=assignment, configs=configs)
 
     def delete_topic(self, name: str) -> None:
-        self._admin.delete_topic(name)
+        with refused_writes(self._zk.credential):
+            self._admin.delete_topic(name)
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
-        self._admin.create_partitions(name, total, validate_only=validate_only)
+        with refused_writes(self._zk.credential):
+            self._admin.create_partitions(name, total, validate_only=validate_only)
 
     def alter_config(self, name: str, configs: Mapping[str, str]) -> None:
-        self._admin.alter_config(name, configs)
+        with refused_writes(self._zk.credential):
+            self._admin.alter_config(name, configs)
 
     def brokers(self) -> tuple[list[BrokerView], int]:
         live = self._zk.live_brokers()
@@ -211,10 +262,11 @@ class ZooKeeperBackend(Backend):
         znode, wait for the controller to delete it (its sign of completion), then read back
         each partition's leader."""
         kazoo = self._zk.kazoo
-        kazoo.ensure_path("/admin")
         wanted = None if partitions is None else [(t, p) for t, p in partitions]
         try:
-            kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_preferred_election(wanted))
+            with refused_writes(self._zk.credential):
+                kazoo.ensure_path("/admin")
+                kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_preferred_election(wanted))
         except NodeExistsError:
             raise CliError("a preferred replica election is already in progress") from None
         deadline = time.monotonic() + timeout_ms / 1000.0
