@@ -12,13 +12,21 @@ from ``/config/topics/<t>`` sit on top of them.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kbroker.security.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    EndPoint,
+    build_listener_config,
+    listener_config,
+    split_listener_key,
+)
 from kbroker.storage.cleaner_manager import CleanerConfig
-from kclient.errors import InvalidConfigError
+from kclient.errors import InvalidConfigError, KafkaError
 
 # Broker key -> topic-level key, for the broker-wide log defaults.
 LOG_DEFAULT_KEYS: dict[str, str] = {
@@ -48,6 +56,28 @@ LONG_MAX = 2**63 - 1
 
 THROTTLE_RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 """Dynamic-only broker configs (not valid in ``server.properties``, as in Kafka)."""
+
+LISTENER_KEYS = (
+    "listeners",
+    "listen",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "security.inter.broker.protocol",
+)
+"""Checked together once every key is read (:func:`_finish_listeners`)."""
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""The SASL mechanisms kbroker implements (Kafka also has GSSAPI and OAUTHBEARER)."""
+
+ACL_AUTHORIZER_NAMES = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "kafka.security.auth.SimpleAclAuthorizer",
+    "kbroker.security.authorizer.AclAuthorizer",
+)
+"""``authorizer.class.name`` values that enable the ZooKeeper ACL authorizer."""
+
+SSL_CLIENT_AUTH = ("required", "requested", "none")
 
 
 def _int(key: str, value: str, minimum: int | None = None) -> int:
@@ -139,6 +169,34 @@ class BrokerConfig:
     """Dynamic only: bytes/s a leader serves to throttled replicas (stored; not enforced yet)."""
     follower_replication_throttled_rate: int = LONG_MAX
     """Dynamic only: bytes/s a follower fetches for throttled replicas (stored; not enforced yet)."""
+    listeners: tuple[EndPoint, ...] = ()
+    """The bound listeners; empty -> one PLAINTEXT listener at listen_host:listen_port."""
+    advertised_listeners: tuple[EndPoint, ...] = ()
+    """What the broker registers (advertised.listeners); empty -> the listeners."""
+    inter_broker_listener_name: str = "PLAINTEXT"
+    listener_security_protocol_map: dict[str, str] = field(
+        default_factory=lambda: dict(item.split(":") for item in DEFAULT_PROTOCOL_MAP.split(","))
+    )
+    security_props: dict[str, str] = field(default_factory=dict)
+    """The checked ``ssl.*`` and ``sasl.enabled.mechanisms`` keys and their per-listener
+    ``listener.name.<name>.<key>`` forms, by Kafka name; read them with
+    :meth:`listener_setting`."""
+    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
+    """Kafka's default is GSSAPI, which kbroker does not implement."""
+    connections_max_reauth_ms: int = 3_600_000
+    """Lifetime of a SASL session token (Kafka's default is 0 = no re-authentication)."""
+    authorizer_class_name: str = ""
+    super_users: tuple[str, ...] = ()
+    """Principals (``User:alice``) allowed everything, from ``super.users`` (``;``-separated)."""
+    allow_everyone_if_no_acl_found: bool = False
+    zookeeper_set_acl: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.listeners:
+            self.listeners = (EndPoint("PLAINTEXT", self.listen_host, self.listen_port, "PLAINTEXT"),)
+        if not self.advertised_listeners:
+            host = self.advertised_host
+            self.advertised_listeners = tuple(replace(e, host=host) if host else e for e in self.listeners)
 
     def cleaner_config(self) -> CleanerConfig:
         """The ``log.cleaner.*`` settings for the log manager."""
@@ -153,7 +211,37 @@ class BrokerConfig:
 
     @property
     def advertised(self) -> str:
-        return self.advertised_host or self.listen_host
+        """The advertised host of the inter-broker listener."""
+        found = self.advertised_listener(self.inter_broker_listener_name)
+        if self.advertised_host:
+            return self.advertised_host
+        if found is None:
+            return self.listen_host
+        return found.host or socket.getfqdn()  # an empty host binds every interface
+
+    def listener(self, name: str) -> EndPoint | None:
+        """The bound listener called ``name``."""
+        return next((e for e in self.listeners if e.listener_name == name.upper()), None)
+
+    def advertised_listener(self, name: str) -> EndPoint | None:
+        return next((e for e in self.advertised_listeners if e.listener_name == name.upper()), None)
+
+    def listener_setting(self, listener: str, key: str) -> str | None:
+        """``listener.name.<listener>.<key>`` if set, else ``key``, else ``None`` (``ssl.*``,
+        ``sasl.enabled.mechanisms``); defaults are not filled in."""
+        return listener_config(self.security_props, listener, key)
+
+    def sasl_enabled_mechanisms(self, listener: str) -> tuple[str, ...]:
+        """The mechanisms a SASL listener offers (default ``SCRAM-SHA-256,SCRAM-SHA-512``)."""
+        value = self.listener_setting(listener, "sasl.enabled.mechanisms")
+        return _mechanisms("sasl.enabled.mechanisms", value if value is not None else DEFAULT_SASL_MECHANISMS)
+
+    def ssl_client_auth(self, listener: str) -> str:
+        return (self.listener_setting(listener, "ssl.client.auth") or "none").lower()
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return bool(self.authorizer_class_name)
 
 
 _SETTERS: dict[str, Callable[[dict[str, Any], str, str], None]] = {}
@@ -221,9 +309,216 @@ def _log_dirs(out: dict[str, Any], key: str, value: str) -> None:
     out["data_dir"] = Path(dirs[0].strip())
 
 
-@_setter("listeners", "listen")
-def _listen(out: dict[str, Any], key: str, value: str) -> None:
-    out["listen_host"], out["listen_port"] = parse_host_port(key, value)
+@_setter(*LISTENER_KEYS)
+def _listener_key(out: dict[str, Any], key: str, value: str) -> None:
+    if key == "listen":
+        parse_host_port(key, value)
+    out.setdefault("_listener_raw", {})[key] = value.strip()
+
+
+def _finish_listeners(out: dict[str, Any]) -> None:
+    """Check the listener keys together and set the listener fields (and listen_host/port:
+    the inter-broker listener's). ``listen=HOST:PORT`` (``--listen``) is the shorthand for
+    ``listeners=PLAINTEXT://HOST:PORT``."""
+    raw: dict[str, str] = out.pop("_listener_raw", {})
+    listeners = raw.get("listeners")
+    if "listen" in raw:
+        if listeners is not None:
+            raise InvalidConfigError(
+                "listen (--listen) and listeners are both set: --listen HOST:PORT is the shorthand for "
+                "listeners=PLAINTEXT://HOST:PORT; use one of them"
+            )
+        host, port = parse_host_port("listen", raw["listen"])
+        listeners = f"PLAINTEXT://{f'[{host}]' if ':' in host else host}:{port}"
+    if listeners is None:
+        listeners = f"PLAINTEXT://{BrokerConfig.listen_host}:{BrokerConfig.listen_port}"
+    cfg = build_listener_config(
+        listeners,
+        raw.get("advertised.listeners"),
+        raw.get("listener.security.protocol.map"),
+        raw.get("inter.broker.listener.name"),
+        raw.get("security.inter.broker.protocol"),
+    )
+    advertised = cfg.advertised_listeners
+    legacy_host: str | None = out.get("advertised_host")
+    if legacy_host and "advertised.listeners" not in raw:
+        advertised = tuple(replace(e, host=legacy_host) for e in advertised)
+    out["listeners"] = cfg.listeners
+    out["advertised_listeners"] = advertised
+    out["inter_broker_listener_name"] = cfg.inter_broker_listener_name
+    out["listener_security_protocol_map"] = dict(cfg.protocol_map)
+    inter = cfg.inter_broker
+    out["listen_host"], out["listen_port"] = inter.bind_host, inter.port
+
+
+DEFAULT_SASL_MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512"
+
+
+def _mechanisms(key: str, value: str) -> tuple[str, ...]:
+    out = tuple(m.strip().upper() for m in value.split(",") if m.strip())
+    for m in out:
+        if m not in SASL_MECHANISMS:
+            raise InvalidConfigError(
+                f"{key}: SASL mechanism {m} is not supported (supported: {', '.join(SASL_MECHANISMS)})"
+            )
+    return out
+
+
+def _check_security_value(key: str, value: str) -> str:
+    """One ``ssl.*`` / ``sasl.enabled.mechanisms`` value, checked; returns what to keep."""
+    if key in ("ssl.keystore.type", "ssl.truststore.type"):
+        if value.strip().upper() != "PEM":
+            raise InvalidConfigError(
+                f"{key}: {value.strip()!r} is not supported; kbroker reads PEM only (set {key}=PEM)"
+            )
+        return "PEM"
+    if key == "ssl.client.auth":
+        if value.strip().lower() not in SSL_CLIENT_AUTH:
+            raise InvalidConfigError(
+                f"Invalid value {value.strip()} for configuration {key}: String must be one of: "
+                + ", ".join(SSL_CLIENT_AUTH)
+            )
+        return value.strip().lower()
+    if key == "sasl.enabled.mechanisms":
+        return ",".join(_mechanisms(key, value))
+    if key in ("ssl.keystore.location", "ssl.truststore.location") and not value.strip():
+        raise InvalidConfigError(f"{key}: empty path")
+    return (
+        value
+        if key in ("ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates")
+        else value.strip()
+    )
+
+
+def _security_setter(out: dict[str, Any], key: str, value: str) -> None:
+    out.setdefault("security_props", {})[key] = _check_security_value(key, value)
+
+
+for _key in (
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.certificates",
+    "ssl.client.auth",
+    "sasl.enabled.mechanisms",
+):
+    _SETTERS[_key] = _security_setter
+
+
+@_setter("sasl.mechanism.inter.broker.protocol")
+def _inter_broker_mechanism(out: dict[str, Any], key: str, value: str) -> None:
+    mechanisms = _mechanisms(key, value)
+    if len(mechanisms) != 1:
+        raise InvalidConfigError(f"{key}: {value!r} is not one SASL mechanism")
+    out["sasl_mechanism_inter_broker_protocol"] = mechanisms[0]
+
+
+@_setter("connections.max.reauth.ms")
+def _reauth(out: dict[str, Any], key: str, value: str) -> None:
+    out["connections_max_reauth_ms"] = _int(key, value, 0)
+
+
+@_setter("authorizer.class.name")
+def _authorizer(out: dict[str, Any], key: str, value: str) -> None:
+    name = value.strip()
+    if name and name not in ACL_AUTHORIZER_NAMES:
+        raise InvalidConfigError(f"{key}: {name!r} is not supported; use {ACL_AUTHORIZER_NAMES[0]} (or leave it empty)")
+    out["authorizer_class_name"] = name
+
+
+@_setter("super.users")
+def _super_users(out: dict[str, Any], key: str, value: str) -> None:
+    from kbroker.security.principal import KafkaPrincipal
+
+    users = []
+    for item in value.split(";"):
+        if item.strip():
+            try:
+                users.append(str(KafkaPrincipal.parse(item.strip())))
+            except KafkaError:
+                raise InvalidConfigError(f"{key}: {item.strip()!r} is not a principal such as User:alice") from None
+    out["super_users"] = tuple(users)
+
+
+@_setter("allow.everyone.if.no.acl.found")
+def _allow_everyone(out: dict[str, Any], key: str, value: str) -> None:
+    out["allow_everyone_if_no_acl_found"] = _bool(key, value)
+
+
+@_setter("zookeeper.set.acl")
+def _zk_set_acl(out: dict[str, Any], key: str, value: str) -> None:
+    out["zookeeper_set_acl"] = _bool(key, value)
+
+
+_SECURITY_STATIC_KEYS = frozenset(
+    k for k, fn in _SETTERS.items() if fn is _security_setter or k.startswith(("sasl.", "ssl."))
+) | {
+    "connections.max.reauth.ms",
+    "authorizer.class.name",
+    "super.users",
+    "allow.everyone.if.no.acl.found",
+    "zookeeper.set.acl",
+}
+"""Security keys that only ``server.properties`` sets (a restart applies them)."""
+
+
+def _finish_security(out: dict[str, Any]) -> None:
+    """Cross-key checks of the ``ssl.*``/``sasl.*`` keys against the listeners."""
+    props: dict[str, str] = out.setdefault("security_props", {})
+    names = {e.listener_name for e in out["listeners"]}
+    protocols = out["listener_security_protocol_map"]
+    for key in props:
+        split = split_listener_key(key)
+        if split is not None and split[0] not in names:
+            raise InvalidConfigError(f"{key}: there is no listener {split[0]} in listeners")
+    for e in out["listeners"]:
+        name, protocol = e.listener_name, protocols[e.listener_name]
+
+        def get(k: str, name: str = name) -> str | None:
+            return listener_config(props, name, k)
+
+        if protocol in ("SSL", "SASL_SSL"):
+            location, chain, inline_key = (
+                get("ssl.keystore.location"),
+                get("ssl.keystore.certificate.chain"),
+                get("ssl.keystore.key"),
+            )
+            if location is not None and (chain is not None or inline_key is not None):
+                raise InvalidConfigError(
+                    f"listener {name}: set ssl.keystore.location or ssl.keystore.certificate.chain with "
+                    "ssl.keystore.key, not both"
+                )
+            if location is None and (chain is None or inline_key is None):
+                raise InvalidConfigError(
+                    f"listener {name} ({protocol}) needs a key store: ssl.keystore.location (PEM file with the "
+                    "certificate chain and the private key) or ssl.keystore.certificate.chain and ssl.keystore.key"
+                )
+            trusted = get("ssl.truststore.location") is not None or get("ssl.truststore.certificates") is not None
+            if (get("ssl.client.auth") or "none") != "none" and not trusted:
+                raise InvalidConfigError(
+                    f"listener {name}: ssl.client.auth={get('ssl.client.auth')} needs ssl.truststore.location "
+                    "or ssl.truststore.certificates (the CA that signs client certificates)"
+                )
+        if protocol.startswith("SASL_") and not _mechanisms(
+            "sasl.enabled.mechanisms", get("sasl.enabled.mechanisms") or DEFAULT_SASL_MECHANISMS
+        ):
+            raise InvalidConfigError(f"listener {name} ({protocol}): sasl.enabled.mechanisms is empty")
+    inter = out["inter_broker_listener_name"]
+    if protocols[inter].startswith("SASL_"):
+        enabled = _mechanisms(
+            "sasl.enabled.mechanisms",
+            listener_config(props, inter, "sasl.enabled.mechanisms") or DEFAULT_SASL_MECHANISMS,
+        )
+        mechanism = out.get("sasl_mechanism_inter_broker_protocol", BrokerConfig.sasl_mechanism_inter_broker_protocol)
+        if mechanism not in enabled:
+            raise InvalidConfigError(
+                "sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when SASL is "
+                f"used for inter-broker communication ({mechanism} is not in {','.join(enabled)})"
+            )
 
 
 @_setter("advertised.host.name", "advertised.host")
@@ -288,10 +583,16 @@ def load_properties(path: Path) -> dict[str, str]:
     except OSError as exc:
         raise InvalidConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     props: dict[str, str] = {}
+    pending = ""
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
+        line = pending + raw.strip() if pending else raw.strip()
+        if not pending and (not line or line.startswith(("#", "!"))):
             continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:  # a Java properties continuation line (e.g. an inline PEM)
+            pending = line[:-1]
+            continue
+        pending = ""
         key, sep, value = line.partition("=")
         if not sep:
             raise InvalidConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
@@ -311,6 +612,8 @@ def with_overrides(config: BrokerConfig, props: Mapping[str, str]) -> BrokerConf
             out["log_defaults"][LOG_DEFAULT_KEYS[key]] = value
         elif key in THROTTLE_RATE_KEYS:
             out[key.replace(".", "_")] = _int(key, value, 0)
+        elif key in LISTENER_KEYS or key in _SECURITY_STATIC_KEYS or split_listener_key(key):
+            raise InvalidConfigError(f"{key} cannot be changed on a running broker")
         elif key in _SETTERS:
             _SETTERS[key](out, key, value)
         else:
@@ -328,6 +631,8 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
             out["log_defaults"][LOG_DEFAULT_KEYS[key]] = value
         elif key in _SETTERS:
             _SETTERS[key](out, key, value)
+        elif (split := split_listener_key(key)) is not None:
+            out.setdefault("security_props", {})[key] = _check_security_value(split[1], value)
         else:
             raise InvalidConfigError(f"unknown broker setting {key!r}")
     units = out["log_defaults"].pop("_units_retention_ms", None)
@@ -343,4 +648,6 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
     ):
         if required not in out:
             raise InvalidConfigError(f"missing required setting {name}")
+    _finish_listeners(out)
+    _finish_security(out)
     return BrokerConfig(**out)
