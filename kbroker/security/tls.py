@@ -1,0 +1,326 @@
+"""TLS for gRPC listeners: PEM key and trust stores, rotation, and the mTLS principal.
+
+Server side (one :class:`ServerTls` per SSL / SASL_SSL listener):
+
+- key store: ``ssl.keystore.location``, one PEM file holding the certificate chain and
+  the private key, or inline ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key``;
+  an encrypted key (PKCS#8 ``ENCRYPTED PRIVATE KEY``, or legacy OpenSSL) is decrypted
+  with ``ssl.key.password``;
+- trust store: ``ssl.truststore.location`` (PEM file of CA certificates) or inline
+  ``ssl.truststore.certificates``: the CAs that sign client certificates;
+- ``ssl.client.auth``: ``required`` asks for a client certificate, verifies it against
+  the trust store and refuses the handshake without one; ``none`` never asks.
+  ``requested`` (Kafka: ask, verify one if given, accept none) is **not expressible** in
+  grpc's Python API: ``grpc.ssl_server_credentials`` and
+  ``grpc.dynamic_ssl_server_credentials`` take one boolean, which the Cython layer maps to
+  ``GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY`` (True) or
+  ``GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE`` (False); C-core's
+  ``GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY`` is never reachable. ``requested``
+  therefore behaves as ``none`` (no client is refused; a client certificate is not asked
+  for, so such a client is ``User:ANONYMOUS`` unless it authenticates with SASL), and a
+  warning says so when the listener starts.
+
+Rotation: the credentials are ``grpc.dynamic_ssl_server_credentials``; gRPC calls the
+fetcher before every new TLS handshake, and the fetcher re-reads the key and trust store
+files when one's (mtime, size, inode) changed. New handshakes then use the new files;
+open connections keep their session. A file that does not load (half written, key not
+matching the certificate) is logged once and the previous material stays in use. Inline
+values never change.
+
+Client side: :func:`channel_credentials` (kafka-python's ``ssl_cafile``,
+``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``).
+
+Principal: :func:`mtls_principal` reads a call's ``auth_context()``: on TLS with a
+verified client certificate it is ``User:<subject DN, RFC 2253 order>``
+(``User:CN=alice,OU=eng,O=kbroker``), as Kafka's ``DefaultKafkaPrincipalBuilder``.
+
+Thread safety: :class:`ServerTls` may be called from any gRPC thread (a lock guards the
+reload state); everything else is a pure function.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from kbroker.security.listeners import listener_config
+from kclient.errors import InvalidConfigError
+
+log = logging.getLogger(__name__)
+
+_PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
+_KEY_LABELS = (b"PRIVATE KEY", b"ENCRYPTED PRIVATE KEY", b"RSA PRIVATE KEY", b"EC PRIVATE KEY")
+
+
+def pem_blocks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """Every ``-----BEGIN X-----`` block of ``data`` as (label, canonical PEM).
+
+    Tolerates what a properties file does to PEM (one line, spaces for newlines, as a
+    ``\\``-continued inline value gives) by re-wrapping the base64 body. Legacy
+    OpenSSL headers (``Proc-Type``/``DEK-Info``) are kept.
+    """
+    out = []
+    for match in _PEM.finditer(data):
+        label, body = match.group(1), match.group(2)
+        headers = b""
+        if b"Proc-Type:" in body:  # a legacy encrypted key: keep its headers as they are
+            head, sep, rest = body.strip().partition(b"\n\n")
+            headers, body = (head.strip() + b"\n\n", rest) if sep else (b"", body)
+        b64 = b"".join(body.split())
+        lines = b"\n".join(b64[i : i + 64] for i in range(0, len(b64), 64))
+        out.append((label, b"-----BEGIN " + label + b"-----\n" + headers + lines + b"\n-----END " + label + b"-----\n"))
+    return out
+
+
+@dataclass(frozen=True)
+class SslConfig:
+    """The ``ssl.*`` settings of one listener (Kafka's names, PEM only)."""
+
+    keystore_location: str | None = None
+    keystore_certificate_chain: str | None = None
+    keystore_key: str | None = None
+    key_password: str | None = None
+    truststore_location: str | None = None
+    truststore_certificates: str | None = None
+    client_auth: str = "none"
+
+    @classmethod
+    def for_listener(cls, props: Mapping[str, str], listener: str) -> SslConfig:
+        """The settings of ``listener``: ``listener.name.<listener>.ssl.*`` over ``ssl.*``
+        (``props`` is ``BrokerConfig.security_props`` or raw Kafka-named properties)."""
+
+        def get(key: str) -> str | None:
+            return listener_config(props, listener, key)
+
+        return cls(
+            keystore_location=get("ssl.keystore.location"),
+            keystore_certificate_chain=get("ssl.keystore.certificate.chain"),
+            keystore_key=get("ssl.keystore.key"),
+            key_password=get("ssl.key.password"),
+            truststore_location=get("ssl.truststore.location"),
+            truststore_certificates=get("ssl.truststore.certificates"),
+            client_auth=(get("ssl.client.auth") or "none").strip().lower(),
+        )
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files whose change triggers a reload."""
+        return tuple(p for p in (self.keystore_location, self.truststore_location) if p)
+
+    @property
+    def require_client_auth(self) -> bool:
+        return self.client_auth == "required"
+
+
+@dataclass(frozen=True)
+class KeyMaterial:
+    """What one load of the stores gives gRPC: PEM bytes, the key decrypted."""
+
+    certificate_chain: bytes
+    private_key: bytes
+    root_certificates: bytes | None
+
+
+def _read(path: str, key: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
+
+
+def decrypt_key(pem: bytes, password: str | None, key: str = "ssl.key.password") -> bytes:
+    """A PEM private key as unencrypted PKCS#8 PEM (what gRPC takes)."""
+    try:
+        loaded = serialization.load_pem_private_key(pem, password.encode() if password else None)
+    except TypeError:
+        if password:
+            raise InvalidConfigError(f"{key} is set but the private key is not encrypted") from None
+        raise InvalidConfigError(f"the private key is encrypted: set {key}") from None
+    except ValueError:
+        raise InvalidConfigError(f"the private key cannot be read (wrong {key}, or not a PEM key)") from None
+    return loaded.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _split_keystore(data: bytes, where: str) -> tuple[bytes, bytes]:
+    certs = [pem for label, pem in pem_blocks(data) if label == b"CERTIFICATE"]
+    keys = [pem for label, pem in pem_blocks(data) if label in _KEY_LABELS]
+    if not certs:
+        raise InvalidConfigError(f"{where}: no certificate (-----BEGIN CERTIFICATE-----)")
+    if len(keys) != 1:
+        raise InvalidConfigError(f"{where}: expected one private key, found {len(keys)}")
+    return b"".join(certs), keys[0]
+
+
+def _certificates(data: bytes, where: str) -> bytes:
+    certs = [pem for label, pem in pem_blocks(data) if label == b"CERTIFICATE"]
+    if not certs:
+        raise InvalidConfigError(f"{where}: no certificate (-----BEGIN CERTIFICATE-----)")
+    for pem in certs:
+        try:
+            x509.load_pem_x509_certificate(pem)
+        except ValueError:
+            raise InvalidConfigError(f"{where}: a certificate cannot be parsed") from None
+    return b"".join(certs)
+
+
+def load_key_material(cfg: SslConfig) -> KeyMaterial:
+    """Read and check the stores; an :class:`InvalidConfigError` names the key at fault."""
+    if cfg.keystore_location:
+        chain, key_pem = _split_keystore(_read(cfg.keystore_location, "ssl.keystore.location"), cfg.keystore_location)
+    elif cfg.keystore_certificate_chain and cfg.keystore_key:
+        chain = _certificates(cfg.keystore_certificate_chain.encode(), "ssl.keystore.certificate.chain")
+        keys = [pem for label, pem in pem_blocks(cfg.keystore_key.encode()) if label in _KEY_LABELS]
+        if len(keys) != 1:
+            raise InvalidConfigError("ssl.keystore.key: expected one PEM private key")
+        key_pem = keys[0]
+    else:
+        raise InvalidConfigError(
+            "no key store: set ssl.keystore.location or ssl.keystore.certificate.chain and ssl.keystore.key"
+        )
+    chain = _certificates(chain, "ssl.keystore")
+    private_key = decrypt_key(key_pem, cfg.key_password)
+    leaf = x509.load_pem_x509_certificate(pem_blocks(chain)[0][1])
+    public = serialization.load_pem_private_key(private_key, None).public_key()
+    raw = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if leaf.public_key().public_bytes(*raw) != public.public_bytes(*raw):
+        raise InvalidConfigError("ssl.keystore: the private key does not match the first certificate of the chain")
+    roots: bytes | None = None
+    if cfg.truststore_location:
+        roots = _certificates(_read(cfg.truststore_location, "ssl.truststore.location"), cfg.truststore_location)
+    elif cfg.truststore_certificates:
+        roots = _certificates(cfg.truststore_certificates.encode(), "ssl.truststore.certificates")
+    if cfg.require_client_auth and roots is None:
+        raise InvalidConfigError(
+            "ssl.client.auth=required needs ssl.truststore.location or ssl.truststore.certificates"
+        )
+    return KeyMaterial(chain, private_key, roots)
+
+
+def _stamp(paths: Sequence[str]) -> tuple[tuple[int, int, int] | None, ...]:
+    out: list[tuple[int, int, int] | None] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _certificate_configuration(material: KeyMaterial) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [(material.private_key, material.certificate_chain)], material.root_certificates
+    )
+
+
+class ServerTls:
+    """gRPC server credentials for one TLS listener, re-reading its files when they change.
+
+    The constructor loads the stores once (an :class:`InvalidConfigError` if they are
+    wrong, so a broker fails at start-up). ``reloads`` counts the successful reloads.
+    Thread safety: the fetcher runs on gRPC's threads; ``_lock`` guards the stamp.
+    """
+
+    def __init__(self, config: SslConfig, listener: str = "SSL") -> None:
+        self.config = config
+        self.listener = listener
+        self.reloads = 0
+        self._lock = threading.Lock()
+        self._stamp = _stamp(config.files)
+        self.material = load_key_material(config)
+        if config.client_auth == "requested":
+            log.warning(
+                "listener %s: ssl.client.auth=requested is served as none: grpc's Python API can only require a "
+                "client certificate or not ask for one; clients authenticate with SASL or are User:ANONYMOUS",
+                listener,
+            )
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """Credentials for ``server.add_secure_port``; one object per port."""
+        return grpc.dynamic_ssl_server_credentials(
+            _certificate_configuration(self.material),
+            self._fetch,
+            require_client_authentication=self.config.require_client_auth,
+        )
+
+    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC's certificate configuration fetcher: ``None`` keeps the current one."""
+        stamp = _stamp(self.config.files)
+        with self._lock:
+            if stamp == self._stamp:
+                return None
+            self._stamp = stamp
+            try:
+                material = load_key_material(self.config)
+            except Exception as exc:  # keep serving the previous material
+                log.warning("listener %s: TLS files changed but do not load (%s); kept the old", self.listener, exc)
+                return None
+            self.material = material
+            self.reloads += 1
+        log.info("listener %s: reloaded TLS key and trust stores", self.listener)
+        return _certificate_configuration(material)
+
+
+def server_credentials(props: Mapping[str, str], listener: str) -> grpc.ServerCredentials:
+    """Shorthand: ``ServerTls(SslConfig.for_listener(props, listener), listener).credentials()``."""
+    return ServerTls(SslConfig.for_listener(props, listener), listener).credentials()
+
+
+def mtls_principal(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:
+    """``User:<subject DN>`` of a TLS call's verified client certificate, else ``None``.
+
+    ``auth_context`` is ``ServicerContext.auth_context()``. gRPC puts the peer's leaf
+    certificate in ``x509_pem_cert`` only after verifying it; the DN is rendered from
+    it with ``cryptography`` in RFC 2253 (4514) order, most specific first.
+    """
+    if list(auth_context.get("transport_security_type", ())) != [b"ssl"]:
+        return None
+    pems = auth_context.get("x509_pem_cert")
+    if not pems:
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(bytes(pems[0]))
+    except ValueError:
+        return None
+    return f"User:{cert.subject.rfc4514_string()}"
+
+
+def channel_credentials(
+    cafile: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    password: str | None = None,
+) -> grpc.ChannelCredentials:
+    """Client TLS credentials (kafka-python's ``ssl_cafile``, ``ssl_certfile``,
+    ``ssl_keyfile``, ``ssl_password``).
+
+    ``cafile`` ``None`` trusts gRPC's default roots. A client certificate is sent when
+    ``certfile`` is given; its key comes from ``keyfile`` or, without one, from
+    ``certfile`` itself (as Python's ``load_cert_chain``). Hostname checking cannot be
+    turned off with grpc; to connect by an address the certificate does not name, pass
+    the channel option ``("grpc.ssl_target_name_override", "<a name in the certificate>")``.
+    """
+    roots = _certificates(_read(cafile, "ssl_cafile"), cafile) if cafile else None
+    if certfile is None:
+        if keyfile is not None:
+            raise InvalidConfigError("ssl_keyfile is set without ssl_certfile")
+        return grpc.ssl_channel_credentials(root_certificates=roots)
+    data = _read(certfile, "ssl_certfile")
+    chain = _certificates(data, certfile)
+    key_source = _read(keyfile, "ssl_keyfile") if keyfile else data
+    keys = [pem for label, pem in pem_blocks(key_source) if label in _KEY_LABELS]
+    if len(keys) != 1:
+        raise InvalidConfigError(f"{keyfile or certfile}: expected one PEM private key")
+    key = decrypt_key(keys[0], password, "ssl_password")
+    return grpc.ssl_channel_credentials(root_certificates=roots, private_key=key, certificate_chain=chain)
