@@ -14,7 +14,10 @@ the current and proposed assignments as ``partitions reassign --generate`` does,
 the moves, and waits until N holds no replica (planning again for partitions created on N
 meanwhile), then prints ``Broker N holds no partition replicas; it can be stopped.``
 ``--dry-run`` only prints the plan, ``--no-wait`` returns once the moves started. N may be
-down: its replicas are rebuilt from the other in-sync copies.
+down: its replicas are rebuilt from the other in-sync copies. ``--throttle BYTES/s`` bounds
+the moves' replication traffic as ``partitions reassign --execute --throttle`` does; the
+throttles are removed when the broker is empty (unless ``--no-wait`` or
+``--preserve-throttles``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from kbroker.cli.backends import BrokerView, open_backend
 from kbroker.cli.common import UsageError
+from kbroker.cli.reassign import add_throttle_flags, check_throttle, decommission_broker, open_source
 
 
 def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.ArgumentParser) -> None:
@@ -43,6 +47,7 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     drain.add_argument(
         "--timeout-ms", type=int, default=600_000, help="how long to wait for the moves (default 600000)"
     )
+    add_throttle_flags(drain)
     drain.set_defaults(handler=decommission)
 
 
@@ -60,11 +65,15 @@ def list_brokers(args: argparse.Namespace) -> int:
 
 
 def decommission(args: argparse.Namespace) -> int:
-    from kbroker.cli.reassign import decommission_broker, open_source
-
     if args.timeout_ms <= 0:
         raise UsageError("--timeout-ms must be positive")
     with open_source(args.zookeeper, args.bootstrap_server) as src:
         return decommission_broker(
-            src, args.broker, dry_run=args.dry_run, wait=not args.no_wait, timeout_s=args.timeout_ms / 1000
+            src,
+            args.broker,
+            dry_run=args.dry_run,
+            wait=not args.no_wait,
+            timeout_s=args.timeout_ms / 1000,
+            throttle=check_throttle(args.throttle),
+            preserve_throttles=args.preserve_throttles,
         )

@@ -16,6 +16,15 @@ Exactly one action:
   original replicas (kbroker accepts this over ``--zookeeper`` too; Kafka needs the admin API).
 - ``--list`` shows the moves in progress.
 
+``--execute --throttle BYTES/s`` (Kafka's replication throttle, KIP-73) sets, per moving
+topic, ``leader.replication.throttled.replicas`` (the partitions' current replicas) and
+``follower.replication.throttled.replicas`` (the replicas being added), and on every broker
+involved ``leader.`` and ``follower.replication.throttled.rate``. Only the moving replicas
+that are not yet in sync are slowed; normal replication never is. ``--verify``, once every
+move is complete, and ``--cancel`` remove those throttles from every live broker and the
+listed topics ("Clearing broker-level throttles on brokers 1,2,3"), unless
+``--preserve-throttles``.
+
 Files are Kafka's JSON: ``{"version":1,"topics":[{"topic":"foo"}]}`` and
 ``{"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[1,2],
 "log_dirs":["any","any"]}]}`` (``log_dirs`` optional; kbroker has one data directory per
@@ -36,10 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
+from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType
 from kbroker.cluster.replica_plan import plan_decommission, propose_reassignment
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.config import THROTTLE_RATE_KEYS
 from kclient.admin import AdminClient
 from kclient.errors import KafkaError
+from kclient.proto.kbroker.v1 import config_pb2
 
 TopicPartition = tuple[str, int]
 Plan = dict[TopicPartition, list[int]]
@@ -74,7 +86,21 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     p.add_argument("--reassignment-json-file", type=Path, help="Kafka's reassignment JSON")
     p.add_argument("--broker-list", help="brokers to spread the topics over, e.g. 1,2,3 (--generate)")
     p.add_argument("--disable-rack-aware", action="store_true", help="ignore broker racks (--generate)")
+    add_throttle_flags(p)
     p.set_defaults(handler=reassign)
+
+
+def add_throttle_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--throttle",
+        type=int,
+        default=-1,
+        metavar="BYTES/s",
+        help="bound the moves' replication traffic on each broker involved (--execute; default: none)",
+    )
+    p.add_argument(
+        "--preserve-throttles", action="store_true", help="leave the throttles in place (--verify, --cancel)"
+    )
 
 
 # --- files ---------------------------------------------------------------------------
@@ -187,6 +213,14 @@ class Source(ABC):
         """Cancel the moves of ``tps`` that are requested or running; returns those."""
 
     @abstractmethod
+    def alter_configs(self, rtype: ResourceType, name: str, ops: list[AlterOp]) -> None:
+        """IncrementalAlterConfigs of one topic or broker (a typed error if refused)."""
+
+    @abstractmethod
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's own configs (``/config/topics/<t>``)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
     def __enter__(self) -> Source:
@@ -255,6 +289,12 @@ class ZooKeeperSource(Source):
             self.zk.delete_reassignment_request(found[1])
         return list(back)
 
+    def alter_configs(self, rtype: ResourceType, name: str, ops: list[AlterOp]) -> None:
+        ConfigAdmin(self.zk).incremental_alter(rtype, name, ops)
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        return self.zk.entity_config("topics", topic)[0]
+
     def close(self) -> None:
         self.zk.close()
 
@@ -290,6 +330,14 @@ class AdminSource(Source):
             results = self.admin.alter_partition_reassignments(dict.fromkeys(active))
             _raise_errors("Error cancelling partition reassignment(s) for:", results)
         return active
+
+    def alter_configs(self, rtype: ResourceType, name: str, ops: list[AlterOp]) -> None:
+        self.admin.incremental_alter_configs({(int(rtype), name): [(o.name, int(o.op), o.value) for o in ops]})
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        key = (int(ResourceType.TOPIC), topic)
+        entries = self.admin.describe_configs([key])[key]
+        return {k: e.value for k, e in entries.items() if e.config_source == config_pb2.TOPIC_CONFIG}
 
     def close(self) -> None:
         self.admin.close()
@@ -340,7 +388,63 @@ def generate(src: Source, topics: list[str], brokers: list[int], rack_aware: boo
     print(to_json(propose_reassignment(current, brokers, racks)))
 
 
-def execute(src: Source, plan: Plan) -> None:
+# --- throttles (KIP-73) -----------------------------------------------------------------
+
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+VERIFY_WARNING = (
+    "Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle is removed."
+)
+
+
+def throttled_replicas(current: Mapping[TopicPartition, list[int]], plan: Plan) -> dict[str, tuple[str, str]]:
+    """Per moving topic: (leader list = the current replicas of its moving partitions,
+    follower list = the replicas being added), Kafka's ``partition:broker`` form."""
+    leader: dict[str, list[str]] = {}
+    follower: dict[str, list[str]] = {}
+    for (t, p), target in sorted(plan.items()):
+        now = current[(t, p)]
+        if list(now) == list(target):
+            continue
+        leader.setdefault(t, []).extend(f"{p}:{b}" for b in now)
+        follower.setdefault(t, []).extend(f"{p}:{b}" for b in target if b not in now)
+    return {t: (",".join(leader[t]), ",".join(follower.get(t, []))) for t in leader}
+
+
+def set_throttles(src: Source, current: Mapping[TopicPartition, list[int]], plan: Plan, rate: int) -> None:
+    for topic, (leaders, followers) in throttled_replicas(current, plan).items():
+        ops = [AlterOp(LEADER_REPLICAS, OpType.SET, leaders)]
+        ops.append(
+            AlterOp(FOLLOWER_REPLICAS, OpType.SET, followers)
+            if followers
+            else AlterOp(FOLLOWER_REPLICAS, OpType.DELETE)
+        )
+        src.alter_configs(ResourceType.TOPIC, topic, ops)
+    brokers = sorted({b for tp, rs in plan.items() for b in (*rs, *current[tp])})
+    for b in brokers:
+        src.alter_configs(ResourceType.BROKER, str(b), [AlterOp(k, OpType.SET, str(rate)) for k in THROTTLE_RATE_KEYS])
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+def clear_throttles(src: Source, plan: Plan) -> None:
+    """Kafka's clearAllThrottles: every live broker and the plan's brokers, the plan's topics;
+    only when one of those topics carries a throttled-replicas list (so a move that was never
+    throttled touches no broker, and a paused broker does not fail its --cancel)."""
+    topics = sorted({t for t, _ in plan})
+    if not any({LEADER_REPLICAS, FOLLOWER_REPLICAS} & set(src.topic_overrides(t)) for t in topics):
+        return
+    brokers = sorted(set(src.live_brokers()) | {b for rs in plan.values() for b in rs})
+    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} {','.join(map(str, brokers))}")
+    for b in brokers:
+        src.alter_configs(ResourceType.BROKER, str(b), [AlterOp(k, OpType.DELETE) for k in THROTTLE_RATE_KEYS])
+    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}")
+    for t in topics:
+        src.alter_configs(
+            ResourceType.TOPIC, t, [AlterOp(LEADER_REPLICAS, OpType.DELETE), AlterOp(FOLLOWER_REPLICAS, OpType.DELETE)]
+        )
+
+
+def execute(src: Source, plan: Plan, throttle: int = -1) -> None:
     if src.moving():  # checked first, as Kafka
         raise CliError(EXISTING)
     current = _current(src.assignments(), sorted(plan))
@@ -354,12 +458,16 @@ def execute(src: Source, plan: Plan) -> None:
     print(to_json(current))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
+    if throttle >= 0:
+        print(VERIFY_WARNING)
+        set_throttles(src, current, plan, throttle)
     src.start(plan)
     print(f"Successfully started partition reassignment{'s' if len(plan) > 1 else ''} for {_names(list(plan))}")
 
 
-def verify(src: Source, plan: Plan) -> bool:
-    """Prints each partition's state; True when every move is complete."""
+def verify(src: Source, plan: Plan, preserve_throttles: bool = False) -> bool:
+    """Prints each partition's state; True when every move is complete (then the throttles
+    are removed unless ``preserve_throttles``)."""
     assignments = src.assignments()
     moving = src.moving()
     print("Status of partition reassignment:")
@@ -382,10 +490,12 @@ def verify(src: Source, plan: Plan) -> bool:
             done = False
     if src.bootstrap:
         print()  # Kafka's (empty) report of replica log-directory moves
+    if done and not preserve_throttles:
+        clear_throttles(src, plan)
     return done
 
 
-def cancel(src: Source, plan: Plan) -> None:
+def cancel(src: Source, plan: Plan, preserve_throttles: bool = False) -> None:
     cancelled = src.cancel(sorted(plan))
     if cancelled:
         s = "s" if len(cancelled) > 1 else ""
@@ -394,6 +504,8 @@ def cancel(src: Source, plan: Plan) -> None:
         print("None of the specified partition reassignments are active.")
     if src.bootstrap:
         print("None of the specified partition moves are active.")
+    if not preserve_throttles:
+        clear_throttles(src, plan)
 
 
 def list_moves(src: Source) -> None:
@@ -421,27 +533,45 @@ def reassign(args: argparse.Namespace) -> int:
         else:
             plan = parse_reassignment(_load(args.reassignment_json_file, "--reassignment-json-file"))
             if args.execute:
-                execute(src, plan)
+                execute(src, plan, check_throttle(args.throttle))
             elif args.verify:
-                return 0 if verify(src, plan) else 1
+                return 0 if verify(src, plan, args.preserve_throttles) else 1
             else:
-                cancel(src, plan)
+                cancel(src, plan, args.preserve_throttles)
         return 0
+
+
+def check_throttle(value: int) -> int:
+    if value < -1:
+        raise UsageError(f"--throttle must be a rate in bytes/s (or -1 for none), got {value}")
+    return value
 
 
 def _holding(assignments: Mapping[str, Mapping[int, list[int]]], broker: int) -> Plan:
     return {(t, p): list(rs) for t, parts in assignments.items() for p, rs in parts.items() if broker in rs}
 
 
-def decommission_broker(src: Source, broker: int, *, dry_run: bool, wait: bool, timeout_s: float) -> int:
+def decommission_broker(
+    src: Source,
+    broker: int,
+    *,
+    dry_run: bool,
+    wait: bool,
+    timeout_s: float,
+    throttle: int = -1,
+    preserve_throttles: bool = False,
+) -> int:
     """``kctl brokers decommission``: see :mod:`kbroker.cli.brokers`."""
     deadline = time.monotonic() + timeout_s
     announced = False
+    started: Plan = {}
     while True:
         assignments = src.assignments()
         moving = src.moving()
         held = _holding(assignments, broker)
         if not held and not moving:
+            if started and throttle >= 0 and not preserve_throttles:
+                clear_throttles(src, started)
             print(f"Broker {broker} holds no partition replicas; it can be stopped.")
             return 0
         if not moving:
@@ -457,7 +587,10 @@ def decommission_broker(src: Source, broker: int, *, dry_run: bool, wait: bool, 
             print(to_json(plan))
             if dry_run:
                 return 0
+            if throttle >= 0:
+                set_throttles(src, held, plan, throttle)
             src.start(plan)
+            started.update(plan)
             print(f"Started {len(plan)} partition reassignment(s) off broker {broker}")
             if not wait:
                 return 0

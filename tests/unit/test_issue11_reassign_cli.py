@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from kbroker.cli.common import CliError
+from kbroker.cli import reassign
+from kbroker.cli.common import CliError, UsageError
 from kbroker.cli.reassign import parse_reassignment, parse_topics_to_move, to_json
 
 
@@ -56,3 +57,17 @@ def test_topics_to_move() -> None:
 def test_bad_reassignment_files_are_refused_with_one_line(doc: Any, mentions: str) -> None:
     with pytest.raises(CliError, match=mentions):
         parse_reassignment(doc)
+
+
+def test_throttled_replicas_are_the_sources_on_the_leader_side_and_the_new_replicas_on_the_follower_side() -> None:
+    current = {("foo", 0): [1, 2], ("foo", 1): [2, 3], ("foo", 2): [3, 1], ("bar", 0): [1]}
+    plan = {("foo", 0): [1, 4], ("foo", 1): [2, 3], ("foo", 2): [4, 5], ("bar", 0): [1]}
+    assert reassign.throttled_replicas(current, plan) == {"foo": ("0:1,0:2,2:3,2:1", "0:4,2:4,2:5")}
+    # an RF decrease moves data nowhere: only a leader list, no follower list
+    assert reassign.throttled_replicas({("t", 0): [1, 2, 3]}, {("t", 0): [1, 2]}) == {"t": ("0:1,0:2,0:3", "")}
+
+
+def test_a_negative_throttle_other_than_minus_one_is_a_usage_error() -> None:
+    assert reassign.check_throttle(-1) == -1 and reassign.check_throttle(0) == 0
+    with pytest.raises(UsageError, match="--throttle"):
+        reassign.check_throttle(-5)
