@@ -52,7 +52,7 @@ import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from kbroker.security.listeners import listener_config
+from kbroker.security.listeners import EndPoint, listener_config
 from kclient.errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
@@ -272,9 +272,33 @@ class ServerTls:
         return _certificate_configuration(material)
 
 
-def server_credentials(props: Mapping[str, str], listener: str) -> grpc.ServerCredentials:
-    """Shorthand: ``ServerTls(SslConfig.for_listener(props, listener), listener).credentials()``."""
-    return ServerTls(SslConfig.for_listener(props, listener), listener).credentials()
+def add_listener_port(server: grpc.aio.Server, endpoint: EndPoint, props: Mapping[str, str]) -> int:
+    """Bind ``endpoint`` on ``server``: a TLS port with the listener's ``ssl.*`` settings
+    (``props``: ``BrokerConfig.security_props``) for SSL and SASL_SSL, a plaintext one
+    otherwise. Returns the bound port (the chosen one for port 0)."""
+    host = f"[{endpoint.bind_host}]" if ":" in endpoint.bind_host else endpoint.bind_host
+    address = f"{host}:{endpoint.port}"
+    if endpoint.uses_tls:
+        server_tls = ServerTls(SslConfig.for_listener(props, endpoint.listener_name), endpoint.listener_name)
+        port = server.add_secure_port(address, server_tls.credentials())
+    else:
+        port = server.add_insecure_port(address)
+    if not port:
+        raise OSError(f"listener {endpoint.listener_name}: cannot bind {address}")
+    return int(port)
+
+
+def broker_channel_credentials(props: Mapping[str, str], listener: str) -> grpc.ChannelCredentials:
+    """What a broker uses to call another broker's TLS listener ``listener`` (the
+    inter-broker one): its own key store as the client certificate and its trust store
+    as the roots (gRPC's default roots without one). Read once: a channel made after a
+    rotation picks the new files up."""
+    material = load_key_material(SslConfig.for_listener(props, listener))
+    return grpc.ssl_channel_credentials(
+        root_certificates=material.root_certificates,
+        private_key=material.private_key,
+        certificate_chain=material.certificate_chain,
+    )
 
 
 def mtls_principal(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:

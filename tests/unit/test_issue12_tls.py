@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from kbroker.security import certs, tls
+from kbroker.security.listeners import EndPoint
 from kclient.errors import InvalidConfigError
 
 ALICE = "CN=alice,OU=eng,O=kbroker"
@@ -281,3 +282,40 @@ def test_pem_blocks_rewrap_one_line_pem(pki: Pki) -> None:
     pem = pki.ca.cert_path.read_bytes()
     squashed = b" ".join(pem.split(b"\n"))
     assert tls.pem_blocks(squashed) == [(b"CERTIFICATE", pem)]
+
+
+def test_add_listener_port_binds_plaintext_and_tls_listeners(pki: Pki) -> None:
+    props = {
+        "ssl.keystore.location": str(pki.alice.keystore_path),  # not a server certificate
+        "listener.name.internal.ssl.keystore.location": str(pki.server.keystore_path),
+        "listener.name.internal.ssl.truststore.location": str(pki.ca.cert_path),
+        "listener.name.internal.ssl.client.auth": "required",
+    }
+    broker = certs.issue(pki.ca, pki.root / "certs", "broker-both", "CN=broker-1,OU=brokers")
+    peer_props = {"ssl.keystore.location": str(broker.keystore_path), "ssl.truststore.location": str(pki.ca.cert_path)}
+
+    async def main() -> None:
+        seen = Seen()
+
+        async def echo(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+            seen.auth_contexts.append(dict(context.auth_context()))
+            return request
+
+        server = grpc.aio.server()
+        handler = grpc.method_handlers_generic_handler("t.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+        server.add_generic_rpc_handlers((handler,))
+        plain = tls.add_listener_port(server, EndPoint("PLAINTEXT", "127.0.0.1", 0, "PLAINTEXT"), props)
+        internal = tls.add_listener_port(server, EndPoint("INTERNAL", "127.0.0.1", 0, "SSL"), props)
+        await server.start()
+        try:
+            assert plain != internal
+            assert await _call(plain, None) == b"ping"
+            await refused(internal, None)
+            await refused(internal, tls.channel_credentials(str(pki.ca.cert_path)))
+            assert await _call(internal, tls.broker_channel_credentials(peer_props, "INTERNAL")) == b"ping"
+        finally:
+            await server.stop(0)
+        assert tls.mtls_principal(seen.auth_contexts[0]) is None
+        assert tls.mtls_principal(seen.auth_contexts[1]) == "User:CN=broker-1,OU=brokers"
+
+    asyncio.run(main())
