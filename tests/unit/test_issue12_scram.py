@@ -136,7 +136,8 @@ def test_user_names_with_comma_and_equals_are_escaped() -> None:
 
 
 def test_unknown_user_is_refused_at_the_first_message() -> None:
-    server = ScramServer(SHA256, {}.get)
+    nobody: dict[str, ScramCredential] = {}
+    server = ScramServer(SHA256, nobody.get)
     with pytest.raises(ScramAuthenticationError, match="Invalid user credentials"):
         server.evaluate(b"n,,n=nobody,r=abc")
     with pytest.raises(ScramStateError):
