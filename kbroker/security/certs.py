@@ -185,3 +185,29 @@ def issue(
     write_atomic(out.key_path, key_pem, 0o600)
     write_atomic(out.keystore_path, cert_pem + key_pem, 0o600)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kbroker.security.certs DIR NAME [--subject DN] [--san H]... [--client-only]
+    [--key-password P]``: make the CA in DIR unless it is there, issue NAME, print the files."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kbroker.security.certs", description=main.__doc__)
+    parser.add_argument("directory", type=Path, help="CA directory (ca.pem, ca-key.pem; made if missing)")
+    parser.add_argument("name", help="file name stem of the certificate to issue")
+    parser.add_argument("--subject", help="subject DN, e.g. CN=alice,OU=eng (default CN=<name>)")
+    parser.add_argument("--san", action="append", help=f"DNS name or IP (repeatable; default {','.join(DEFAULT_SANS)})")
+    parser.add_argument("--client-only", action="store_true", help="clientAuth usage only, no SANs by default")
+    parser.add_argument("--key-password", help="encrypt the key (ssl.key.password / ssl_password)")
+    args = parser.parse_args(argv)
+    d: Path = args.directory
+    ca = load_ca(d) if (d / "ca.pem").exists() else make_ca(d)
+    sans = args.san if args.san is not None else (() if args.client_only else DEFAULT_SANS)
+    out = issue(ca, d, args.name, args.subject, sans, server=not args.client_only, key_password=args.key_password)
+    print(f"subject:  {out.subject}\ntrust:    {out.ca_path}\ncert:     {out.cert_path}")
+    print(f"key:      {out.key_path}\nkeystore: {out.keystore_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -319,3 +319,26 @@ def test_add_listener_port_binds_plaintext_and_tls_listeners(pki: Pki) -> None:
         assert tls.mtls_principal(seen.auth_contexts[1]) == "User:CN=broker-1,OU=brokers"
 
     asyncio.run(main())
+
+
+def test_certs_command_makes_a_ca_once_and_issues(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert certs.main([str(tmp_path), "broker"]) == 0
+    ca_pem = (tmp_path / "ca.pem").read_bytes()
+    assert certs.main([str(tmp_path), "alice", "--subject", "CN=alice,OU=eng", "--client-only"]) == 0
+    assert (tmp_path / "ca.pem").read_bytes() == ca_pem  # the CA is reused
+    assert "subject:  CN=alice,OU=eng" in capsys.readouterr().out
+    server = tls.ServerTls(
+        tls.SslConfig(
+            keystore_location=str(tmp_path / "broker.keystore.pem"),
+            truststore_location=str(tmp_path / "ca.pem"),
+            client_auth="required",
+        )
+    )
+    ca = str(tmp_path / "ca.pem")
+
+    async def body(port: int, seen: Seen) -> None:
+        alice = tls.channel_credentials(ca, str(tmp_path / "alice.pem"), str(tmp_path / "alice-key.pem"))
+        assert await _call(port, alice) == b"ping"
+
+    seen = run_against(server, body)
+    assert tls.mtls_principal(seen.auth_contexts[0]) == "User:CN=alice,OU=eng"
