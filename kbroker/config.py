@@ -177,10 +177,10 @@ class BrokerConfig:
     listener_security_protocol_map: dict[str, str] = field(
         default_factory=lambda: dict(item.split(":") for item in DEFAULT_PROTOCOL_MAP.split(","))
     )
-    security_props: dict[str, str] = field(default_factory=dict)
+    security_props: dict[str, str] = field(default_factory=dict, repr=False)
     """The checked ``ssl.*`` and ``sasl.enabled.mechanisms`` keys and their per-listener
     ``listener.name.<name>.<key>`` forms, by Kafka name; read them with
-    :meth:`listener_setting`."""
+    :meth:`listener_setting`. Left out of ``repr`` (``ssl.key.password``, inline keys)."""
     sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
     """Kafka's default is GSSAPI, which kbroker does not implement."""
     connections_max_reauth_ms: int = 3_600_000

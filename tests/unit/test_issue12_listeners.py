@@ -189,6 +189,8 @@ def test_several_listeners_in_broker_config(tmp_path: Path) -> None:
     assert cfg.super_users == ("User:CN=broker,OU=eng", "User:admin")
     assert cfg.authorizer_enabled and cfg.zookeeper_set_acl and not cfg.allow_everyone_if_no_acl_found
     assert cfg.connections_max_reauth_ms == 60000
+    secret = build_config({**BASE, "ssl.key.password": "hunter2", "ssl.keystore.key": "-----BEGIN PRIVATE KEY--"})
+    assert "hunter2" not in repr(secret) and "PRIVATE" not in repr(secret)
     defaults = build_config(BASE)
     assert not defaults.authorizer_enabled and defaults.super_users == () and not defaults.zookeeper_set_acl
     assert defaults.connections_max_reauth_ms == 3_600_000
