@@ -9,7 +9,7 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,7 +24,9 @@ from kbroker.cluster import zkdata
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient, split_connect_string
 from kbroker.cluster.zkdata import BrokerInfo, LeaderAndIsr
+from kbroker.local.cluster import LocalCluster
 from kbroker.security.zk_acl import DIGEST_ENV, ZkCredential, acls_for, is_sensitive
+from kclient import AdminClient, NewTopic, Producer
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +90,10 @@ def kbroker_tree(connect: str, *, digest: str | None, set_acl: bool) -> Iterator
         zk.close()
 
 
-def assert_secured(connect: str) -> int:
+TREE = (USER_PATH, "/config/brokers/0", "/brokers/ids/0", "/consumers/g/offsets/t/0")
+
+
+def assert_secured(connect: str, expected: tuple[str, ...] = TREE) -> int:
     """Every znode has the policy's ACLs; an unauthenticated and a wrongly authenticated
     client read only the non-sensitive ones and change nothing. Returns the count."""
     with session(connect, DIGEST) as holder:
@@ -96,7 +101,7 @@ def assert_secured(connect: str) -> int:
         for path in paths:
             acls, _ = holder.get_acls(path)
             assert same(acls, acls_for(path, CRED)), (path, acls)
-    assert USER_PATH in paths and "/config/brokers/0" in paths and "/brokers/ids/0" in paths
+    assert set(expected) <= set(paths)
     for digest in (None, "kafka:wrong"):
         with session(connect, digest) as other:
             for path in paths:
@@ -262,3 +267,28 @@ def test_kctl_zookeeper_mode_with_and_without_the_credential(zk_connect: str, tm
         assert_secured(zk_connect)  # kctl's znodes got the secure ACLs too
         with session(zk_connect) as anyone:
             assert {"u", "v"} <= set(anyone.get_children(zkdata.BROKER_TOPICS))
+
+
+def _server_wired() -> bool:
+    import kbroker.server
+
+    return "zk_acl" in Path(kbroker.server.__file__).read_text()
+
+
+@pytest.mark.skipif(not _server_wired(), reason="server.py does not build ZkClient with the ZooKeeper credential yet")
+def test_broker_with_zookeeper_set_acl_secures_its_znodes(
+    cluster_factory: Callable[..., LocalCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real broker (controller, topic creation, produce) with ``zookeeper.set.acl=true`` and
+    the credential in its environment: every znode it writes is secured, and it works."""
+    monkeypatch.delenv("KAFKA_OPTS", raising=False)
+    monkeypatch.setenv(DIGEST_ENV, DIGEST)
+    c = cluster_factory(1, **{"zookeeper.set.acl": "true"})
+    with AdminClient(c.bootstrap) as admin:
+        admin.create_topics([NewTopic("secured", 2, 1)])
+    with Producer(bootstrap_servers=c.bootstrap, acks=-1) as p:
+        assert p.send("secured", b"v", partition=0).get(30).offset == 0
+    assert_secured(c.zk_connect, ("/brokers/ids/0", "/controller", zkdata.partition_state_path("secured", 1)))
+    with session(c.zk_connect) as anyone:
+        assert "secured" in anyone.get_children(zkdata.BROKER_TOPICS)
+        assert anyone.exists(zkdata.partition_state_path("secured", 0)) is not None
