@@ -177,6 +177,16 @@ def connect_zookeeper(
     return zk
 
 
+def refused_write_message() -> str:
+    """The one line for a NoAuthError that reached ``kctl``'s top level, naming whether
+    the environment gave a credential (for main.py's handler)."""
+    try:
+        credential = zk_acl.resolve_credential()
+    except ZkCredentialError:
+        credential = None
+    return zk_acl.no_auth_message(credential)
+
+
 @contextmanager
 def refused_writes(credential: ZkCredential | None) -> Iterator[None]:
     """Turn ZooKeeper's NoAuth (a secured znode, no or another credential) into one CliError line."""

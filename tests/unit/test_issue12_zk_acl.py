@@ -142,3 +142,16 @@ def test_secure_zk_client_resolves_acls_per_path_in_transactions() -> None:
     cred = ZkCredential("kafka", "pw")
     assert [op.acl for op in tx.operations] == [[cred.acl()], [cred.acl(), WORLD_READ]]
     zk.kazoo.close()
+
+
+def test_kctl_no_auth_line_names_the_missing_or_refused_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kbroker.cli.backends import refused_write_message
+
+    monkeypatch.delenv("KAFKA_OPTS", raising=False)
+    monkeypatch.delenv(zk_acl.DIGEST_ENV, raising=False)
+    line = refused_write_message()
+    assert line.startswith("ZooKeeper refused the write: no authentication") and "(NoAuth)" in line
+    assert zk_acl.DIGEST_ENV in line and "\n" not in line
+    monkeypatch.setenv(zk_acl.DIGEST_ENV, "bob:pw")
+    line = refused_write_message()
+    assert "'bob'" in line and "(NoAuth)" in line and ":pw" not in line
