@@ -142,7 +142,10 @@ class AclKazooClient(KazooClient):
 
     kazoo resolves a missing ``acl`` to ``default_acl`` everywhere (and hands that same
     list down to the parents it makes); the override of the one low-level create below
-    recognises that list by identity and replaces it by the path's ACLs.
+    recognises that list by identity and replaces it by the path's ACLs. That method
+    (``_create_async_inner``) is kazoo-internal (2.10, 2.11); the integration tests in
+    ``tests/integration/test_issue12_zk_acl.py`` fail if a kazoo upgrade bypasses it.
+    Thread-safe as KazooClient is (the credential is immutable).
     """
 
     def __init__(self, credential: ZkCredential, **kwargs: object) -> None:
