@@ -29,11 +29,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
-
-from kbroker.cli.backends import ZK_CONNECT_TIMEOUT_S
-from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
+from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
+from kbroker.cli.common import UsageError, check_bootstrap, check_zookeeper
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, ConfigSource, OpType, ResourceType
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import DEFAULT_BROKER_ENTITY
@@ -233,17 +230,4 @@ def _over_zookeeper(
 
 
 def _connect(connect: str) -> ZkClient:
-    zk = ZkClient(connect)
-    try:
-        zk.start(ZK_CONNECT_TIMEOUT_S)
-    except (KazooTimeoutError, KazooException, OSError) as exc:
-        try:
-            zk.close()
-        except Exception:
-            pass
-        if isinstance(exc, KazooTimeoutError):
-            raise CliError(
-                f"cannot connect to ZooKeeper at {connect} (no answer within {ZK_CONNECT_TIMEOUT_S:g}s)"
-            ) from None
-        raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(exc).__name__} {exc}".rstrip()) from None
-    return zk
+    return connect_zookeeper(connect, credential=zookeeper_credential())

@@ -20,10 +20,24 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from kbroker.cli import acls, brokers, configs, console, groups, leaders, log_dirs, perf, reassign, topics, users
+from kbroker.cli import (
+    acls,
+    backends,
+    brokers,
+    configs,
+    console,
+    groups,
+    leaders,
+    log_dirs,
+    perf,
+    reassign,
+    topics,
+    users,
+    zk_security,
+)
 from kbroker.cli.common import CliError, UsageError, one_line
 from kclient.errors import KafkaError
 
@@ -79,6 +93,7 @@ def build_parser() -> KctlArgumentParser:
     reassign.add_parser(nouns, admin_flags)
     acls.add_parser(nouns, admin_flags)
     users.add_parser(nouns, admin_flags)
+    zk_security.add_parser(nouns, admin_flags)
     log_dirs.add_parser(nouns, client_flags)
     console.add_parsers(nouns, client_flags)
     perf.add_parser(nouns, client_flags)
@@ -120,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), EXIT_FAILURE)
     except KazooTimeoutError:
         return _fail("ZooKeeper did not answer in time", EXIT_FAILURE)
+    except NoAuthError:
+        return _fail(backends.refused_write_message(), EXIT_FAILURE)
     except KazooException as exc:
         detail = f": {exc}" if str(exc) else ""
         return _fail(f"ZooKeeper error: {type(exc).__name__}{detail}", EXIT_FAILURE)

@@ -44,10 +44,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
 from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType
 from kbroker.cluster.replica_plan import plan_decommission, propose_reassignment
-from kbroker.cluster.zk_client import ZkClient
 from kbroker.config import THROTTLE_RATE_KEYS
 from kclient.admin import AdminClient
 from kclient.errors import KafkaError
@@ -236,8 +236,7 @@ class ZooKeeperSource(Source):
     bootstrap = False
 
     def __init__(self, connect: str) -> None:
-        self.zk = ZkClient(check_zookeeper(connect))
-        self.zk.start(timeout_s=10)
+        self.zk = connect_zookeeper(check_zookeeper(connect), credential=zookeeper_credential())
 
     def assignments(self) -> dict[str, dict[int, list[int]]]:
         return {t: {p: list(rs) for p, rs in z.partitions.items()} for t, z in self.zk.all_topic_znodes().items()}
