@@ -251,9 +251,34 @@ class InvalidCommitOffsetSizeError(BrokerResponseError):
     description = "The committing offset data size is not valid."
 
 
+class TopicAuthorizationFailedError(BrokerResponseError):
+    errno = 29
+    description = "Topic authorization failed."
+
+
+class GroupAuthorizationFailedError(BrokerResponseError):
+    errno = 30
+    description = "Group authorization failed."
+
+
+class ClusterAuthorizationFailedError(BrokerResponseError):
+    errno = 31
+    description = "Cluster authorization failed."
+
+
 class InvalidTimestampError(BrokerResponseError):
     errno = 32
     description = "The timestamp of the message is out of acceptable range."
+
+
+class UnsupportedSaslMechanismError(BrokerResponseError):
+    errno = 33
+    description = "The broker does not support the requested SASL mechanism."
+
+
+class IllegalSaslStateError(BrokerResponseError):
+    errno = 34
+    description = "Request is not valid given the current SASL state."
 
 
 class TopicAlreadyExistsError(BrokerResponseError):
@@ -307,11 +332,21 @@ class InvalidProducerEpochError(BrokerResponseError):
     description = "Producer attempted to produce with an old epoch."
 
 
+class SecurityDisabledError(BrokerResponseError):
+    errno = 54
+    description = "Security features are disabled."
+
+
 class KafkaStorageError(BrokerResponseError):
     errno = 56
     retriable = True
     invalid_metadata = True
     description = "Disk error when trying to access log file on the disk."
+
+
+class SaslAuthenticationFailedError(BrokerResponseError):
+    errno = 58
+    description = "SASL Authentication failed."
 
 
 class UnknownProducerIdError(BrokerResponseError):
@@ -395,6 +430,21 @@ class UnstableOffsetCommitError(BrokerResponseError):
     errno = 88
     retriable = True
     description = "There are unstable offsets that need to be cleared."
+
+
+class ResourceNotFoundError(BrokerResponseError):
+    errno = 91
+    description = "A request illegally referred to a resource that does not exist."
+
+
+class DuplicateResourceError(BrokerResponseError):
+    errno = 92
+    description = "A request illegally referred to the same resource twice."
+
+
+class UnacceptableCredentialError(BrokerResponseError):
+    errno = 93
+    description = "Requested credential would not meet criteria for acceptability."
 
 
 def _collect() -> dict[int, type[BrokerResponseError]]:

@@ -10,6 +10,7 @@ from kclient.proto.kbroker.v1 import group_pb2 as kbroker_dot_v1_dot_group__pb2
 from kclient.proto.kbroker.v1 import log_pb2 as kbroker_dot_v1_dot_log__pb2
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
 from kclient.proto.kbroker.v1 import reassignment_pb2 as kbroker_dot_v1_dot_reassignment__pb2
+from kclient.proto.kbroker.v1 import security_pb2 as kbroker_dot_v1_dot_security__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -174,6 +175,41 @@ class BrokerStub:
                 '/kbroker.v1.Broker/ListPartitionReassignments',
                 request_serializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.SaslHandshake = channel.unary_unary(
+                '/kbroker.v1.Broker/SaslHandshake',
+                request_serializer=kbroker_dot_v1_dot_security__pb2.SaslHandshakeRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_security__pb2.SaslHandshakeResponse.FromString,
+                _registered_method=True)
+        self.SaslAuthenticate = channel.unary_unary(
+                '/kbroker.v1.Broker/SaslAuthenticate',
+                request_serializer=kbroker_dot_v1_dot_security__pb2.SaslAuthenticateRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_security__pb2.SaslAuthenticateResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/kbroker.v1.Broker/CreateAcls',
+                request_serializer=kbroker_dot_v1_dot_security__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_security__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/kbroker.v1.Broker/DescribeAcls',
+                request_serializer=kbroker_dot_v1_dot_security__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_security__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/kbroker.v1.Broker/DeleteAcls',
+                request_serializer=kbroker_dot_v1_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_security__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/kbroker.v1.Broker/DescribeUserScramCredentials',
+                request_serializer=kbroker_dot_v1_dot_security__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_security__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/kbroker.v1.Broker/AlterUserScramCredentials',
+                request_serializer=kbroker_dot_v1_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
                 _registered_method=True)
 
 
@@ -345,6 +381,49 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaslHandshake(self, request, context):
+        """Security (security.proto).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SaslAuthenticate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -482,6 +561,41 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListPartitionReassignments,
                     request_deserializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'SaslHandshake': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaslHandshake,
+                    request_deserializer=kbroker_dot_v1_dot_security__pb2.SaslHandshakeRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_security__pb2.SaslHandshakeResponse.SerializeToString,
+            ),
+            'SaslAuthenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaslAuthenticate,
+                    request_deserializer=kbroker_dot_v1_dot_security__pb2.SaslAuthenticateRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_security__pb2.SaslAuthenticateResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=kbroker_dot_v1_dot_security__pb2.CreateAclsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_security__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=kbroker_dot_v1_dot_security__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_security__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=kbroker_dot_v1_dot_security__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_security__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=kbroker_dot_v1_dot_security__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_security__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=kbroker_dot_v1_dot_security__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_security__pb2.AlterUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1213,6 +1327,195 @@ class Broker:
             '/kbroker.v1.Broker/ListPartitionReassignments',
             kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.SerializeToString,
             kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaslHandshake(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/SaslHandshake',
+            kbroker_dot_v1_dot_security__pb2.SaslHandshakeRequest.SerializeToString,
+            kbroker_dot_v1_dot_security__pb2.SaslHandshakeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaslAuthenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/SaslAuthenticate',
+            kbroker_dot_v1_dot_security__pb2.SaslAuthenticateRequest.SerializeToString,
+            kbroker_dot_v1_dot_security__pb2.SaslAuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/CreateAcls',
+            kbroker_dot_v1_dot_security__pb2.CreateAclsRequest.SerializeToString,
+            kbroker_dot_v1_dot_security__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DescribeAcls',
+            kbroker_dot_v1_dot_security__pb2.DescribeAclsRequest.SerializeToString,
+            kbroker_dot_v1_dot_security__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DeleteAcls',
+            kbroker_dot_v1_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+            kbroker_dot_v1_dot_security__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DescribeUserScramCredentials',
+            kbroker_dot_v1_dot_security__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            kbroker_dot_v1_dot_security__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/AlterUserScramCredentials',
+            kbroker_dot_v1_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            kbroker_dot_v1_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,
