@@ -19,8 +19,11 @@ Listener rules: SASL is served on ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners 
 PLAIN only on ``SASL_SSL`` (it carries the password). PLAIN is checked against the user's
 SCRAM credential (SCRAM-SHA-512, else SCRAM-SHA-256) by recomputing its salted keys.
 
-Error codes: :class:`SaslAuthenticationFailedError` 58, :class:`UnsupportedSaslMechanismError`
-33, :class:`IllegalSaslStateError` 34 (each has ``errno``).
+Errors (kclient.errors, each with its ``errno``): SaslAuthenticationFailedError 58 (wrong
+credentials, unknown user, malformed message), UnsupportedSaslMechanismError 33 (mechanism
+not enabled on this listener; PLAIN off SASL_SSL), IllegalSaslStateError 34 (unknown or
+expired exchange, another mechanism or listener than the exchange's, SASL on a non-SASL
+listener).
 """
 
 from __future__ import annotations
@@ -42,7 +45,12 @@ from kbroker.security.scram import (
     ScramServer,
     password_matches,
 )
-from kclient.errors import BrokerResponseError, InvalidConfigError
+from kclient.errors import (
+    IllegalSaslStateError,
+    InvalidConfigError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,35 +64,6 @@ DEFAULT_EXCHANGE_TIMEOUT_MS = 30_000
 DEFAULT_MAX_EXCHANGES = 10_000
 DEFAULT_MAX_REAUTH_MS = 3_600_000
 """``connections.max.reauth.ms`` here (Kafka's default 0 means never; a token needs a bound)."""
-
-
-class SaslAuthenticationFailedError(BrokerResponseError):
-    """Wrong credentials, unknown user, or a malformed SASL message (SASL_AUTHENTICATION_FAILED, 58)."""
-
-    errno = 58
-    description = "SASL Authentication failed."
-
-
-class UnsupportedSaslMechanismError(BrokerResponseError):
-    """The mechanism is not enabled on this listener (UNSUPPORTED_SASL_MECHANISM, 33).
-
-    ``enabled_mechanisms`` lists those that are (SaslHandshake answers them).
-    """
-
-    errno = 33
-    description = "The broker does not support the requested SASL mechanism."
-
-    def __init__(self, message: str = "", enabled_mechanisms: Iterable[str] = ()) -> None:
-        super().__init__(message)
-        self.enabled_mechanisms = list(enabled_mechanisms)
-
-
-class IllegalSaslStateError(BrokerResponseError):
-    """A SASL message out of order: unknown or expired exchange, a mechanism or listener
-    other than the exchange's, or SASL on a non-SASL listener (ILLEGAL_SASL_STATE, 34)."""
-
-    errno = 34
-    description = "Request is not valid given the current SASL state."
 
 
 def invalid_credentials_message(mechanism: str) -> str:
@@ -255,7 +234,8 @@ class SaslAuthenticator:
 
     def handshake(self, mechanism: str, listener_protocol: str) -> list[str]:
         """SaslHandshake: the listener's mechanisms if ``mechanism`` is among them, else
-        UnsupportedSaslMechanismError (carrying them); IllegalSaslStateError off SASL listeners."""
+        UnsupportedSaslMechanismError (answer :meth:`mechanisms` with it); IllegalSaslStateError
+        off SASL listeners."""
         self._check_listener(listener_protocol)
         allowed = self.mechanisms(listener_protocol)
         if mechanism not in allowed:
@@ -263,7 +243,7 @@ class SaslAuthenticator:
                 why = f"PLAIN is accepted only on {SASL_SSL} listeners, not on {listener_protocol}"
             else:
                 why = f"Unsupported SASL mechanism {mechanism}; enabled: {', '.join(allowed)}"
-            raise UnsupportedSaslMechanismError(why, allowed)
+            raise UnsupportedSaslMechanismError(why)
         return allowed
 
     def authenticate(self, mechanism: str, exchange_id: str, auth_bytes: bytes, listener_protocol: str) -> SaslResult:

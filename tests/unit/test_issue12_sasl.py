@@ -111,7 +111,7 @@ def test_mechanisms_per_listener_and_handshake(users: Users) -> None:
     assert auth.handshake("SCRAM-SHA-512", "SASL_PLAINTEXT") == ["SCRAM-SHA-512"]
     with pytest.raises(UnsupportedSaslMechanismError) as refused:
         auth.handshake("SCRAM-SHA-256", "SASL_SSL")
-    assert refused.value.errno == 33 and refused.value.enabled_mechanisms == ["SCRAM-SHA-512", "PLAIN"]
+    assert refused.value.errno == 33 and "enabled: SCRAM-SHA-512, PLAIN" in refused.value.message
     with pytest.raises(UnsupportedSaslMechanismError):
         auth.authenticate("SCRAM-SHA-256", "", b"n,,n=alice,r=abc", "SASL_SSL")
     with pytest.raises(UnsupportedSaslMechanismError):
