@@ -19,6 +19,8 @@ path                                            mode content
                                                      "isr","controller_epoch"}
 /config/topics/<t>                              P    {"version":1,"config":{k: "v"}}
 /config/brokers/<id> and /config/brokers/<default> P {"version":1,"config":{k: "v"}}
+/config/users/<sanitized user>                  P    {"version":1,"config":{"SCRAM-SHA-256":
+                                                     "salt=..,stored_key=..,server_key=..,iterations=N"}}
 /config/changes/config_change_<10 digits>       PS   {"version":2,"entity_path":"topics/<t>"}
 /admin/reassign_partitions                      P    {"version":1,"partitions":[{"topic","partition",
                                                      "replicas"}]}
@@ -68,6 +70,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"
 CONFIG_CHANGES = "/config/changes"
 ADMIN = "/admin"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
@@ -409,10 +412,10 @@ def decode_leader_and_isr(data: bytes, zk_version: int = -1) -> LeaderAndIsr:
     )
 
 
-# --- /config/topics/<t>, /config/brokers/<id|<default>> ----------------------------
+# --- /config/topics/<t>, /config/brokers/<id|<default>>, /config/users/<u> -----------
 
-ConfigEntityType = Literal["topics", "brokers"]
-ENTITY_TYPES: tuple[ConfigEntityType, ...] = ("topics", "brokers")
+ConfigEntityType = Literal["topics", "brokers", "users"]
+ENTITY_TYPES: tuple[ConfigEntityType, ...] = ("topics", "brokers", "users")
 DEFAULT_BROKER_ENTITY = "<default>"
 """The entity name of the cluster-wide dynamic broker defaults."""
 
@@ -435,17 +438,59 @@ def broker_entity(name: str) -> int | None:
     return int(name)
 
 
+MAX_USER_NAME_LENGTH = 255
+"""Characters in a user name stored in ZooKeeper (SCRAM credentials; Kafka sets no limit)."""
+
+_SANITIZER_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def sanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: a user name as a znode name.
+
+    ``URLEncoder`` (UTF-8) with ``*`` as ``%2A`` and space as ``%20``: every character but
+    ASCII letters, digits, ``.``, ``_`` and ``-`` is percent-encoded (uppercase hex);
+    ``.`` and ``..``, which ZooKeeper refuses as names, become ``%2E`` / ``%2E%2E``.
+    """
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    return "".join(
+        ch if ch in _SANITIZER_SAFE else "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+        for ch in name
+    )
+
+
+def desanitize(segment: str) -> str:
+    """Kafka's ``Sanitizer.desanitize`` (``URLDecoder``: ``+`` is a space)."""
+    return urllib.parse.unquote_plus(segment, errors="surrogatepass")
+
+
+def user_segment(user: str) -> str:
+    if not user:
+        raise InvalidRequestError("the user name is empty")
+    if len(user) > MAX_USER_NAME_LENGTH:
+        raise InvalidRequestError(f"the user name is {len(user)} characters long; the limit is {MAX_USER_NAME_LENGTH}")
+    return sanitize(user)
+
+
+def user_config_path(user: str) -> str:
+    """``/config/users/<user>``, the name sanitized as Kafka does (``alice@X`` -> ``alice%40X``)."""
+    return f"{CONFIG_USERS}/{user_segment(user)}"
+
+
 def entity_config_path(entity_type: str, name: str) -> str:
-    """``/config/<type>/<name>``: topic names as path segments, broker names checked."""
+    """``/config/<type>/<name>``: topic names as path segments, broker names checked,
+    user names sanitized as Kafka does."""
     if entity_type == "topics":
         return topic_config_path(name)
     if entity_type == "brokers":
         return broker_config_path(broker_entity(name))
+    if entity_type == "users":
+        return user_config_path(name)
     raise InvalidRequestError(f"unknown config entity type {entity_type!r}; expected one of {ENTITY_TYPES}")
 
 
 def encode_entity_config(config: dict[str, str]) -> bytes:
-    """Topic and broker config znodes alike: ``{"version":1,"config":{k: "v"}}``."""
+    """Topic, broker and user config znodes alike: ``{"version":1,"config":{k: "v"}}``."""
     return _dumps({"version": 1, "config": {k: str(v) for k, v in config.items()}})
 
 
@@ -470,9 +515,9 @@ def config_change_path() -> str:
 
 
 def encode_config_change(entity_type: str, name: str) -> bytes:
-    """Kafka's v2 notification: ``{"version":2,"entity_path":"topics/<t>"}``."""
+    """Kafka's v2 notification: ``{"version":2,"entity_path":"topics/<t>"}`` (users: sanitized)."""
     entity_config_path(entity_type, name)  # validates
-    segment = topic_segment(name) if entity_type == "topics" else name
+    segment = topic_segment(name) if entity_type == "topics" else user_segment(name) if entity_type == "users" else name
     return _dumps({"version": 2, "entity_path": f"{entity_type}/{segment}"})
 
 
@@ -486,7 +531,7 @@ def decode_config_change(data: bytes) -> tuple[ConfigEntityType, str]:
             entity_type, slash, segment = str(body["entity_path"]).partition("/")
             if not slash:
                 raise ValueError("no '/' in entity_path")
-            name = decode_segment(segment)
+            name = desanitize(segment) if entity_type == "users" else decode_segment(segment)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InvalidRequestError(f"malformed config change notification {data[:200]!r}: {exc}") from None
     for known in ENTITY_TYPES:

@@ -1,0 +1,429 @@
+"""SCRAM credentials in ZooKeeper, as Kafka stores them, and the broker's cache of them.
+
+``/config/users/<sanitized user>`` holds ``{"version":1,"config":{"SCRAM-SHA-256":
+"salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=4096", ...}}`` (other user
+configs, e.g. quotas, may sit beside them and are kept). Every write goes with a
+``/config/changes/config_change_N`` notification ``{"version":2,"entity_path":"users/<u>"}``
+in the same transaction (:meth:`ZkClient.set_entity_config`), which is how every broker
+learns of it. Removing a user's last credential leaves ``{"config":{}}``, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+
+from kbroker.cluster import zkdata
+from kbroker.cluster.zk_client import ZkClient
+from kbroker.security.scram import (
+    ScramCredential,
+    ScramCredentialError,
+    ScramError,
+    ScramMechanism,
+    credential_from_salted_password,
+    generate_credential,
+)
+from kclient.errors import (
+    BrokerResponseError,
+    DuplicateResourceError,
+    KafkaError,
+    ResourceNotFoundError,
+    UnacceptableCredentialError,
+    UnsupportedSaslMechanismError,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_CAS_ATTEMPTS = 10
+
+
+def mechanism_of(mechanism: ScramMechanism | str) -> ScramMechanism:
+    """A mechanism or its name; UnsupportedSaslMechanismError for any other name (as Kafka's
+    AlterUserScramCredentials answers)."""
+    if isinstance(mechanism, ScramMechanism):
+        return mechanism
+    found = ScramMechanism.from_name(mechanism)
+    if found is None:
+        names = ", ".join(m.value for m in ScramMechanism)
+        raise UnsupportedSaslMechanismError(f"Unknown SCRAM mechanism {mechanism!r}; expected one of {names}")
+    return found
+
+
+def new_credential(mechanism: ScramMechanism | str, password: str, iterations: int = 4096) -> ScramCredential:
+    """A fresh salted credential; UnacceptableCredentialError for a bad password or iterations."""
+    try:
+        return generate_credential(mechanism_of(mechanism), password, iterations)
+    except ScramCredentialError as exc:
+        raise UnacceptableCredentialError(str(exc)) from None
+
+
+def scram_entries(config: dict[str, str]) -> dict[ScramMechanism, ScramCredential]:
+    """The SCRAM credentials in one user's config (a malformed one is logged and skipped)."""
+    out: dict[ScramMechanism, ScramCredential] = {}
+    for key, value in config.items():
+        mechanism = ScramMechanism.from_name(key)
+        if mechanism is None:
+            continue
+        try:
+            out[mechanism] = ScramCredential.parse(value)
+        except ScramError as exc:
+            log.error("SCRAM credential %s ignored: %s", key, exc)
+    return out
+
+
+class CredentialStore:
+    """Reads and writes users' SCRAM credentials; optionally caches them for a broker.
+
+    Writes (:meth:`set_password`, :meth:`set_credential`, :meth:`delete`) are
+    compare-and-set on the user's znode, re-read and retried on a concurrent change, so
+    one user's mechanisms can be changed by several tools at once without a lost update.
+
+    The cache (:meth:`lookup`) is filled on demand. After :meth:`start`, a daemon thread
+    ``scram-credentials`` watches ``/config/changes``; each new ``users/<u>``
+    notification drops ``u`` from the cache and then calls ``on_user_changed(u)`` (for
+    the broker: revoke ``u``'s sessions). After a ZooKeeper disconnection the whole cache
+    is dropped (a notification may have been missed). Without :meth:`start` nothing is
+    cached: every lookup reads ZooKeeper (tools).
+
+    Thread safety: every method may be called from any thread. A read that raced with an
+    invalidation is not cached (an invalidation counter guards the store), so the cache
+    never keeps a credential older than the last notification seen.
+    ``on_user_changed`` runs on the watcher thread, one call at a time.
+    """
+
+    def __init__(self, zk: ZkClient, *, on_user_changed: Callable[[str], None] | None = None) -> None:
+        self._zk = zk
+        self._on_user_changed = on_user_changed
+        self._lock = threading.Lock()
+        self._cache: dict[str, dict[ScramMechanism, ScramCredential]] = {}
+        self._invalidations = 0
+        self._caching = False
+        self._last_seq = -1
+        self._primed = False
+        self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="scram-credentials", daemon=True)
+        self._stopped = False
+        self._disconnected = False
+
+    # --- reads -----------------------------------------------------------------------
+
+    def credentials(self, user: str) -> dict[ScramMechanism, ScramCredential]:
+        """Every SCRAM credential of ``user`` (cached once :meth:`start` ran)."""
+        with self._lock:
+            cached = self._cache.get(user)
+            if cached is not None:
+                return cached
+            caching, before = self._caching, self._invalidations
+        found = scram_entries(self._zk.entity_config("users", user)[0])
+        if caching:
+            with self._lock:
+                if self._invalidations == before:
+                    self._cache[user] = found
+        return found
+
+    def lookup(self, user: str, mechanism: ScramMechanism | str) -> ScramCredential | None:
+        """``user``'s credential for ``mechanism``, or None (unknown user or mechanism).
+
+        A name ZooKeeper cannot hold (empty, too long) is simply unknown.
+        """
+        found = ScramMechanism.from_name(mechanism) if isinstance(mechanism, str) else mechanism
+        if found is None:
+            return None
+        try:
+            return self.credentials(user).get(found)
+        except KafkaError:
+            return None
+
+    def describe(self, users: Iterable[str] | None = None) -> dict[str, dict[ScramMechanism, int]]:
+        """user -> {mechanism: iterations}, from ZooKeeper (not the cache).
+
+        ``users=None``: every user with at least one SCRAM credential, sorted by name.
+        Named users without a credential are absent from the answer.
+        """
+        if users is None:
+            try:
+                names = sorted(zkdata.desanitize(c) for c in self._zk.kazoo.get_children(zkdata.CONFIG_USERS))
+            except NoNodeError:
+                names = []
+        else:
+            names = list(users)
+        out: dict[str, dict[ScramMechanism, int]] = {}
+        for name in names:
+            entries = scram_entries(self._zk.entity_config("users", name)[0])
+            if entries:
+                out[name] = {m: c.iterations for m, c in sorted(entries.items(), key=lambda kv: kv[0].value)}
+        return out
+
+    # --- writes ----------------------------------------------------------------------
+
+    def set_password(
+        self, user: str, mechanism: ScramMechanism | str, password: str, iterations: int = 4096
+    ) -> ScramCredential:
+        """Create or replace ``user``'s credential for ``mechanism`` from ``password`` (only
+        the salted keys are stored). UnacceptableCredentialError for a bad user, password,
+        mechanism or iteration count."""
+        credential = new_credential(mechanism, password, iterations)
+        self.alter(user, upsert={mechanism_of(mechanism): credential})
+        return credential
+
+    def set_credential(self, user: str, mechanism: ScramMechanism | str, credential: ScramCredential) -> None:
+        """Store a ready credential (AlterUserScramCredentials sends a salted password:
+        see :func:`kbroker.security.scram.credential_from_salted_password`)."""
+        self.alter(user, upsert={mechanism_of(mechanism): credential})
+
+    def delete(self, user: str, mechanism: ScramMechanism | str | None = None) -> list[ScramMechanism]:
+        """Remove ``user``'s credential for ``mechanism`` (None: every SCRAM mechanism he has);
+        the mechanisms removed. ResourceNotFoundError if there was none to remove."""
+        if mechanism is not None:
+            self.alter(user, delete=[mechanism_of(mechanism)])
+            return [mechanism_of(mechanism)]
+        return self.alter(user, delete=list(ScramMechanism), missing_ok=True)
+
+    def alter(
+        self,
+        user: str,
+        *,
+        upsert: dict[ScramMechanism, ScramCredential] | None = None,
+        delete: Iterable[ScramMechanism] = (),
+        missing_ok: bool = False,
+    ) -> list[ScramMechanism]:
+        """Set and remove several of ``user``'s credentials in one write (one notification);
+        the mechanisms removed. Nothing is written if a check fails: UnacceptableCredentialError
+        (bad user or iterations), ResourceNotFoundError (a credential to delete is absent:
+        with ``missing_ok`` only if none of them is there)."""
+        upsert = dict(upsert or {})
+        wanted = list(delete)
+        self._check_user(user)
+        for m, credential in upsert.items():
+            try:
+                m.check_iterations(credential.iterations)
+            except ScramCredentialError as exc:
+                raise UnacceptableCredentialError(str(exc)) from None
+        removed: list[ScramMechanism] = []
+
+        def change(config: dict[str, str]) -> dict[str, str]:
+            removed[:] = [m for m in wanted if m.value in config]
+            absent = [m.value for m in wanted if m.value not in config]
+            if wanted and (not removed if missing_ok else absent):
+                what = " or ".join(absent)
+                raise ResourceNotFoundError(
+                    f"Attempt to delete a user credential that does not exist: {what} of user {user!r}"
+                )
+            out = {k: v for k, v in config.items() if ScramMechanism.from_name(k) not in removed}
+            out.update({m.value: str(c) for m, c in upsert.items()})
+            return out
+
+        self._update(user, change)
+        return removed
+
+    @staticmethod
+    def _check_user(user: str) -> None:
+        try:
+            zkdata.user_config_path(user)
+        except KafkaError as exc:
+            raise UnacceptableCredentialError(exc.message) from None
+
+    def _update(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
+        for _ in range(MAX_CAS_ATTEMPTS):
+            config, version = self._zk.entity_config("users", user)
+            try:
+                self._zk.set_entity_config("users", user, change(config), version)
+                return
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # changed since read: re-read and apply again
+        raise KafkaError(f"the credentials of user {user!r} kept changing; gave up after {MAX_CAS_ATTEMPTS} attempts")
+
+    # --- the broker's cache ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Cache from now on, kept fresh by the ``/config/changes`` notifications."""
+        self._zk.kazoo.ensure_path(zkdata.CONFIG_CHANGES)
+        with self._lock:
+            self._caching = True
+        self._zk.add_state_listener(self._session_state)
+        self._events.put(("changes",))
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching; lookups read ZooKeeper again (nothing cached)."""
+        self._stopped = True
+        with self._lock:
+            self._caching = False
+        self.invalidate()
+        self._events.put(None)
+
+    def sync(self, timeout_s: float = 10.0) -> None:
+        """Wait until every event enqueued so far has been handled (tests)."""
+        done = threading.Event()
+        self._events.put(("barrier", done))
+        done.wait(timeout_s)
+
+    def invalidate(self, user: str | None = None) -> None:
+        """Drop ``user`` (None: everyone) from the cache."""
+        with self._lock:
+            self._invalidations += 1
+            if user is None:
+                self._cache.clear()
+            else:
+                self._cache.pop(user, None)
+
+    # kazoo threads: enqueue only
+
+    def _watch(self, event: WatchedEvent) -> None:
+        if not self._stopped and event.type != EventType.NONE:
+            self._events.put(("changes",))
+
+    def _session_state(self, state: KazooState) -> None:
+        if self._stopped:
+            return
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            self._disconnected = True
+        elif state == KazooState.CONNECTED and self._disconnected:
+            self._disconnected = False
+            self._events.put(("reconnected",))
+
+    # the watcher thread
+
+    def _run(self) -> None:
+        while True:
+            event = self._events.get()
+            if event is None:
+                return
+            if event[0] == "barrier":
+                event[1].set()
+                continue
+            if event[0] == "reconnected":
+                self.invalidate()
+            try:
+                self._process_changes()
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                log.warning("SCRAM credentials: ZooKeeper unreachable (%r); cache dropped on reconnect", exc)
+            except Exception:
+                log.exception("processing SCRAM credential change notifications failed")
+
+    def _process_changes(self) -> None:
+        children = self._zk.kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._watch)
+        seqs = sorted((zkdata.config_change_seq(c), c) for c in children if zkdata.config_change_seq(c) >= 0)
+        if not self._primed:
+            # First look: older notifications are history; drop what was cached meanwhile.
+            self._primed = True
+            self._last_seq = seqs[-1][0] if seqs else -1
+            self.invalidate()
+            return
+        for seq, child in seqs:
+            if seq <= self._last_seq:
+                continue
+            self._last_seq = seq
+            try:
+                found = self._zk.config_change(child)
+            except KafkaError as exc:
+                log.warning("config change %s ignored: %s", child, exc)
+                continue
+            if found is None or found[0] != "users":
+                continue
+            user = found[1]
+            self.invalidate(user)
+            log.info("SCRAM credentials of user %r changed", user)
+            if self._on_user_changed is not None:
+                try:
+                    self._on_user_changed(user)
+                except Exception:
+                    log.exception("on_user_changed(%r) failed", user)
+
+
+# --- Kafka's admin RPCs (DescribeUserScramCredentials 50, AlterUserScramCredentials 51) ---
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """One upsertion of AlterUserScramCredentials: the client salted the password itself."""
+
+    user: str
+    mechanism: str
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    user: str
+    mechanism: str
+
+
+def alter_user_scram_credentials(
+    store: CredentialStore, deletions: Iterable[ScramDeletion], upsertions: Iterable[ScramUpsertion]
+) -> dict[str, BrokerResponseError | None]:
+    """Kafka's AlterUserScramCredentials: user -> None (done) or the error of that user, in
+    the order users first appear. Each user's changes are checked, then written at once
+    (all or nothing per user): UNACCEPTABLE_CREDENTIAL (empty user, iterations out of
+    bounds, empty salt or salted password), UNSUPPORTED_SASL_MECHANISM, DUPLICATE_RESOURCE
+    (a user and mechanism twice in the request), RESOURCE_NOT_FOUND (deleting what is absent).
+    """
+    dels, ups = list(deletions), list(upsertions)
+    results: dict[str, BrokerResponseError | None] = {}
+    for user in [d.user for d in dels] + [u.user for u in ups]:
+        results.setdefault(user, None)
+    pairs = [(d.user, d.mechanism) for d in dels] + [(u.user, u.mechanism) for u in ups]
+    duplicated = {user for user, name in pairs if pairs.count((user, name)) > 1}
+    for user in results:
+        try:
+            if not user:
+                raise UnacceptableCredentialError("Username must not be empty")
+            if user in duplicated:
+                raise DuplicateResourceError("A user credential cannot be altered twice in the same request")
+            upsert: dict[ScramMechanism, ScramCredential] = {}
+            for up in (up for up in ups if up.user == user):
+                scram = mechanism_of(up.mechanism)
+                if not up.salted_password:
+                    raise UnacceptableCredentialError("the salted password is empty")
+                try:
+                    upsert[scram] = credential_from_salted_password(scram, up.salt, up.salted_password, up.iterations)
+                except ScramCredentialError as exc:
+                    raise UnacceptableCredentialError(str(exc)) from None
+            delete = [mechanism_of(d.mechanism) for d in dels if d.user == user]
+            store.alter(user, upsert=upsert, delete=delete)
+        except BrokerResponseError as exc:
+            results[user] = exc
+    return results
+
+
+def describe_user_scram_credentials(
+    store: CredentialStore, users: Iterable[str] = ()
+) -> list[tuple[str, BrokerResponseError | None, dict[ScramMechanism, int]]]:
+    """Kafka's DescribeUserScramCredentials: (user, error or None, {mechanism: iterations}).
+
+    No users named: every user with a credential. A named user without one gets
+    RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE.
+    """
+    named = list(users)
+    if not named:
+        return [(user, None, found) for user, found in store.describe().items()]
+    out: list[tuple[str, BrokerResponseError | None, dict[ScramMechanism, int]]] = []
+    for user in dict.fromkeys(named):
+        if named.count(user) > 1:
+            out.append(
+                (
+                    user,
+                    DuplicateResourceError(
+                        f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"
+                    ),
+                    {},
+                )
+            )
+            continue
+        try:
+            found = store.describe([user]).get(user, {})
+        except BrokerResponseError as exc:  # a name ZooKeeper cannot hold
+            out.append((user, exc, {}))
+            continue
+        missing = ResourceNotFoundError(f"Attempt to describe a user credential that does not exist: {user}")
+        out.append((user, None, found) if found else (user, missing, {}))
+    return out
