@@ -304,3 +304,25 @@ def test_admin_rpc_helpers_follow_kafkas_rules(zk: ZkClient) -> None:
         ("ivan2", "DuplicateResourceError", {}),
     ]
     assert describe_user_scram_credentials(store) == [("ivan", None, {SHA256: 8192})]
+
+
+def test_users_notifications_leave_dynamic_broker_configs_alone(zk: ZkClient, zk_connect: str) -> None:
+    """The broker's other /config/changes reader decodes a users notification and ignores it."""
+    from kbroker.config import build_config
+    from kbroker.dynamic_config import DynamicBrokerConfig
+
+    static = build_config({"broker.id": "1", "zookeeper.connect": zk_connect, "log.dirs": "/tmp/x"})
+    dynamic = DynamicBrokerConfig(static, zk)
+    changes: list[object] = []
+    dynamic.on_change(lambda old, new: changes.append(new))
+    dynamic.load()
+    dynamic.start()
+    try:
+        CredentialStore(zk).set_password("olga", SHA256, "olga-pw")
+        zk.set_entity_config("brokers", "1", {"log.retention.ms": "1234"}, -1)
+        wait_until(lambda: changes, 10, "the broker config change to apply")
+        dynamic.sync()
+        assert len(changes) == 1  # the broker change only
+        assert ("users", "olga") in [c[:2] for c in map(zk.config_change, zk.config_changes()) if c]
+    finally:
+        dynamic.stop()
