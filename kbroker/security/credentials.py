@@ -98,7 +98,7 @@ class CredentialStore:
     ``on_user_changed`` runs on the watcher thread, one call at a time.
     """
 
-    def __init__(self, zk: ZkClient, *, on_user_changed: Callable[[str], None] | None = None) -> None:
+    def __init__(self, zk: ZkClient, *, on_user_changed: Callable[[str], object] | None = None) -> None:
         self._zk = zk
         self._on_user_changed = on_user_changed
         self._lock = threading.Lock()
