@@ -81,7 +81,7 @@ def test_broker_and_topic_config_paths() -> None:
         with pytest.raises(InvalidRequestError):
             zkdata.entity_config_path("brokers", name)
     with pytest.raises(InvalidRequestError):
-        zkdata.entity_config_path("users", "x")
+        zkdata.entity_config_path("clients", "x")
     with pytest.raises(InvalidTopicError):
         zkdata.entity_config_path("topics", "")
     config = {"log.cleaner.threads": "2"}
@@ -101,7 +101,7 @@ def test_config_change_notifications_v2_written_v1_read() -> None:
     for entity in (("topics", "t.x"), ("brokers", "3"), ("brokers", "<default>")):
         assert zkdata.decode_config_change(zkdata.encode_config_change(*entity)) == entity
     assert zkdata.decode_config_change(b'{"version":1,"entity_type":"topics","entity_name":"t"}') == ("topics", "t")
-    for bad in (b"x", b'{"version":2}', b'{"version":2,"entity_path":"users/u"}', b'{"version":2,"entity_path":"t"}'):
+    for bad in (b"x", b'{"version":2}', b'{"version":2,"entity_path":"clients/c"}', b'{"version":2,"entity_path":"t"}'):
         with pytest.raises(InvalidRequestError):
             zkdata.decode_config_change(bad)
     assert zkdata.config_change_path() == "/config/changes/config_change_"
