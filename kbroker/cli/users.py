@@ -36,7 +36,7 @@ from kbroker.cli.common import UsageError, check_zookeeper
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.security.credentials import CredentialStore
-from kbroker.security.scram import ScramCredentialError, ScramMechanism, generate_credential
+from kclient.scram import ScramCredentialError, ScramMechanism, generate_credential
 
 MECHANISMS = tuple(m.value for m in ScramMechanism)
 DEFAULT_ITERATIONS = 4096

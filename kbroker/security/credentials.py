@@ -22,7 +22,7 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
-from kbroker.security.scram import (
+from kclient.scram import (
     ScramCredential,
     ScramCredentialError,
     ScramError,

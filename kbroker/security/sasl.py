@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kbroker.security.principal import KafkaPrincipal
-from kbroker.security.scram import (
+from kclient.scram import (
     ScramCredential,
     ScramError,
     ScramMechanism,

@@ -22,7 +22,7 @@ from kbroker.security.credentials import (
 )
 from kbroker.security.principal import KafkaPrincipal
 from kbroker.security.sasl import SaslAuthenticationFailedError, SaslAuthenticator, SessionStore
-from kbroker.security.scram import ScramClient, ScramCredential, ScramMechanism
+from kclient.scram import ScramClient, ScramCredential, ScramMechanism
 from kclient.errors import (
     DuplicateResourceError,
     ResourceNotFoundError,

@@ -15,7 +15,7 @@ from kbroker.security.sasl import (
     UnsupportedSaslMechanismError,
     check_mechanisms,
 )
-from kbroker.security.scram import ScramClient, ScramCredential, ScramMechanism, generate_credential
+from kclient.scram import ScramClient, ScramCredential, ScramMechanism, generate_credential
 from kclient.errors import InvalidConfigError
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512

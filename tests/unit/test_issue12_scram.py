@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from kbroker.security.scram import (
+from kclient.scram import (
     ScramAuthenticationError,
     ScramClient,
     ScramCredential,
