@@ -672,3 +672,74 @@ def decode_offset(data: bytes) -> CommittedOffset:
     text = data.decode()
     offset, _, metadata = text.partition("\n")
     return CommittedOffset(int(offset), metadata)
+
+
+# --- ACLs: /kafka-acl, /kafka-acl-extended/prefixed, and their change notifications --------
+#
+# /kafka-acl/<Type>/<name>                          P  {"version":1,"acls":[{"principal","permissionType",
+#                                                       "operation","host"}]}  (LITERAL patterns)
+# /kafka-acl-extended/prefixed/<Type>/<name>        P  the same                (PREFIXED patterns)
+# /kafka-acl-changes/acl_changes_<10 digits>        PS "Topic:<name>"          (a LITERAL resource changed)
+# /kafka-acl-extended-changes/acl_changes_<10 digits> PS {"version":1,"resourceType":"Topic","name":"<name>",
+#                                                       "patternType":"Prefixed"}
+#
+# <Type> is Kafka's mixed-case resource type name (Topic, Group, Cluster, TransactionalId,
+# DelegationToken). The ACL JSON codec lives with the model, kbroker.security.acl.
+
+KAFKA_ACL = "/kafka-acl"
+KAFKA_ACL_PREFIXED = "/kafka-acl-extended/prefixed"
+KAFKA_ACL_CHANGES = "/kafka-acl-changes"
+KAFKA_ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+
+
+def acl_store_root(prefixed: bool) -> str:
+    """The parent of the resource-type nodes of LITERAL (``/kafka-acl``) or PREFIXED patterns."""
+    return KAFKA_ACL_PREFIXED if prefixed else KAFKA_ACL
+
+
+def acl_type_path(type_name: str, prefixed: bool) -> str:
+    return f"{acl_store_root(prefixed)}/{type_name}"
+
+
+def acl_resource_path(type_name: str, name: str, prefixed: bool) -> str:
+    """``/kafka-acl/Topic/<name>`` or ``/kafka-acl-extended/prefixed/Topic/<name>``."""
+    return f"{acl_type_path(type_name, prefixed)}/{name_segment(name, 'ACL resource name', 4096, InvalidRequestError)}"
+
+
+def acl_change_root(prefixed: bool) -> str:
+    """Where notifications of LITERAL (Kafka 1.x layout) or PREFIXED resource changes go."""
+    return KAFKA_ACL_EXTENDED_CHANGES if prefixed else KAFKA_ACL_CHANGES
+
+
+def acl_change_path(prefixed: bool) -> str:
+    """The prefix a sequential ``create`` appends its 10-digit counter to."""
+    return f"{acl_change_root(prefixed)}/{ACL_CHANGE_PREFIX}"
+
+
+def acl_change_seq(child: str) -> int:
+    """The sequence number of an ``acl_changes_NNNNNNNNNN`` child; -1 if not one."""
+    digits = child[len(ACL_CHANGE_PREFIX) :] if child.startswith(ACL_CHANGE_PREFIX) else ""
+    return int(digits) if digits.isascii() and digits.isdigit() else -1
+
+
+def encode_acl_change(type_name: str, name: str, pattern_name: str | None) -> bytes:
+    """A notification: ``Topic:<name>`` for a LITERAL pattern (``pattern_name`` None), else
+    Kafka's extended JSON with the pattern type's mixed-case name (``Prefixed``)."""
+    if pattern_name is None:
+        return f"{type_name}:{name}".encode()
+    return _dumps({"version": 1, "resourceType": type_name, "name": name, "patternType": pattern_name})
+
+
+def decode_acl_change(data: bytes, prefixed: bool) -> tuple[str, str, str | None]:
+    """(type name, resource name, pattern type name or None for literal); InvalidRequestError if malformed."""
+    try:
+        if not prefixed:
+            type_name, colon, name = data.decode().partition(":")
+            if not colon or not type_name:
+                raise ValueError("not <Type>:<name>")
+            return type_name, name, None
+        body = _loads(data)
+        return str(body["resourceType"]), str(body["name"]), str(body["patternType"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidRequestError(f"malformed ACL change notification {data[:200]!r}: {exc}") from None
