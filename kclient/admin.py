@@ -22,6 +22,7 @@ from kclient.errors import (
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, reassignment_pb2
 from kclient.retry import retry
+from kclient.security import SecurityConfig
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.topic_name import validate_topic_name
 from kclient.transport import Transport
@@ -98,12 +99,20 @@ def _raise_first(results: Iterable[Any]) -> None:
 
 
 class AdminClient:
-    """Create, delete, grow, list and describe topics."""
+    """Create, delete, grow, list and describe topics.
+
+    Takes the security settings of :data:`kclient.security.DEFAULT_SECURITY_CONFIG`
+    (``security_protocol``, ``ssl_*``, ``sasl_*``) as keyword arguments; other keyword
+    arguments are accepted and ignored (kafka-python's ``client_id`` and the like).
+    """
 
     def __init__(
-        self, bootstrap_servers: str | Iterable[str] = "localhost:9092", request_timeout_ms: int = 30000, **_: Any
+        self,
+        bootstrap_servers: str | Iterable[str] = "localhost:9092",
+        request_timeout_ms: int = 30000,
+        **configs: Any,
     ) -> None:
-        self._transport = Transport(bootstrap_servers, request_timeout_ms)
+        self._transport = Transport(bootstrap_servers, request_timeout_ms, SecurityConfig.from_configs(configs))
         self._metadata = ClusterMetadata(self._transport)
         self._timeout_ms = request_timeout_ms
 

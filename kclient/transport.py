@@ -19,6 +19,12 @@ or a broker-side REQUEST_TIMED_OUT reported by the caller through ``mark_failed`
 healthy ones, so a Metadata refresh after a failure goes to another broker when there
 is one (Kafka's least-loaded-node choice).
 
+Security (:class:`~kclient.security.SecurityConfig`): SSL and SASL_SSL channels are
+TLS channels (``grpc.secure_channel``, same options); on SASL_PLAINTEXT and SASL_SSL
+every channel carries a :class:`~kclient.security.SessionInterceptor`, so each broker is
+logged in to on its first call and every call (``call``, ``call_any``, and the stubs
+callers use directly, ``.future`` included) sends the broker's session token.
+
 Thread safety: safe from any thread.
 """
 
@@ -44,6 +50,14 @@ from kclient.errors import (
 )
 from kclient.proto.kbroker.v1 import broker_pb2_grpc
 from kclient.retry import retry
+from kclient.security import (
+    BrokerSession,
+    LocalCallError,
+    SaslSessionExpiredError,
+    SecurityConfig,
+    SessionInterceptor,
+    sasl_login,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,29 +108,71 @@ def parse_servers(servers: str | Iterable[str]) -> list[str]:
 
 
 def map_rpc_error(exc: grpc.RpcError, address: str) -> KafkaError:
-    """Translate a failed gRPC call into the kclient exception tree."""
+    """Translate a failed gRPC call into the kclient exception tree.
+
+    INVALID_ARGUMENT, PERMISSION_DENIED and UNAUTHENTICATED carry the Kafka error code in
+    the trailing metadata ``kbroker-error-code``; UNAUTHENTICATED with
+    SASL_AUTHENTICATION_FAILED (or no code) is a refused session token:
+    :class:`~kclient.security.SaslSessionExpiredError` (retriable: the next call logs in).
+    """
+    if isinstance(exc, LocalCallError):
+        return exc.error
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
         trailing = dict(exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else {}
         raw = trailing.get(ERROR_CODE_METADATA_KEY)
+        if code == grpc.StatusCode.UNAUTHENTICATED and (not raw or int(raw) == SaslSessionExpiredError.errno):
+            return SaslSessionExpiredError(details or f"broker {address} refused the SASL session")
         cls: type[BrokerResponseError] = for_code(int(raw)) if raw else InvalidRequestError
         return cls(details or "")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return KafkaTimeoutError(f"request to {address} timed out")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        tls_failure = _tls_failure(details or "")
+        if tls_failure:
+            return KafkaConnectionError(f"TLS handshake with broker {address} failed: {tls_failure}")
         return KafkaConnectionError(f"broker {address} is unavailable: {details}")
     return KafkaError(f"request to {address} failed: {code.name if code else '?'}: {details}")
 
 
-class Transport:
-    """Stubs by broker address, and when each broker last failed."""
+def _tls_failure(details: str) -> str | None:
+    """What a TLS handshake failure in ``details`` (gRPC's text) means, else None."""
+    if "Hostname Verification Check failed" in details or "Peer name" in details:
+        return (
+            "the broker's certificate does not name the host dialled (connect by a name it holds, "
+            "or set ssl_check_hostname=False)"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in details:
+        return (
+            "the broker's certificate is not trusted (ssl_cafile must hold the CA that signed it): "
+            + details.rsplit("CERTIFICATE_VERIFY_FAILED:", 1)[-1].strip().removesuffix(": OK")
+        )
+    if "andshake failed" in details:
+        return details.rsplit("ipv4:", 1)[-1] + " (is the listener TLS, and does it require a client certificate?)"
+    return None
 
-    def __init__(self, bootstrap_servers: str | Iterable[str], request_timeout_ms: int = 30000) -> None:
+
+class Transport:
+    """Stubs by broker address, and when each broker last failed.
+
+    ``security`` ``None`` is PLAINTEXT. SASL sessions live as long as their channel: a
+    dropped channel logs in again on its next call.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Iterable[str],
+        request_timeout_ms: int = 30000,
+        security: SecurityConfig | None = None,
+    ) -> None:
         self.bootstrap = parse_servers(bootstrap_servers)
         self.request_timeout_s = request_timeout_ms / 1000.0
+        self.security = security
+        self._credentials = security.channel_credentials() if security is not None and security.uses_tls else None
         self._lock = threading.Lock()
         self._channels: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]] = {}
+        self._sessions: dict[str, BrokerSession] = {}
         self._failed_at: dict[str, float] = {}
         self._rotation = itertools.count()
         self._closed = False
@@ -126,11 +182,59 @@ class Transport:
             if self._closed:
                 raise KafkaError("client is closed")
             entry = self._channels.get(address)
-            if entry is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-                entry = (channel, broker_pb2_grpc.BrokerStub(channel))
-                self._channels[address] = entry
-            return entry[1]
+            if entry is not None:
+                return entry[1]
+        channel, stub, session = self._open(address)  # outside the lock: it may connect (certificate_name)
+        if channel is None:
+            return stub  # fails every call; not cached, so the next call tries again
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None and not self._closed:
+                self._channels[address] = entry = (channel, stub)
+                if session is not None:
+                    self._sessions[address] = session
+                return stub
+        channel.close()
+        if entry is None:
+            raise KafkaError("client is closed")
+        return entry[1]
+
+    def _open(self, address: str) -> tuple[grpc.Channel | None, broker_pb2_grpc.BrokerStub, BrokerSession | None]:
+        """A new channel to ``address`` and its stub (and SASL session); channel None: the
+        stub fails every call with why the channel cannot be made."""
+        security = self.security
+        if self._credentials is None or security is None:
+            channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        else:
+            options: list[tuple[str, Any]] = list(CHANNEL_OPTIONS)
+            if not security.ssl_check_hostname:
+                try:
+                    name = security.certificate_name(address, self.request_timeout_s)
+                except KafkaError as exc:
+                    # Not cached: the next call looks again (the broker may be starting).
+                    self.mark_failed(address)
+                    return None, _failing_stub(exc), None
+                options.append(("grpc.ssl_target_name_override", name))
+            channel = grpc.secure_channel(address, self._credentials, options=options)
+        if security is None or not security.uses_sasl:
+            return channel, broker_pb2_grpc.BrokerStub(channel), None
+        raw = broker_pb2_grpc.BrokerStub(channel)
+        config = security
+
+        def login_call(method: str, request: Any) -> Any:
+            try:
+                return getattr(raw, method)(request, timeout=self.request_timeout_s)
+            except grpc.RpcError as exc:
+                raise self.failed(address, exc) from None
+
+        session = BrokerSession(address, lambda: sasl_login(login_call, config))
+        intercepted = grpc.intercept_channel(channel, SessionInterceptor(session))
+        return channel, broker_pb2_grpc.BrokerStub(intercepted), session
+
+    def session(self, address: str) -> BrokerSession | None:
+        """The SASL session with ``address`` (None before its channel is made, or without SASL)."""
+        with self._lock:
+            return self._sessions.get(address)
 
     def mark_failed(self, address: str) -> None:
         """``address`` failed a request: ``call_any`` asks the others first for a while."""
@@ -143,7 +247,10 @@ class Transport:
         A timed-out call drops the channel: the next call connects afresh instead of
         queueing behind a connection that may be dead.
         """
-        err = map_rpc_error(exc, address) if isinstance(exc, grpc.RpcError) else KafkaError(str(exc))
+        if isinstance(exc, grpc.RpcError):
+            err = map_rpc_error(exc, address)
+        else:
+            err = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
         if isinstance(err, KafkaConnectionError | KafkaTimeoutError):
             self.mark_failed(address)
         if isinstance(err, KafkaTimeoutError):
@@ -154,6 +261,7 @@ class Transport:
         """Close the channel to ``address`` (its calls in flight fail); the next call opens a new one."""
         with self._lock:
             entry = self._channels.pop(address, None)
+            self._sessions.pop(address, None)
         if entry is not None:
             log.debug("dropping the channel to %s after a timed-out call", address)
             entry[0].close()
@@ -223,5 +331,26 @@ class Transport:
             self._closed = True
             channels = list(self._channels.values())
             self._channels.clear()
+            self._sessions.clear()
         for channel, _ in channels:
             channel.close()
+
+
+class _FailCalls(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        raise LocalCallError(self.error)
+
+
+_UNUSED_CHANNEL: grpc.Channel | None = None
+
+
+def _failing_stub(error: KafkaError) -> broker_pb2_grpc.BrokerStub:
+    """A stub whose every call fails with ``error`` without connecting anywhere (the one
+    channel under such stubs is never used: its calls never reach it)."""
+    global _UNUSED_CHANNEL
+    if _UNUSED_CHANNEL is None:
+        _UNUSED_CHANNEL = grpc.insecure_channel("localhost:9")
+    return broker_pb2_grpc.BrokerStub(grpc.intercept_channel(_UNUSED_CHANNEL, _FailCalls(error)))

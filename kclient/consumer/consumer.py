@@ -44,6 +44,7 @@ from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import ColumnBuffers, RecordColumns, arrow_schema
 from kclient.retry import retry
+from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
 from kclient.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kclient.transport import Transport
 
@@ -85,6 +86,7 @@ class Consumer:
         "session_timeout_ms": 10000,
         "heartbeat_interval_ms": 3000,
         "max_poll_interval_ms": 300000,
+        **DEFAULT_SECURITY_CONFIG,
     }
 
     def __init__(self, *topics: str, **configs: Any) -> None:
@@ -92,7 +94,10 @@ class Consumer:
         if unknown:
             raise InvalidConfigError(f"unknown consumer setting(s): {', '.join(sorted(unknown))}")
         self.config = cfg = {**self.DEFAULT_CONFIG, **configs}
-        self._transport = Transport(cfg["bootstrap_servers"], cfg["request_timeout_ms"])
+        security = SecurityConfig.from_configs(cfg)
+        self._transport = Transport(
+            cfg["bootstrap_servers"], cfg["request_timeout_ms"], **({"security": security} if security else {})
+        )
         self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"], cfg["retry_backoff_ms"])
         self._subs = SubscriptionState(cfg["auto_offset_reset"])
         self._fetcher = Fetcher(self._transport, self._metadata, self._subs, cfg)

@@ -42,6 +42,7 @@ from kclient.producer.futures import FutureBatchMetadata, FutureRecordMetadata, 
 from kclient.producer.sender import Sender
 from kclient.producer.sequences import MAX_IN_FLIGHT, Sequences, fetch_producer_id
 from kclient.records import HEADER_SIZE, Compression, encode_batch
+from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
 from kclient.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class Producer:
         "key_serializer": None,
         "value_serializer": None,
         "enable_idempotence": True,
+        **DEFAULT_SECURITY_CONFIG,
     }
 
     def __init__(self, **configs: Any) -> None:
@@ -135,7 +137,10 @@ class Producer:
         self._value_serializer: Callable[[Any], bytes] | None = cfg["value_serializer"]
         self._closed = False
         self._partitions: dict[str, tuple[int, ...]] = {}
-        self._transport = Transport(cfg["bootstrap_servers"], cfg["request_timeout_ms"])
+        security = SecurityConfig.from_configs(cfg)
+        self._transport = Transport(
+            cfg["bootstrap_servers"], cfg["request_timeout_ms"], **({"security": security} if security else {})
+        )
         self._metadata = ClusterMetadata(self._transport, cfg["metadata_max_age_ms"], cfg["retry_backoff_ms"])
         self._sequences = Sequences() if idempotent else None
         self._producer_id_lock = threading.Lock()
