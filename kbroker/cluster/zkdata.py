@@ -9,7 +9,8 @@ path                                            mode content
 =============================================== ==== =====================================
 /cluster/id                                     P    {"version":"1","id":"<22 chars>"}
 /brokers/ids/<id>                               E    {"version":4,"host","port","rack",
-                                                     "endpoints","timestamp"}
+                                                     "endpoints":["SSL://h:9093"],
+                                                     "listener_security_protocol_map","timestamp"}
 /controller                                     E    {"version":1,"brokerid","timestamp"}
 /controller_epoch                               P    the epoch as a decimal string
 /brokers/topics/<t>                             P    {"version":2,"partitions":{"0":[1,2]},
@@ -61,6 +62,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kbroker.security.listeners import SECURITY_PROTOCOLS, EndPoint, create_end_point
 from kclient.errors import BrokerResponseError, InvalidGroupIdError, InvalidRequestError, InvalidTopicError
 
 CLUSTER_ID = "/cluster/id"
@@ -197,7 +199,12 @@ def broker_path(broker_id: int) -> str:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """A live broker as registered in ``/brokers/ids/<id>``."""
+    """A live broker as registered in ``/brokers/ids/<id>``.
+
+    ``endpoints`` are its advertised listeners; ``host``/``port`` are those of its
+    inter-broker listener (what replication and the controller connect to). Built
+    without ``endpoints``, it has one PLAINTEXT endpoint at ``host:port``.
+    """
 
     broker_id: int
     host: str
@@ -206,20 +213,43 @@ class BrokerInfo:
     timestamp_ms: int = 0
     epoch: int = -1
     """The registration znode's czxid (Kafka's broker epoch, KIP-380); -1 if unknown."""
+    endpoints: tuple[EndPoint, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            object.__setattr__(self, "endpoints", (EndPoint("PLAINTEXT", self.host, self.port, "PLAINTEXT"),))
+
+    @classmethod
+    def of(
+        cls, broker_id: int, endpoints: tuple[EndPoint, ...], inter_broker_listener: str, rack: str | None = None
+    ) -> BrokerInfo:
+        """A registration whose host/port are those of ``inter_broker_listener``."""
+        inter = next((e for e in endpoints if e.listener_name == inter_broker_listener.upper()), None)
+        if inter is None:
+            raise ValueError(f"no endpoint for the inter-broker listener {inter_broker_listener}")
+        return cls(broker_id, inter.host, inter.port, rack, endpoints=endpoints)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def endpoint(self, listener_name: str) -> EndPoint | None:
+        """The advertised endpoint of listener ``listener_name`` (case-insensitive), if any."""
+        want = listener_name.upper()
+        return next((e for e in self.endpoints if e.listener_name == want), None)
+
 
 def encode_broker(info: BrokerInfo) -> bytes:
+    """Kafka's v4 broker znode. Kafka writes ``host``/``port`` of the PLAINTEXT endpoint
+    (null/-1 without one) for pre-0.10 clients; kbroker has none, and writes its
+    inter-broker listener's there instead, which every reader of v4 ignores."""
     body: dict[str, Any] = {
         "version": 4,
         "host": info.host,
         "port": info.port,
         "jmx_port": -1,
-        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [e.connection_string() for e in info.endpoints],
+        "listener_security_protocol_map": {e.listener_name: e.security_protocol for e in info.endpoints},
         "timestamp": str(info.timestamp_ms or now_ms()),
     }
     if info.rack is not None:
@@ -228,14 +258,26 @@ def encode_broker(info: BrokerInfo) -> bytes:
 
 
 def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:
+    """Versions 1-4. Without ``endpoints`` (v1) the broker has one PLAINTEXT endpoint at
+    ``host:port``; an endpoint whose listener is missing from
+    ``listener_security_protocol_map`` (v2) takes the protocol of its own name, as Kafka."""
     body = _loads(data)
+    protocols: dict[str, str] = body.get("listener_security_protocol_map") or {}
+    endpoints = tuple(
+        create_end_point(text, {**{p: p for p in SECURITY_PROTOCOLS}, **protocols})
+        for text in body.get("endpoints") or ()
+    )
+    host, port = body.get("host"), body.get("port")
+    if (host is None or port is None or int(port) < 0) and endpoints:
+        host, port = endpoints[0].host, endpoints[0].port
     return BrokerInfo(
         broker_id=broker_id,
-        host=str(body["host"]),
-        port=int(body["port"]),
+        host=str(host),
+        port=int(port),
         rack=body.get("rack"),
         timestamp_ms=int(body.get("timestamp", 0)),
         epoch=epoch,
+        endpoints=endpoints,
     )
 
 
