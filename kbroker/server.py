@@ -30,6 +30,7 @@ import grpc
 from kazoo.protocol.states import KazooState
 
 from kbroker.api.broker_service import BrokerService
+from kbroker.api.call_context import ListenerAuthenticator
 from kbroker.api.grpc_server import GrpcServer
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.group_store import GroupStore
@@ -41,7 +42,14 @@ from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.config import BrokerConfig, build_config, load_properties
 from kbroker.dynamic_config import DynamicBrokerConfig, DynamicConfigApplier
 from kbroker.group.coordinator import GroupCoordinator
+from kbroker.replication.fetcher import insecure_channel
 from kbroker.replication.replica_manager import ReplicaManager
+from kbroker.security import zk_acl
+from kbroker.security.authorizer import AclAuthorizer
+from kbroker.security.credentials import CredentialStore
+from kbroker.security.listeners import with_bound_ports
+from kbroker.security.sasl import SaslAuthenticator, SessionStore
+from kbroker.security.tls import broker_channel_credentials
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import KafkaError
@@ -59,7 +67,18 @@ class KafkaServer:
         self.static_log_defaults = LogConfig.from_properties(config.log_defaults)
         self.log_defaults = self.static_log_defaults
         """In force: the static defaults with the dynamic broker configs on top."""
-        self.zk = ZkClient(config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms)
+        credential = zk_acl.resolve_credential()  # KBROKER_ZK_DIGEST or a JAAS Client section
+        self.zk = ZkClient(
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            auth_digest=credential.digest if credential is not None else None,
+            set_acl=config.zookeeper_set_acl,
+        )
+        self.sessions = SessionStore(max_reauth_ms=config.connections_max_reauth_ms)
+        """SASL session tokens issued by this broker."""
+        self.credentials = CredentialStore(self.zk, on_user_changed=self.sessions.revoke_user)
+        self.authorizer: AclAuthorizer | None = None
+        """kafka.security.authorizer.AclAuthorizer when authorizer.class.name names it."""
         self.dynamic = DynamicBrokerConfig(config, self.zk)
         self.port = -1
         self.cluster_id = ""
@@ -77,6 +96,7 @@ class KafkaServer:
         self.zk.ensure_persistent_paths()
         self._wait_for_stale_registration()
         self.cluster_id = self.zk.get_or_create_cluster_id()
+        self.credentials.start()
         effective = self.dynamic.load()  # dynamic broker configs apply from boot
         self.log_defaults = LogConfig.from_properties(effective.log_defaults)
 
@@ -98,6 +118,7 @@ class KafkaServer:
             replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
             replica_fetch_wait_max_ms=cfg.replica_fetch_wait_max_ms,
             replica_fetch_max_bytes=cfg.replica_fetch_max_bytes,
+            inter_broker_channel=self._inter_broker_channel,
         )
         self.replicas.set_replication_throttles(
             effective.leader_replication_throttled_rate, effective.follower_replication_throttled_rate
@@ -130,6 +151,20 @@ class KafkaServer:
         )
 
         producer_ids = ProducerIdManager(self.zk, cfg.broker_id)
+        sasl = {
+            e.listener_name: SaslAuthenticator(
+                enabled_mechanisms=cfg.sasl_enabled_mechanisms(e.listener_name),
+                lookup=self.credentials.lookup,
+                sessions=self.sessions,
+            )
+            for e in cfg.listeners
+            if e.uses_sasl
+        }
+        if cfg.authorizer_enabled:
+            self.authorizer = AclAuthorizer(
+                self.zk, super_users=cfg.super_users, allow_everyone_if_no_acl_found=cfg.allow_everyone_if_no_acl_found
+            )
+            self.authorizer.start()
 
         def servicer(offload: Callable[..., Awaitable[Any]]) -> BrokerService:
             return BrokerService(
@@ -144,17 +179,23 @@ class KafkaServer:
                 self.groups,
                 offload,
                 auto_create_topics=cfg.auto_create_topics,
+                credentials=self.credentials,
+                sasl=sasl.get,
+                authorizer=self.authorizer,
             )
 
         self._grpc = GrpcServer(
             servicer,
-            cfg.listen_host,
-            cfg.listen_port,
+            [(e, ListenerAuthenticator(e, self.sessions)) for e in cfg.listeners],
+            security_props=cfg.security_props,
             workers=cfg.grpc_workers,
             max_request_bytes=cfg.socket_request_max_bytes,
             queued_max_request_bytes=cfg.queued_max_request_bytes,
         )
-        self.port = self._grpc.start()
+        self.ports = self._grpc.start()
+        self.port = self.ports[cfg.inter_broker_listener_name]
+        self.endpoints = with_bound_ports(cfg.advertised_listeners, self.ports)
+        """The advertised listeners with their bound ports (what the broker registers)."""
 
         self._register()
         self.zk.add_state_listener(self._session_state)
@@ -209,13 +250,23 @@ class KafkaServer:
                 f"broker id {cfg.broker_id} is already registered by a live broker at {info.address}"
             )
 
+    def _inter_broker_channel(self, address: str) -> grpc.Channel:
+        """A channel to another broker's inter-broker listener: TLS with this broker's own
+        key store as its client certificate (its principal there) on an SSL listener."""
+        cfg = self.config
+        listener = cfg.listener(cfg.inter_broker_listener_name)
+        if listener is None or not listener.uses_tls:
+            return insecure_channel(address)
+        creds = broker_channel_credentials(cfg.security_props, listener.listener_name)
+        return grpc.secure_channel(address, creds, options=CHANNEL_OPTIONS)
+
     def _address_of(self, broker_id: int) -> str | None:
         info = self.metadata.snapshot().brokers.get(broker_id)
         return info.address if info else None
 
     def _register(self) -> None:
         cfg = self.config
-        info = BrokerInfo(cfg.broker_id, cfg.advertised, self.port, cfg.rack)
+        info = BrokerInfo.of(cfg.broker_id, self.endpoints, cfg.inter_broker_listener_name, cfg.rack)
         self.broker_epoch = self.zk.register_broker(info)
         self._registered.set()
 
@@ -261,7 +312,7 @@ class KafkaServer:
         address = self._address_of(controller)
         if address is None:
             raise KafkaError(f"no live controller (controller id {controller})")
-        channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        channel = self._inter_broker_channel(address)
         try:
             resp = broker_pb2_grpc.BrokerStub(channel).ControlledShutdown(
                 cluster_pb2.ControlledShutdownRequest(broker_id=bid, broker_epoch=self.broker_epoch),
@@ -282,6 +333,9 @@ class KafkaServer:
         self._stopped.set()
         log.info("broker %d shutting down", self.config.broker_id)
         self.dynamic.stop()
+        self.credentials.stop()
+        if self.authorizer is not None:
+            self.authorizer.stop()
         if self.config.controlled_shutdown and not self.hurry.is_set():
             self._controlled_shutdown()
         self.groups.shutdown()
@@ -371,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
             server.logs.shutdown()
         return 1
     # One write, so that no log line from another thread lands inside it.
-    sys.stdout.write(f"kbroker {config.broker_id} listening on {config.advertised}:{server.port}\n")
+    listeners = ",".join(e.connection_string() for e in server.endpoints)
+    sys.stdout.write(f"kbroker {config.broker_id} listening on {config.advertised}:{server.port} {listeners}\n")
     sys.stdout.flush()
     while not stop.wait(1.0):
         pass

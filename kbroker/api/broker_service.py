@@ -17,13 +17,17 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from kbroker.api.access import Access
+from kbroker.api.call_context import current
 from kbroker.api.log_dirs import describe_log_dirs
+from kbroker.api.rpc import Offload, blocking, opt
+from kbroker.api.security_service import SecurityRpcs
 from kbroker.cluster import zkdata
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType, static_broker_configs
 from kbroker.cluster.controller import Controller
@@ -34,6 +38,9 @@ from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.replication.replica_manager import FetchSpec, ReplicaManager, as_response_error
+from kbroker.security.authorizer import AclAuthorizer
+from kbroker.security.credentials import CredentialStore
+from kbroker.security.sasl import SaslAuthenticator
 from kclient.errors import (
     BrokerResponseError,
     CoordinatorNotAvailableError,
@@ -67,8 +74,6 @@ log = logging.getLogger(__name__)
 ERROR_CODE_METADATA_KEY = "kbroker-error-code"
 
 
-Offload = Callable[..., Awaitable[Any]]
-
 DEFAULT_ACKS = -1
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
 DEFAULT_REASSIGNMENT_TIMEOUT_MS = 60000
@@ -80,25 +85,6 @@ DEFAULT_PARTITION_MAX_BYTES = 1048576
 DEFAULT_SESSION_TIMEOUT_MS = 45000
 CONSUMER = -1
 """replica_id of a consumer (and of any client that leaves the field unset)."""
-
-
-R = TypeVar("R")
-
-
-def blocking(handler: Callable[[Any, Any], R]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
-    """An RPC handler whose body blocks (ZooKeeper, disk): it runs on the request pool."""
-
-    async def run(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
-        return await self._offload(handler, self, request)  # type: ignore[no-any-return]
-
-    run.__name__ = handler.__name__
-    run.__doc__ = handler.__doc__
-    return run
-
-
-def opt(msg: Any, name: str, default: Any) -> Any:
-    """An ``optional`` proto field's value, or ``default`` when the sender left it unset."""
-    return getattr(msg, name) if msg.HasField(name) else default
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BrokerResponseError) -> NoReturn:
@@ -113,6 +99,16 @@ def _no_duplicates(pairs: list[tuple[str, int]]) -> BrokerResponseError | None:
         t, p = repeated[0]
         return InvalidRequestError(f"{t}-{p} appears more than once in the request")
     return None
+
+
+def _advertised(b: zkdata.BrokerInfo) -> tuple[str, int] | None:
+    """Where a client of the listener serving this call reaches broker ``b``: the address
+    ``b`` advertises for that listener (its inter-broker one outside any RPC)."""
+    listener = current().listener
+    if not listener:
+        return b.host, b.port
+    e = b.endpoint(listener)
+    return (e.host, e.port) if e is not None else None
 
 
 def _code(exc: BrokerResponseError | None) -> tuple[int, str]:
@@ -144,7 +140,7 @@ def partition_metadata(
     return out
 
 
-class BrokerService(broker_pb2_grpc.BrokerServicer):
+class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     def __init__(
         self,
         broker_id: int,
@@ -159,8 +155,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         offload: Offload,
         *,
         auto_create_topics: bool = False,
+        credentials: CredentialStore,
+        sasl: Callable[[str], SaslAuthenticator | None] = lambda listener: None,
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         self._offload = offload
+        self._credentials = credentials
+        self._sasl = sasl
+        self._acls = authorizer
+        self._access = Access(authorizer)
         self._auto_create = auto_create_topics
         self._groups = groups
         self._producer_ids = producer_ids
@@ -339,7 +342,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         snap = self._metadata.snapshot()
         resp = metadata_pb2.MetadataResponse(cluster_id=self._cluster_id(), controller_id=snap.controller_id)
         for b in sorted(snap.brokers.values(), key=lambda b: b.broker_id):
-            resp.brokers.add(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
+            where = _advertised(b)
+            if where is not None:  # a broker without this listener is left out, as in Kafka
+                resp.brokers.add(node_id=b.broker_id, host=where[0], port=where[1], rack=b.rack or "")
         for name in topics or sorted(snap.topics):
             tm = resp.topics.add(name=name)
             err = _topic_name_error(name)
@@ -664,7 +669,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         elif info is None:
             _set_error(resp, CoordinatorNotAvailableError("no live broker can coordinate groups"))
         else:
-            resp.node_id, resp.host, resp.port = info.broker_id, info.host, info.port
+            where = _advertised(info)
+            if where is None:
+                _set_error(
+                    resp, CoordinatorNotAvailableError(f"broker {info.broker_id} has no listener {current().listener}")
+                )
+            else:
+                resp.node_id, (resp.host, resp.port) = info.broker_id, where
         return resp
 
     async def JoinGroup(

@@ -5,10 +5,17 @@ bounded thread pool (``offload``); their waits (long-poll Fetch, acks=all Produc
 JoinGroup, SyncGroup) park in a purgatory and hold no thread at all, so idle consumers
 cannot starve the broker and a cancelled call is forgotten at once.
 
+One ``grpc.aio`` server per listener (``listeners``), all on the same loop, thread pool
+and servicer, each with the listener's TLS credentials. Before a handler runs, the
+listener's authenticator names the caller and the listener
+(:mod:`kbroker.api.call_context`; Metadata advertises that listener's addresses); a call
+it refuses fails with UNAUTHENTICATED and the Kafka code in the ``kbroker-error-code``
+trailing metadata.
+
 Limits: a request message is at most ``socket.request.max.bytes``; the request bytes in
-flight at once are bounded by ``queued.max.request.bytes`` (beyond it a call fails
-with RESOURCE_EXHAUSTED, retriable). An undecodable request gets INVALID_ARGUMENT and
-one log line (at most one every 10 s), never a traceback.
+flight at once (over every listener) are bounded by ``queued.max.request.bytes`` (beyond
+it a call fails with RESOURCE_EXHAUSTED, retriable). An undecodable request gets
+INVALID_ARGUMENT and one log line (at most one every 10 s), never a traceback.
 
 Thread safety: :meth:`start` and :meth:`stop` are called from the main thread; everything
 else runs on the loop thread.
@@ -17,6 +24,7 @@ else runs on the loop thread.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -27,9 +35,16 @@ from typing import Any
 
 import grpc
 
-from kclient.errors import KafkaError
+from kbroker.api.call_context import CallContext, bind, unbind
+from kbroker.security.listeners import EndPoint
+from kbroker.security.tls import add_listener_port
+from kclient.errors import BrokerResponseError, KafkaError
 from kclient.proto.kbroker.v1 import broker_pb2_grpc
-from kclient.transport import SERVER_KEEPALIVE_OPTIONS
+from kclient.transport import ERROR_CODE_METADATA_KEY, SERVER_KEEPALIVE_OPTIONS
+
+Authenticate = Callable[[str, Any], CallContext]
+"""A listener's authenticator: (method, servicer context) -> the caller, or a
+BrokerResponseError (SASL_AUTHENTICATION_FAILED) to refuse the call."""
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +70,15 @@ class InFlightBytes:
         self.used -= n
 
 
-class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Wraps every unary handler: refuse a request while the byte budget is spent, and
-    answer an undecodable one without gRPC's traceback. The wrappers are made once per
-    method (this runs for every call)."""
+class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps every unary handler of one listener: name the caller (or refuse the call),
+    refuse a request while the byte budget is spent, and answer an undecodable one
+    without gRPC's traceback. The wrappers are made once per method (this runs for every
+    call)."""
 
-    def __init__(self, budget: InFlightBytes) -> None:
+    def __init__(self, budget: InFlightBytes, authenticate: Authenticate) -> None:
         self._budget = budget
+        self._authenticate = authenticate
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -80,6 +97,7 @@ class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         budget = self._budget
+        authenticate = self._authenticate
         decode = handler.request_deserializer
 
         def sized_decode(data: bytes) -> tuple[Any, int]:
@@ -90,6 +108,11 @@ class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         async def behaviour(request: tuple[Any, int], context: grpc.aio.ServicerContext) -> Any:
             message, size = request
+            try:
+                call = authenticate(method, context)
+            except BrokerResponseError as exc:
+                context.set_trailing_metadata(((ERROR_CODE_METADATA_KEY, str(exc.errno)),))
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
             if isinstance(message, _Undecodable):
                 _GARBAGE.report(message)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {method} message")
@@ -99,9 +122,11 @@ class _Budget(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     f"broker busy: {budget.used} request bytes in flight (queued.max.request.bytes="
                     f"{budget.limit}); retry after a back-off",
                 )
+            token = bind(call)
             try:
                 return await inner(message, context)
             finally:
+                unbind(token)
                 budget.release(size)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -140,21 +165,26 @@ class _GarbageLog:
 _GARBAGE = _GarbageLog()
 
 
+MakeServicer = Callable[[Callable[..., Awaitable[Any]]], broker_pb2_grpc.BrokerServicer]
+"""offload -> the servicer every listener's calls go to."""
+
+
 class GrpcServer:
-    """Serves a ``kbroker.v1.Broker`` servicer on ``host:port`` (port 0 picks a free one)."""
+    """Serves ``kbroker.v1.Broker`` on each listener (port 0 picks a free one)."""
 
     def __init__(
         self,
-        make_servicer: Callable[[Callable[..., Awaitable[Any]]], broker_pb2_grpc.BrokerServicer],
-        host: str,
-        port: int,
+        make_servicer: MakeServicer,
+        listeners: list[tuple[EndPoint, Authenticate]],
         *,
+        security_props: dict[str, str] | None = None,
         workers: int,
         max_request_bytes: int,
         queued_max_request_bytes: int,
     ) -> None:
         self._make_servicer = make_servicer
-        self._host, self._want_port = host, port
+        self._listeners = listeners
+        self._security_props = security_props or {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="request")
         self._budget = InFlightBytes(queued_max_request_bytes)
         self._options = [
@@ -165,36 +195,51 @@ class GrpcServer:
         ]
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)
-        self._server: grpc.aio.Server | None = None
-        self.port = -1
+        self._servers: list[grpc.aio.Server] = []
+        self._servicer: broker_pb2_grpc.BrokerServicer | None = None
+        self.ports: dict[str, int] = {}
+        """Bound port by listener name (after :meth:`start`)."""
 
     async def offload(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking call on the request pool and await its result."""
-        return await self._loop.run_in_executor(self._pool, partial(fn, *args, **kwargs))
+        """Run a blocking call on the request pool (in the calling RPC's context: the
+        caller stays known there) and await its result."""
+        ctx = contextvars.copy_context()
+        return await self._loop.run_in_executor(self._pool, partial(ctx.run, fn, *args, **kwargs))
 
-    async def _start(self) -> int:
-        server = grpc.aio.server(options=self._options, interceptors=[_Budget(self._budget)])
-        broker_pb2_grpc.add_BrokerServicer_to_server(self._make_servicer(self.offload), server)
-        port = server.add_insecure_port(f"{self._host}:{self._want_port}")
+    async def _start(self, endpoint: EndPoint, authenticate: Authenticate) -> int:
+        server = grpc.aio.server(options=self._options, interceptors=[_Guard(self._budget, authenticate)])
+        if self._servicer is None:
+            self._servicer = self._make_servicer(self.offload)
+        broker_pb2_grpc.add_BrokerServicer_to_server(self._servicer, server)
+        self._servers.append(server)
+        port = add_listener_port(server, endpoint, self._security_props)
         await server.start()
-        self._server = server
-        return int(port)
+        return port
 
-    def start(self) -> int:
+    def start(self) -> dict[str, int]:
         self._thread.start()
-        try:
-            self.port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
-        except Exception as exc:
-            raise KafkaError(f"cannot listen on {self._host}:{self._want_port}: {exc}") from exc
-        if self.port == 0:
-            raise KafkaError(f"cannot listen on {self._host}:{self._want_port}")
-        return self.port
+        for endpoint, authenticate in self._listeners:
+            where = f"{endpoint.listener_name} {endpoint.bind_host}:{endpoint.port}"
+            try:
+                port = asyncio.run_coroutine_threadsafe(self._start(endpoint, authenticate), self._loop).result(30)
+            except KafkaError:
+                raise
+            except Exception as exc:
+                raise KafkaError(f"cannot listen on {where}: {exc}") from exc
+            if not port:
+                raise KafkaError(f"cannot listen on {where}")
+            self.ports[endpoint.listener_name] = port
+        return dict(self.ports)
 
     def stop(self, grace_s: float) -> None:
         """Stop accepting calls, give running ones ``grace_s``, then cancel the rest."""
-        if self._server is not None and self._thread.is_alive():
+        if self._servers and self._thread.is_alive():
+
+            async def stop_all() -> None:
+                await asyncio.gather(*(s.stop(grace_s) for s in self._servers))
+
             try:
-                asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop).result(grace_s + 5)
+                asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(grace_s + 5)
             except Exception:
                 log.warning("gRPC server did not stop cleanly", exc_info=True)
         if self._thread.is_alive():

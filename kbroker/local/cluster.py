@@ -24,7 +24,8 @@ from pathlib import Path
 from kbroker.local.netns import Host, Network
 from kbroker.local.zookeeper import tail
 
-READY = re.compile(rb"kbroker (\d+) listening on (\S+)")
+READY = re.compile(rb"kbroker (\d+) listening on (\S+)(?: (\S+))?")
+"""The broker's ready line: its inter-broker address, then every listener as NAME://host:port."""
 
 
 class BrokerProcess:
@@ -47,6 +48,9 @@ class BrokerProcess:
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.address = ""
+        """The inter-broker listener's address (host:port)."""
+        self.listeners: dict[str, str] = {}
+        """Every listener's advertised address by name (PLAINTEXT, SSL, ...)."""
         self._log_offset = 0
 
     def command(self) -> list[str]:
@@ -64,11 +68,11 @@ class BrokerProcess:
             str(self.broker_id),
             "--zookeeper",
             self.zk_connect,
-            "--listen",
-            f"{self.host.ip if self.host else '127.0.0.1'}:0",
             "--data-dir",
             str(self.data_dir),
         ]
+        if "listeners" not in self.overrides:  # else the overrides name every listener
+            cmd += ["--listen", f"{self.host.ip if self.host else '127.0.0.1'}:0"]
         for k, v in sorted(self.overrides.items()):
             cmd += ["-o", f"{k}={v}"]
         return cmd
@@ -95,6 +99,10 @@ class BrokerProcess:
                 m = READY.search(f.read())
             if m:
                 self.address = m.group(2).decode()
+                for item in (m.group(3) or b"").decode().split(","):
+                    name, sep, where = item.partition("://")
+                    if sep:
+                        self.listeners[name] = where
                 return self.address
             if not self.running():
                 raise RuntimeError(f"broker {self.broker_id} exited with {self.returncode()}:\n{self.log_tail()}")

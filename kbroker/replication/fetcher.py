@@ -75,13 +75,19 @@ class LeaderEndPoint(Protocol):
     def close(self) -> None: ...
 
 
+def insecure_channel(address: str) -> grpc.Channel:
+    """A plaintext channel to another broker (the default inter-broker channel)."""
+    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
 class GrpcLeaderEndPoint:
     """A leader over gRPC. A call that times out replaces the channel: its TCP connection
     may be dead, and keepalive pings (``CHANNEL_OPTIONS``) notice a dead peer anyway."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, channel: Callable[[str], grpc.Channel] | None = None) -> None:
         self.address = address
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._new_channel = channel or insecure_channel
+        self._channel = self._new_channel(address)
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
 
     def fetch(self, request: log_pb2.FetchRequest, timeout_s: float) -> log_pb2.FetchResponse:
@@ -98,7 +104,7 @@ class GrpcLeaderEndPoint:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 old = self._channel
-                self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+                self._channel = self._new_channel(self.address)
                 self._stub = broker_pb2_grpc.BrokerStub(self._channel)
                 old.close()
             raise map_rpc_error(exc, self.address) from exc

@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
-from kbroker.replication.fetcher import ReplicaFetcherManager
+from kbroker.replication.fetcher import GrpcLeaderEndPoint, ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
 from kbroker.replication.quota import ReplicationQuota, parse_throttled_replicas
 from kbroker.storage import files
@@ -151,6 +152,7 @@ class ReplicaManager:
         replica_fetch_wait_max_ms: int = 500,
         replica_fetch_max_bytes: int = 1048576,
         hw_checkpoint_interval_ms: int = 5000,
+        inter_broker_channel: Callable[[str], grpc.Channel] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self._logs = logs
@@ -178,6 +180,7 @@ class ReplicaManager:
             max_wait_ms=replica_fetch_wait_max_ms,
             max_bytes=replica_fetch_max_bytes,
             quota=ReplicationQuota("follower"),
+            endpoint=functools.partial(GrpcLeaderEndPoint, channel=inter_broker_channel),
         )
         self._hw_file = logs.data_dir / HW_CHECKPOINT
         self._saved_hw = files.read_offsets_checkpoint(self._hw_file) if self._hw_file.exists() else {}
