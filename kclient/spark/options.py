@@ -37,6 +37,17 @@ Writing (``df.write`` / ``df.writeStream``): ``bootstrap.servers``, ``topic`` (o
 the ``topic`` column) and ``kafka.<setting>`` producer settings (see
 ``PRODUCER_SETTINGS``; ``kafka.acks`` defaults to ``all``).
 
+Security, for both (Spark's Kafka connector names, PEM files only):
+``kafka.security.protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL),
+``kafka.ssl.truststore.location`` (PEM CA certificates), ``kafka.ssl.keystore.location``
+(PEM certificate chain and key in one file), ``kafka.ssl.key.password``,
+``kafka.ssl.truststore.type`` / ``kafka.ssl.keystore.type`` (PEM),
+``kafka.ssl.endpoint.identification.algorithm`` (empty: no host name check),
+``kafka.sasl.mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and
+``kafka.sasl.jaas.config`` (``...ScramLoginModule required username="..." password="...";``).
+They are checked when the options are parsed (the files must be readable there and on
+every executor) and passed to every client the source or sink makes.
+
 Spark's own Kafka options that make no sense here (``kafka.group.id``,
 ``kafka.auto.offset.reset``, deserializers, ...) or are not supported yet
 (``minOffsetsPerTrigger``, ``maxTriggerDelay``) are refused with the reason. Other
@@ -51,6 +62,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kclient.errors import InvalidConfigError
+from kclient.security import JAVA_SECURITY_PROPERTIES, SecurityConfig, java_client_configs
 from kclient.spark.errors import KbrokerOptionError
 from kclient.spark.offsets import EARLIEST, LATEST, parse_assign, parse_partition_numbers
 from kclient.structs import TopicPartition
@@ -191,16 +204,34 @@ def _client_settings(
     for key, raw in opts.items():
         if key in refused:
             raise KbrokerOptionError(f"option {key!r} is not supported: {refused[key]}")
-        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
+        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers" or key in _SECURITY_KEYS:
             continue
         name = key[len("kafka.") :]
         if name not in table:
             raise KbrokerOptionError(
                 f"option {key!r} is not a {role} setting kbroker knows; supported: "
-                + ", ".join(f"kafka.{n}" for n in sorted(table))
+                + ", ".join([*(f"kafka.{n}" for n in sorted(table)), *sorted(_SECURITY_KEYS)])
             )
         attr, parse = table[name]
         out[attr] = parse(key, raw)
+    return out
+
+
+_SECURITY_KEYS = frozenset(
+    f"kafka.{name}" for name in JAVA_SECURITY_PROPERTIES if name not in ("sasl.username", "sasl.password")
+)
+"""Spark's Kafka security options (credentials come in ``kafka.sasl.jaas.config``)."""
+
+
+def _security_settings(opts: dict[str, str]) -> dict[str, Any]:
+    """The kclient security settings of the ``kafka.security.protocol``, ``kafka.ssl.*`` and
+    ``kafka.sasl.*`` options, checked (files read, PLAIN over SASL_PLAINTEXT refused)."""
+    given = {k: v for k, v in opts.items() if k in _SECURITY_KEYS}
+    try:
+        out = java_client_configs(given, "kafka.")
+        SecurityConfig.from_configs(out)
+    except InvalidConfigError as exc:
+        raise KbrokerOptionError(f"security options: {exc.message}") from None
     return out
 
 
@@ -264,10 +295,17 @@ class SourceOptions:
     consumer_settings: Mapping[str, Any]
     starting_given: bool
     ending_given: bool
+    security_settings: Mapping[str, Any] = field(default_factory=dict)
+    """kclient security settings (``security_protocol``, ``ssl_*``, ``sasl_*``), for every client."""
+
+    def admin_config(self) -> dict[str, Any]:
+        """Settings for the ``kclient.AdminClient`` of the driver."""
+        return {"bootstrap_servers": self.bootstrap, "request_timeout_ms": 30000, **self.security_settings}
 
     def consumer_config(self) -> dict[str, Any]:
         """Settings for a ``kclient.Consumer`` reading for this source."""
         return {
+            **self.security_settings,
             "bootstrap_servers": self.bootstrap,
             "client_id": "kbroker-spark-source",
             "auto_offset_reset": "none",
@@ -423,6 +461,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None =
         consumer_settings=consumer,
         starting_given=starting_given,
         ending_given=ending_given,
+        security_settings=_security_settings(opts),
     )
 
 
@@ -434,10 +473,17 @@ class SinkOptions:
     bootstrap: str
     topic: str | None
     producer_settings: Mapping[str, Any]
+    security_settings: Mapping[str, Any] = field(default_factory=dict)
+    """kclient security settings (``security_protocol``, ``ssl_*``, ``sasl_*``), for every client."""
+
+    def admin_config(self) -> dict[str, Any]:
+        """Settings for the ``kclient.AdminClient`` that checks the topic."""
+        return {"bootstrap_servers": self.bootstrap, **self.security_settings}
 
     def producer_config(self) -> dict[str, Any]:
         """Settings for the ``kclient.Producer`` of a write task (acks=all unless told)."""
         return {
+            **self.security_settings,
             "bootstrap_servers": self.bootstrap,
             "client_id": "kbroker-spark-sink",
             "acks": "all",
@@ -456,4 +502,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         _check_topic_name("topic", topic)
     if producer.get("enable_idempotence") and producer.get("acks", "all") != "all":
         raise KbrokerOptionError("option 'kafka.enable.idempotence=true' needs 'kafka.acks' = all")
-    return SinkOptions(bootstrap=bootstrap, topic=topic, producer_settings=producer)
+    return SinkOptions(
+        bootstrap=bootstrap, topic=topic, producer_settings=producer, security_settings=_security_settings(opts)
+    )

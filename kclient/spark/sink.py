@@ -196,7 +196,7 @@ def _check_topic_exists(opts: SinkOptions) -> None:
     from kclient.admin import AdminClient
 
     try:
-        with AdminClient(opts.bootstrap) as admin:
+        with AdminClient(**opts.admin_config()) as admin:
             topics = admin.list_topics()
     except KafkaError as exc:
         raise KbrokerOptionError(f"cannot reach the brokers at {opts.bootstrap}: {exc}") from exc

@@ -138,7 +138,7 @@ class SourceCluster:
         if self._admin is None:
             from kclient.admin import AdminClient
 
-            self._admin = AdminClient(self.opts.bootstrap, request_timeout_ms=30000)
+            self._admin = AdminClient(**self.opts.admin_config())
         return self._admin
 
     @property
