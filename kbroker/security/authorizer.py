@@ -536,6 +536,7 @@ class AclAuthorizer:
 
     def stop(self) -> None:
         self._stopped = True
+        self._zk.kazoo.remove_listener(self._session_state)
         self._events.put(None)
         if self._thread.is_alive():
             self._thread.join(timeout=5)

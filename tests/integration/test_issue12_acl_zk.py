@@ -195,8 +195,18 @@ def test_existing_acls_load_at_start_and_old_notifications_are_purged(
         a.stop()
 
 
-def test_session_loss_then_changes_still_arrive(brokers: tuple[AclAuthorizer, AclAuthorizer], zk_connect: str) -> None:
+def test_session_loss_reloads_everything_and_changes_still_arrive(
+    brokers: tuple[AclAuthorizer, AclAuthorizer], zk_connect: str, zk_factory: Callable[[], ZkClient]
+) -> None:
     a1, a2 = brokers
+    # A change with no notification (as if it had been purged while broker 2 was away):
+    # only a full reload can find it.
+    zk_factory().kazoo.create(
+        "/kafka-acl/Topic/silent",
+        b'{"version":1,"acls":[{"principal":"User:dave","permissionType":"Allow","operation":"Read","host":"*"}]}',
+    )
+    assert a2.sync()
+    assert not a2.authorize("User:dave", "h", Op.READ, RT.TOPIC, "silent")
     # Expire broker 2's session the way kazoo's test harness does: a second client on the
     # same session id closes it.
     zk2 = a2.store.zk
@@ -207,5 +217,7 @@ def test_session_loss_then_changes_still_arrive(brokers: tuple[AclAuthorizer, Ac
     killer.stop()
     killer.close()
     eventually(lambda: zk2.session_id not in (-1, session_id) and zk2.connected, "broker 2 has a new session", 30)
+    eventually(lambda: a2.authorize("User:dave", "h", Op.READ, RT.TOPIC, "silent"), "reloaded after session loss")
+    # Watches were re-armed on the new session.
     assert a1.create_acls([binding("after", "User:carol", Op.READ)]) == [None]
     eventually(lambda: a2.authorize("User:carol", "h", Op.READ, RT.TOPIC, "after"), "change after session loss")
