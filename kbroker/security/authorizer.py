@@ -50,6 +50,8 @@ from kbroker.security.principal import KafkaPrincipal
 from kclient.errors import InvalidRequestError, KafkaError, UnknownError
 
 log = logging.getLogger(__name__)
+audit_log = logging.getLogger("kbroker.authorizer")
+"""Kafka's ``kafka.authorizer.logger``: denials at INFO (when ``log_denied``), grants at DEBUG."""
 
 AUTHORIZER_CLASS_NAMES = frozenset(
     {"kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer"}
@@ -421,6 +423,14 @@ def bindings_matching(acls: Mapping[ResourcePattern, Acls], acl_filter: AclBindi
     return out
 
 
+def _audit(who: str, verdict: str, op: AclOperation, host: str, rtype: ResourceType, name: str) -> str:
+    """Kafka's authorizer log line."""
+    return (
+        f"Principal = {who} is {verdict} Operation = {op.camel} from host = {host} "
+        f"on resource = {rtype.znode_name}:LITERAL:{name}"
+    )
+
+
 # --- the cache -------------------------------------------------------------------------
 
 
@@ -557,18 +567,28 @@ class AclAuthorizer:
         operation: AclOperation,
         resource_type: ResourceType,
         resource_name: str,
+        *,
+        log_denied: bool = True,
     ) -> bool:
         """May ``principal`` (``User:alice``), calling from ``host`` (the client's IP address
         as a string, e.g. ``127.0.0.1``), perform ``operation`` on the resource?
 
         ``resource_name`` is the topic, the group id, or ``kafka-cluster`` for CLUSTER.
-        Reads the cache only: no ZooKeeper round trip, no lock.
+        Reads the cache only: no ZooKeeper round trip, no lock. ``log_denied=False`` for
+        checks that only filter (Metadata listing the topics a principal may Describe), as
+        Kafka's ``logIfDenied``.
         """
         who = str(principal)
         if who in self._super_users:
             return True
         entries = self._snapshot.matching(resource_type, resource_name)
-        return decide(entries, who, host, operation, allow_if_no_acl=self._allow_everyone)
+        allowed = decide(entries, who, host, operation, allow_if_no_acl=self._allow_everyone)
+        if allowed:
+            if audit_log.isEnabledFor(logging.DEBUG):
+                audit_log.debug(_audit(who, "Allowed", operation, host, resource_type, resource_name))
+        elif log_denied and audit_log.isEnabledFor(logging.INFO):
+            audit_log.info(_audit(who, "Denied", operation, host, resource_type, resource_name))
+        return allowed
 
     def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter.ANY) -> list[AclBinding]:
         """The cached bindings the filter matches (DescribeAcls), sorted."""

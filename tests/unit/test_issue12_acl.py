@@ -340,3 +340,14 @@ def test_change_notification_formats_and_paths() -> None:
             zkdata.decode_acl_change(bad, False)
     with pytest.raises(InvalidRequestError):
         zkdata.decode_acl_change(b'{"version":1}', True)
+
+
+def test_denials_are_logged_as_kafka_unless_only_filtering(caplog: pytest.LogCaptureFixture) -> None:
+    a = authorizer({topic("t"): [ace("User:alice", Op.READ)]})
+    with caplog.at_level("INFO", logger="kbroker.authorizer"):
+        assert not a.authorize("User:bob", "10.0.0.2", Op.WRITE, RT.TOPIC, "t")
+        assert not a.authorize("User:bob", "10.0.0.2", Op.DESCRIBE, RT.TOPIC, "t", log_denied=False)
+        assert a.authorize("User:alice", "10.0.0.1", Op.READ, RT.TOPIC, "t")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Principal = User:bob is Denied Operation = Write from host = 10.0.0.2 on resource = Topic:LITERAL:t"
+    ]
