@@ -53,7 +53,7 @@ def read_all(consumer: Consumer, n: int, timeout_s: float = 60) -> list[bytes]:
 
     def done() -> bool:
         for records in consumer.poll(timeout_ms=500).values():
-            values.extend(r.value for r in records)
+            values.extend(r.value or b"" for r in records)
         return len(values) >= n
 
     wait_until(done, timeout_s=timeout_s, what=f"{n} records")
