@@ -487,3 +487,48 @@ def test_sasl_ssl(pki: Pki, mechanism: str) -> None:
         server.stop(None)
     assert broker.principals == ["User:alice"]
     assert broker.calls.count("SaslAuthenticate") == (1 if mechanism == "PLAIN" else 2)
+
+
+def test_client_certificate_for_a_listener_that_requires_one(pki: Pki, tmp_path: Path) -> None:
+    alice = certs.issue(pki.ca, tmp_path, "alice", "CN=alice", sans=(), server=False)
+    locked = certs.issue(pki.ca, tmp_path, "locked", "CN=locked", sans=(), server=False, key_password="kp")
+    broker = FakeBroker("SSL")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    broker_pb2_grpc.add_BrokerServicer_to_server(broker, server)
+    creds = grpc.ssl_server_credentials(
+        [(pki.server.key_path.read_bytes(), pki.server.cert_path.read_bytes())],
+        root_certificates=pki.ca.cert_path.read_bytes(),
+        require_client_auth=True,
+    )
+    address = f"localhost:{server.add_secure_port('127.0.0.1:0', creds)}"
+    server.start()
+    ca = str(pki.ca.cert_path)
+    request = metadata_pb2.MetadataRequest()
+    try:
+        for cfg in (
+            SecurityConfig("SSL", ssl_cafile=ca, ssl_certfile=str(alice.cert_path), ssl_keyfile=str(alice.key_path)),
+            SecurityConfig("SSL", ssl_cafile=ca, ssl_certfile=str(alice.keystore_path)),
+            SecurityConfig(
+                "SSL",
+                ssl_cafile=ca,
+                ssl_certfile=str(locked.cert_path),
+                ssl_keyfile=str(locked.key_path),
+                ssl_password="kp",
+            ),
+        ):
+            transport = Transport(address, 5000, cfg)
+            assert transport.call(address, "Metadata", request).cluster_id == "fake"
+            transport.close()
+        transport = Transport(address, 3000, SecurityConfig("SSL", ssl_cafile=ca))
+        with pytest.raises(KafkaConnectionError):
+            transport.call(address, "Metadata", request)
+        transport.close()
+    finally:
+        server.stop(None)
+    with pytest.raises(InvalidConfigError, match="the private key is encrypted: set ssl_password"):
+        SecurityConfig("SSL", ssl_cafile=ca, ssl_certfile=str(locked.cert_path), ssl_keyfile=str(locked.key_path))
+    with pytest.raises(InvalidConfigError, match="wrong ssl_password"):
+        SecurityConfig(
+            "SSL", ssl_cafile=ca, ssl_certfile=str(locked.cert_path), ssl_keyfile=str(locked.key_path), ssl_password="x"
+        )
+    assert broker.calls == ["Metadata"] * 3
