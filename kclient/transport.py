@@ -46,6 +46,7 @@ from kclient.errors import (
     KafkaError,
     KafkaTimeoutError,
     NoBrokersAvailable,
+    SaslAuthenticationFailedError,
     for_code,
 )
 from kclient.proto.kbroker.v1 import broker_pb2_grpc
@@ -148,7 +149,7 @@ def _tls_failure(details: str) -> str | None:
             "the broker's certificate is not trusted (ssl_cafile must hold the CA that signed it): "
             + details.rsplit("CERTIFICATE_VERIFY_FAILED:", 1)[-1].strip().removesuffix(": OK")
         )
-    if "andshake failed" in details:
+    if "handshake failed" in details.lower():
         return details.rsplit("ipv4:", 1)[-1] + " (is the listener TLS, and does it require a client certificate?)"
     return None
 
@@ -251,6 +252,12 @@ class Transport:
             err = map_rpc_error(exc, address)
         else:
             err = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
+        if isinstance(err, SaslSessionExpiredError) and (self.security is None or not self.security.uses_sasl):
+            protocol = self.security.security_protocol if self.security else "PLAINTEXT"
+            err = SaslAuthenticationFailedError(
+                f"{err.message} (this client's security_protocol is {protocol}: the broker's listener at "
+                f"{address} needs SASL_PLAINTEXT or SASL_SSL with sasl_mechanism and credentials)"
+            )
         if isinstance(err, KafkaConnectionError | KafkaTimeoutError):
             self.mark_failed(address)
         if isinstance(err, KafkaTimeoutError):

@@ -532,3 +532,15 @@ def test_client_certificate_for_a_listener_that_requires_one(pki: Pki, tmp_path:
             "SSL", ssl_cafile=ca, ssl_certfile=str(locked.cert_path), ssl_keyfile=str(locked.key_path), ssl_password="x"
         )
     assert broker.calls == ["Metadata"] * 3
+
+
+def test_a_client_without_sasl_on_a_sasl_listener_is_told_so(sasl_plaintext: tuple[FakeBroker, str]) -> None:
+    broker, address = sasl_plaintext
+    transport = Transport(address, 5000)
+    try:
+        with pytest.raises(SaslAuthenticationFailedError, match="security_protocol is PLAINTEXT") as info:
+            transport.call(address, "Metadata", metadata_pb2.MetadataRequest())
+        assert not info.value.retriable
+    finally:
+        transport.close()
+    assert broker.calls == ["Metadata"]
