@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, TypeVar
 from google.protobuf.message import DecodeError
 
 from kclient import structs as _structs
+from kclient.admin_security import AdminSecurityMixin
 from kclient.errors import (
     CoordinatorNotAvailableError,
     KafkaConnectionError,
@@ -98,7 +99,7 @@ def _raise_first(results: Iterable[Any]) -> None:
             raise for_code(r.error_code)(r.error_message or f"topic {r.name!r}")
 
 
-class AdminClient:
+class AdminClient(AdminSecurityMixin):
     """Create, delete, grow, list and describe topics.
 
     Takes the security settings of :data:`kclient.security.DEFAULT_SECURITY_CONFIG`
