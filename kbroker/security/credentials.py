@@ -175,7 +175,7 @@ class CredentialStore:
 
     def set_credential(self, user: str, mechanism: ScramMechanism | str, credential: ScramCredential) -> None:
         """Store a ready credential (AlterUserScramCredentials sends a salted password:
-        see :func:`kbroker.security.scram.credential_from_salted_password`)."""
+        see :func:`kclient.scram.credential_from_salted_password`)."""
         self.alter(user, upsert={mechanism_of(mechanism): credential})
 
     def delete(self, user: str, mechanism: ScramMechanism | str | None = None) -> list[ScramMechanism]:
