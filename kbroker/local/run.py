@@ -1,9 +1,10 @@
 """``scripts/run``: a local ZooKeeper + brokers under ``./.run/``, left running.
 
-``python -m kbroker.local.run [--brokers N]`` starts ZooKeeper from the installed jars
-and N brokers, creates the topic ``demo``, produces and consumes through it, prints
-the addresses and exits with the cluster still running. ``--stop`` stops it (clean
-SIGTERM shutdown). State lives in ``.run/cluster.json``.
+``python -m kbroker.local.run [--brokers N] [--secure]`` starts ZooKeeper from the
+installed jars and N brokers, creates the topic ``demo``, produces and consumes through
+it, prints the addresses and exits with the cluster still running. ``--secure`` makes it
+a TLS + SCRAM cluster with ACLs (:mod:`kbroker.local.secure`). ``--stop`` stops it
+(clean SIGTERM shutdown). State lives in ``.run/cluster.json``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from kbroker.local.cluster import BrokerProcess
+from kbroker.local.secure import CLIENT_LISTENER, create_admin, prepare
 from kbroker.local.zookeeper import ZooKeeperEnsemble
 
 STATE = "cluster.json"
@@ -55,23 +58,24 @@ def stop(root: Path) -> int:
     return 0
 
 
-def demo(bootstrap: str, replication: int) -> None:
+def demo(bootstrap: str, replication: int, client: dict[str, Any] | None = None) -> None:
     from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
     from kclient.errors import TopicAlreadyExistsError
 
-    with AdminClient(bootstrap) as admin:
+    client = client or {}
+    with AdminClient(bootstrap_servers=bootstrap, **client) as admin:
         try:
             admin.create_topics([NewTopic("demo", 3, replication)])
             print(f"created topic 'demo' (3 partitions, replication factor {replication})")
         except TopicAlreadyExistsError:
             print("topic 'demo' exists")
-    with Producer(bootstrap_servers=bootstrap, acks="all") as producer:
+    with Producer(bootstrap_servers=bootstrap, acks="all", **client) as producer:
         metas = [producer.send("demo", f"hello {i}".encode(), key=f"user-{i % 3}".encode()) for i in range(9)]
         producer.flush()
         for m in metas:
             meta = m.get(10)
             print(f"  produced -> demo-{meta.partition} @ offset {meta.offset}")
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **client) as consumer:
         consumer.assign([TopicPartition("demo", p) for p in range(3)])
         got = 0
         deadline = time.monotonic() + 15
@@ -83,7 +87,7 @@ def demo(bootstrap: str, replication: int) -> None:
     print(f"consumed {got} records from 'demo'")
 
 
-def start(root: Path, brokers: int) -> int:
+def start(root: Path, brokers: int, secure: bool = False) -> int:
     if (root / STATE).exists():
         state = json.loads((root / STATE).read_text())
         if _alive(state["zookeeper"]["pid"]):
@@ -91,10 +95,16 @@ def start(root: Path, brokers: int) -> int:
             return 1
         (root / STATE).unlink()
     root.mkdir(parents=True, exist_ok=True)
+    setup = prepare(root / "secure") if secure else None
     zk = ZooKeeperEnsemble(root / "zookeeper", size=1)
     zk.start()
     zk_connect = zk.connect_string + "/kbroker"
-    procs = [BrokerProcess(i, root, zk_connect) for i in range(brokers)]
+    overrides: dict[str, str] = {}
+    if setup is not None:
+        os.environ["KBROKER_ZK_DIGEST"] = setup.zk_digest  # the brokers inherit it
+        create_admin(zk_connect, setup)
+        overrides = setup.broker_overrides
+    procs = [BrokerProcess(i, root, zk_connect, overrides) for i in range(brokers)]
     for b in procs:
         b.start(wait=False)
     try:
@@ -106,7 +116,7 @@ def start(root: Path, brokers: int) -> int:
             b.stop()
         zk.stop()
         return 1
-    bootstrap = ",".join(b.address for b in procs)
+    bootstrap = ",".join(b.listeners[CLIENT_LISTENER] if setup else b.address for b in procs)
     server = zk.servers[0]
     assert server.proc is not None
     state = {
@@ -117,16 +127,23 @@ def start(root: Path, brokers: int) -> int:
         ],
         "bootstrap": bootstrap,
     }
+    if setup is not None:
+        state["command_config"] = str(setup.command_config)
     (root / STATE).write_text(json.dumps(state, indent=2))
     print(f"ZooKeeper: {zk_connect}   (log {server.log_path})")
     for b in procs:
         print(f"broker {b.broker_id}: {b.address}   (data {b.data_dir}, log {b.log_path})")
-    demo(bootstrap, min(brokers, 3))
+    demo(bootstrap, min(brokers, 3), setup.client_configs if setup else None)
     print()
     print("The cluster keeps running. Try:")
-    print(f"  .venv/bin/kctl --bootstrap-server {bootstrap} topics describe")
-    print(f"  echo hi | .venv/bin/kctl produce --bootstrap-server {bootstrap} --topic demo")
-    print(f"  .venv/bin/kctl consume --bootstrap-server {bootstrap} --topic demo --from-beginning --max-messages 10")
+    conn = f"--bootstrap-server {bootstrap}"
+    if setup is not None:
+        conn += f" --command-config {setup.command_config}"
+        print(f"  (TLS + SCRAM: the admin user's client settings are in {setup.command_config};")
+        print(f"   kctl --zookeeper needs KBROKER_ZK_DIGEST=$(cat {root}/secure/zk.digest))")
+    print(f"  .venv/bin/kctl {conn} topics describe")
+    print(f"  echo hi | .venv/bin/kctl produce {conn} --topic demo")
+    print(f"  .venv/bin/kctl consume {conn} --topic demo --from-beginning --max-messages 10")
     print("Stop it with: scripts/run --stop")
     return 0
 
@@ -135,13 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/run", description=__doc__)
     parser.add_argument("--brokers", type=int, default=1)
     parser.add_argument("--stop", action="store_true")
+    parser.add_argument("--secure", action="store_true", help="TLS + SCRAM + ACLs, with a fresh local CA")
     parser.add_argument("--dir", type=Path, default=Path(".run"))
     args = parser.parse_args(argv)
     if args.stop:
         return stop(args.dir)
     if args.brokers < 1:
         parser.error("--brokers must be at least 1")
-    return start(args.dir.resolve(), args.brokers)
+    return start(args.dir.resolve(), args.brokers, args.secure)
 
 
 if __name__ == "__main__":
