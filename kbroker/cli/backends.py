@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
@@ -341,9 +342,9 @@ def _preferred_outcome(
 class AdminBackend(Backend):
     """The gRPC admin API of any broker (``kclient.AdminClient``)."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, configs: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
-        self._admin = AdminClient(bootstrap)
+        self._admin = AdminClient(bootstrap, **dict(configs or {}))
 
     def list_topics(self) -> list[str]:
         return self._admin.list_topics()
@@ -400,21 +401,25 @@ class AdminBackend(Backend):
         self._admin.close()
 
 
-def open_group_admin(zookeeper: str | None, bootstrap: str | None) -> AdminClient:
-    """An AdminClient for the consumer-group commands, which exist over gRPC only."""
+def open_group_admin(
+    zookeeper: str | None, bootstrap: str | None, configs: Mapping[str, Any] | None = None
+) -> AdminClient:
+    """An AdminClient for the consumer-group commands, which exist over gRPC only
+    (``configs``: the client settings, :func:`kbroker.cli.common.client_configs`)."""
     if bootstrap is None:
         raise UsageError("groups needs --bootstrap-server")
     if zookeeper is not None:
         raise UsageError("groups talks to brokers: give --bootstrap-server, not --zookeeper")
-    return AdminClient(check_bootstrap(bootstrap))
+    return AdminClient(check_bootstrap(bootstrap), **dict(configs or {}))
 
 
-def open_backend(zookeeper: str | None, bootstrap: str | None) -> Backend:
-    """The backend for exactly one of ``--zookeeper`` / ``--bootstrap-server``."""
+def open_backend(zookeeper: str | None, bootstrap: str | None, configs: Mapping[str, Any] | None = None) -> Backend:
+    """The backend for exactly one of ``--zookeeper`` / ``--bootstrap-server``
+    (``configs``: the client settings for the brokers, :func:`kbroker.cli.common.client_configs`)."""
     if (zookeeper is None) == (bootstrap is None):
         which = "both" if zookeeper is not None else "neither"
         raise UsageError(f"give exactly one of --zookeeper or --bootstrap-server ({which} given)")
     if zookeeper is not None:
         return ZooKeeperBackend(check_zookeeper(zookeeper))
     assert bootstrap is not None
-    return AdminBackend(check_bootstrap(bootstrap))
+    return AdminBackend(check_bootstrap(bootstrap), configs)

@@ -26,7 +26,7 @@ import argparse
 from typing import Any
 
 from kbroker.cli.backends import BrokerView, open_backend
-from kbroker.cli.common import UsageError
+from kbroker.cli.common import UsageError, client_configs
 from kbroker.cli.reassign import add_throttle_flags, check_throttle, decommission_broker, open_source
 
 
@@ -57,7 +57,7 @@ def broker_line(b: BrokerView, controller_id: int) -> str:
 
 
 def list_brokers(args: argparse.Namespace) -> int:
-    with open_backend(args.zookeeper, args.bootstrap_server) as backend:
+    with open_backend(args.zookeeper, args.bootstrap_server, client_configs(args)) as backend:
         brokers, controller_id = backend.brokers()
     for b in brokers:
         print(broker_line(b, controller_id))
@@ -67,7 +67,7 @@ def list_brokers(args: argparse.Namespace) -> int:
 def decommission(args: argparse.Namespace) -> int:
     if args.timeout_ms <= 0:
         raise UsageError("--timeout-ms must be positive")
-    with open_source(args.zookeeper, args.bootstrap_server) as src:
+    with open_source(args.zookeeper, args.bootstrap_server, client_configs(args)) as src:
         return decommission_broker(
             src,
             args.broker,

@@ -1,8 +1,32 @@
-"""What several ``kctl`` commands share: its two error kinds and flag parsers."""
+"""What several ``kctl`` commands share: its two error kinds, flag parsers, and the
+client settings of ``--command-config``.
+
+``--command-config FILE`` (Kafka's tools' flag) is a Java properties file with Java
+client property names (``security.protocol``, ``ssl.truststore.location``,
+``ssl.keystore.location``, ``ssl.key.password``, ``ssl.endpoint.identification.algorithm``,
+``sasl.mechanism``, ``sasl.jaas.config``, ...; see
+:data:`kclient.security.JAVA_SECURITY_PROPERTIES`). :func:`client_configs` turns it into
+kafka-python's keyword arguments, which every ``AdminClient``/``Producer``/``Consumer``
+that kctl makes receives. Unknown keys are ignored with a warning (shown with
+``--verbose``), as Kafka's clients warn; an unreadable file or a bad value is a
+UsageError (exit 2) that never quotes a secret.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from kclient.errors import InvalidConfigError
+from kclient.security import JAVA_SECURITY_PROPERTIES, SecurityConfig, java_client_configs
+
+log = logging.getLogger("kbroker.cli")
+
+INLINE_PEM_PROPERTIES = ("ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates")
+"""Kafka's inline PEM keys: not supported by kctl (name files with the *.location keys)."""
 
 
 class UsageError(Exception):
@@ -70,3 +94,110 @@ def check_bootstrap(servers: str) -> str:
     """``HOST:PORT[,HOST:PORT...]``, or a UsageError."""
     _check_hosts(servers, "--bootstrap-server", "HOST:PORT[,HOST:PORT...]")
     return servers
+
+
+# --- --command-config ------------------------------------------------------------------
+
+
+def _unescape(text: str) -> str:
+    """Java properties escapes: ``\\t \\n \\r \\f``, ``\\uXXXX``, and ``\\x`` = ``x``."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 == len(text):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u" and len(text) >= i + 6:
+            try:
+                out.append(chr(int(text[i + 2 : i + 6], 16)))
+                i += 6
+                continue
+            except ValueError:
+                pass
+        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    """``key=value``, ``key: value`` or ``key value`` (the first unescaped separator)."""
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=: \t\f":
+            key, rest = line[:i], line[i:].lstrip(" \t\f")
+            if ch in " \t\f" and rest[:1] in ("=", ":"):
+                rest = rest[1:]
+            elif ch in "=:":
+                rest = rest[1:]
+            return _unescape(key), _unescape(rest.lstrip(" \t\f"))
+        i += 1
+    return _unescape(line), ""
+
+
+def read_properties(path: str, flag: str = "--command-config") -> dict[str, str]:
+    """A Java properties file (comments ``#``/``!``, ``=``/``:``/space separators, ``\\``
+    continuation lines, escapes). UsageError naming ``flag`` if it cannot be read; no
+    error quotes the file's text (it holds passwords)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {flag} {path}: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read {flag} {path}: not UTF-8 text") from None
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f")
+        if not pending and (not line or line.startswith(("#", "!"))):
+            continue
+        line = pending + line
+        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            pending = line[:-1]
+            continue
+        pending = ""
+        key, value = _split_property(line)
+        props[key] = value
+    if pending:
+        key, value = _split_property(pending)
+        props[key] = value
+    return props
+
+
+def client_settings(props: dict[str, str], where: str) -> dict[str, Any]:
+    """kafka-python's security settings of Java client ``props``, checked (the files are
+    read now): UsageError naming ``where`` for a bad value. Unknown keys are logged."""
+    inline = [k for k in INLINE_PEM_PROPERTIES if k in props]
+    if inline:
+        raise UsageError(
+            f"{where}: {inline[0]} (inline PEM) is not supported; put the PEM in a file and use "
+            "ssl.keystore.location / ssl.truststore.location"
+        )
+    unknown = sorted(set(props) - set(JAVA_SECURITY_PROPERTIES))
+    for key in unknown:
+        log.warning("%s: the configuration '%s' was supplied but isn't a known config (ignored)", where, key)
+    try:
+        configs = java_client_configs(props)
+        SecurityConfig.from_configs(configs)
+    except InvalidConfigError as exc:
+        raise UsageError(f"{where}: {exc.message}") from None
+    return configs
+
+
+def client_configs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments for every AdminClient, Producer and Consumer kctl makes:
+    the security settings of ``--command-config`` (empty without it). Read once per
+    command (kept on ``args``)."""
+    cached = vars(args).get("_client_configs")
+    if cached is not None:
+        return dict(cached)
+    path = getattr(args, "command_config", None)
+    configs = {} if path is None else client_settings(read_properties(str(path)), f"--command-config {path}")
+    vars(args)["_client_configs"] = configs
+    return dict(configs)

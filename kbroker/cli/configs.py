@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
-from kbroker.cli.common import UsageError, check_bootstrap, check_zookeeper
+from kbroker.cli.common import UsageError, check_bootstrap, check_zookeeper, client_configs
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, ConfigSource, OpType, ResourceType
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import DEFAULT_BROKER_ENTITY
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         which = "both" if zookeeper is not None else "neither"
         raise UsageError(f"give exactly one of --zookeeper or --bootstrap-server ({which} given)")
     if bootstrap is not None:
-        with AdminClient(check_bootstrap(bootstrap)) as admin:
+        with AdminClient(check_bootstrap(bootstrap), **client_configs(args)) as admin:
             if name is not None:
                 return _over_grpc(admin, rtype, name, changes, args.all)
             if rtype is ResourceType.TOPIC:

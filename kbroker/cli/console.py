@@ -23,11 +23,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from kbroker.cli.common import CliError, UsageError, check_bootstrap, parse_bool, parse_key_values
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, client_configs, parse_bool, parse_key_values
 from kclient import (
     AdminClient,
     Consumer,
@@ -91,10 +91,11 @@ def _bootstrap(args: argparse.Namespace, command: str) -> str:
     return check_bootstrap(args.bootstrap_server)
 
 
-def require_topic(bootstrap: str, topic: str) -> list[int]:
-    """The topic's partitions, or UnknownTopicOrPartitionError soon (not after max_block_ms)."""
+def require_topic(bootstrap: str, topic: str, configs: Mapping[str, Any] | None = None) -> list[int]:
+    """The topic's partitions, or UnknownTopicOrPartitionError soon (not after max_block_ms).
+    ``configs``: the client's security settings (:func:`kbroker.cli.common.client_configs`)."""
     deadline = time.monotonic() + TOPIC_WAIT_S
-    with AdminClient(bootstrap) as admin:
+    with AdminClient(bootstrap, **dict(configs or {})) as admin:
         while True:
             try:
                 (description,) = admin.describe_topics([topic])
@@ -184,13 +185,14 @@ def produce_lines(args: argparse.Namespace) -> int:
         raise UsageError("key.separator must not be empty")
     if args.max_block_ms < 0:
         raise UsageError(f"--max-block-ms must be >= 0, got {args.max_block_ms}")
-    require_topic(bootstrap, args.topic)
+    require_topic(bootstrap, args.topic, client_configs(args))
     outcomes = _Outcomes()
     producer = Producer(
         bootstrap_servers=bootstrap,
         acks=args.acks,
         compression_type=args.compression_type,
         max_block_ms=args.max_block_ms,
+        **client_configs(args),
     )
     try:
         try:
@@ -297,7 +299,7 @@ def consume_records(args: argparse.Namespace) -> int:
 
 def _consume(args: argparse.Namespace, bootstrap: str, fmt: RecordFormat, start: int | str | None) -> int:
     topic = args.topic
-    partitions = require_topic(bootstrap, topic)
+    partitions = require_topic(bootstrap, topic, client_configs(args))
     if args.partition is not None and args.partition not in partitions:
         raise UnknownTopicOrPartitionError(
             f"topic {topic!r} has no partition {args.partition} (it has {len(partitions)})"
@@ -305,7 +307,7 @@ def _consume(args: argparse.Namespace, bootstrap: str, fmt: RecordFormat, start:
     out = sys.stdout.buffer
     count = 0
     reset = "earliest" if args.from_beginning else "latest"
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset=reset) as consumer:
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset=reset, **client_configs(args)) as consumer:
         found = consumer.partitions_for_topic(topic)
         if not found:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")

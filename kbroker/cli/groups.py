@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from kbroker.cli.backends import open_group_admin
-from kbroker.cli.common import CliError, UsageError
+from kbroker.cli.common import CliError, UsageError, client_configs
 from kclient import AdminClient, Consumer, TopicPartition
 from kclient.admin import GroupDescription, MemberDescription
 from kclient.errors import GroupIdNotFoundError, KafkaError, UnknownTopicOrPartitionError
@@ -129,7 +129,7 @@ def _groups(names: Sequence[str]) -> list[str]:
 
 
 def list_groups(args: argparse.Namespace) -> int:
-    with open_group_admin(args.zookeeper, args.bootstrap_server) as admin:
+    with open_group_admin(args.zookeeper, args.bootstrap_server, client_configs(args)) as admin:
         groups = admin.list_consumer_groups()
     if args.state:
         for line in table(("GROUP", "STATE"), groups):
@@ -221,10 +221,10 @@ def describe_lines(g: GroupOffsets, ends: dict[TopicPartition, int | None]) -> l
 
 def describe_groups(args: argparse.Namespace) -> int:
     names = _groups(args.group)
-    with open_group_admin(args.zookeeper, args.bootstrap_server) as admin:
+    with open_group_admin(args.zookeeper, args.bootstrap_server, client_configs(args)) as admin:
         loaded = [_load(admin, name) for name in names]
     tps = [tp for g in loaded for tp in {*g.committed, *(tp for m in g.description.members for tp in m.assignment)}]
-    with Consumer(bootstrap_servers=args.bootstrap_server) as consumer:
+    with Consumer(bootstrap_servers=args.bootstrap_server, **client_configs(args)) as consumer:
         ends = _log_ends(consumer, tps)
     for i, g in enumerate(loaded):
         if i:
@@ -239,7 +239,7 @@ def describe_groups(args: argparse.Namespace) -> int:
 
 def delete_groups(args: argparse.Namespace) -> int:
     names = _groups(args.group)
-    with open_group_admin(args.zookeeper, args.bootstrap_server) as admin:
+    with open_group_admin(args.zookeeper, args.bootstrap_server, client_configs(args)) as admin:
         results = admin.delete_consumer_groups(names)
     deleted = [gid for gid in names if results.get(gid) is None]
     failed = [(gid, err) for gid, err in results.items() if err is not None]
@@ -335,7 +335,7 @@ def reset_offsets(args: argparse.Namespace) -> int:
     (group,) = _groups([args.group])
     if args.to_datetime is not None:
         parse_datetime(args.to_datetime)  # a usage error before any request
-    with open_group_admin(args.zookeeper, args.bootstrap_server) as admin:
+    with open_group_admin(args.zookeeper, args.bootstrap_server, client_configs(args)) as admin:
         (description,) = admin.describe_consumer_groups([group])
         if description.members or description.state not in INACTIVE_STATES:
             raise CliError(
@@ -346,7 +346,7 @@ def reset_offsets(args: argparse.Namespace) -> int:
         tps = sorted(committed) if args.all_topics else _partitions(admin, args.topic)
         if not tps:
             raise CliError(f"consumer group '{group}' has no committed offsets to reset (give --topic)")
-        with Consumer(bootstrap_servers=args.bootstrap_server) as consumer:
+        with Consumer(bootstrap_servers=args.bootstrap_server, **client_configs(args)) as consumer:
             plan = new_offsets(args, consumer, tps, committed)
         if args.execute:
             admin.alter_consumer_group_offsets(group, plan)

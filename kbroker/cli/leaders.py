@@ -21,7 +21,7 @@ import argparse
 from typing import Any
 
 from kbroker.cli.backends import ElectionResults, open_backend
-from kbroker.cli.common import CliError, UsageError
+from kbroker.cli.common import CliError, UsageError, client_configs
 from kclient.errors import UnknownTopicOrPartitionError
 
 ELECTION_TYPE = "PREFERRED"
@@ -84,7 +84,7 @@ def elect_leaders(args: argparse.Namespace) -> int:
         raise UsageError(f"--partition must be 0 or more, got {args.partition}")
     if args.timeout_ms < 1:
         raise UsageError(f"--timeout-ms must be at least 1, got {args.timeout_ms}")
-    with open_backend(args.zookeeper, args.bootstrap_server) as backend:
+    with open_backend(args.zookeeper, args.bootstrap_server, client_configs(args)) as backend:
         wanted: list[tuple[str, int]] | None = None
         if args.topic is not None:
             (topic,) = backend.describe_topics([args.topic])  # UnknownTopicOrPartitionError if missing

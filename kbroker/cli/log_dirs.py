@@ -21,7 +21,7 @@ import argparse
 import json
 from typing import Any
 
-from kbroker.cli.common import UsageError, check_bootstrap
+from kbroker.cli.common import UsageError, check_bootstrap, client_configs
 from kclient import AdminClient
 from kclient.errors import for_code
 from kclient.proto.kbroker.v1 import admin_pb2
@@ -100,7 +100,7 @@ def describe(args: argparse.Namespace) -> int:
         raise UsageError("log-dirs needs --bootstrap-server HOST:PORT")
     ids = _ids(args.broker_list)
     topics = [t.strip() for t in args.topic_list.split(",") if t.strip()] if args.topic_list else None
-    with AdminClient(bootstrap_servers=check_bootstrap(args.bootstrap_server)) as admin:
+    with AdminClient(bootstrap_servers=check_bootstrap(args.bootstrap_server), **client_configs(args)) as admin:
         answers = admin.describe_log_dirs(ids, topics)
     print("Querying brokers for log directories information")  # after: a failure prints only its one line
     print("Received log directory information from brokers " + ",".join(str(b) for b in sorted(answers)))

@@ -1,6 +1,6 @@
 """``kctl``'s argparse tree, and the one place where errors become exit codes.
 
-Connection flags (``--zookeeper``, ``--bootstrap-server``) and ``--verbose`` are
+Connection flags (``--zookeeper``, ``--bootstrap-server``, ``--command-config``) and ``--verbose`` are
 accepted before the noun (``kctl --zookeeper zk:2181 topics list``) and after the verb
 (``kctl topics list --zookeeper zk:2181``, as Kafka's scripts take them).
 
@@ -38,7 +38,7 @@ from kbroker.cli import (
     users,
     zk_security,
 )
-from kbroker.cli.common import CliError, UsageError, one_line
+from kbroker.cli.common import CliError, UsageError, client_configs, one_line
 from kclient.errors import KafkaError
 
 PROG = "kctl"
@@ -64,6 +64,13 @@ def _connection_flags(parser: argparse.ArgumentParser, *, zookeeper: bool, defau
         )
     parser.add_argument(
         "--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", default=default, help="talk to the brokers over gRPC"
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=default,
+        help="Java client properties for the brokers (security.protocol, ssl.truststore.location, "
+        "ssl.keystore.location, ssl.key.password, sasl.mechanism, sasl.jaas.config, ...)",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", default=default, help="client logs and summaries on stderr"
@@ -128,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     try:
+        client_configs(args)  # a bad --command-config fails before anything is done
         return int(args.handler(args))
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)

@@ -46,10 +46,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbroker.cli.common import CliError, UsageError, check_bootstrap, parse_bool, parse_key_values
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, client_configs, parse_bool, parse_key_values
 from kbroker.cli.console import require_topic
 from kclient import Consumer, Producer, TopicPartition
 from kclient.errors import InvalidConfigError
+from kclient.security import DEFAULT_SECURITY_CONFIG
 
 MB = 1024.0 * 1024.0
 REPORT_INTERVAL_S = 5.0
@@ -149,6 +150,11 @@ def _typed(text: str, default: Any, name: str) -> Any:
     except ValueError:
         raise UsageError(f"property {name} must be a number, got {text!r}") from None
     return text
+
+
+def _security(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The security settings among a producer's or consumer's ``config`` (for its AdminClient)."""
+    return {k: v for k, v in config.items() if k in DEFAULT_SECURITY_CONFIG}
 
 
 def _bootstrap(args: argparse.Namespace, config: dict[str, Any]) -> str:
@@ -622,7 +628,7 @@ def _print(line: str) -> None:
 
 
 def produce_command(args: argparse.Namespace) -> int:
-    config = client_config(args.producer_props, "--producer-props", Producer.DEFAULT_CONFIG)
+    config = {**client_configs(args), **client_config(args.producer_props, "--producer-props", Producer.DEFAULT_CONFIG)}
     bootstrap = _bootstrap(args, config)
     _at_least(args.num_records, 1, "--num-records")
     _at_least(args.record_size, 0, "--record-size")
@@ -636,7 +642,7 @@ def produce_command(args: argparse.Namespace) -> int:
     except InvalidConfigError as exc:
         raise UsageError(str(exc)) from None
     try:
-        require_topic(bootstrap, args.topic)
+        require_topic(bootstrap, args.topic, _security(config))
         produce(
             producer,
             args.topic,
@@ -653,7 +659,7 @@ def produce_command(args: argparse.Namespace) -> int:
 
 
 def consume_command(args: argparse.Namespace) -> int:
-    config = client_config(args.consumer_props, "--consumer-props", Consumer.DEFAULT_CONFIG)
+    config = {**client_configs(args), **client_config(args.consumer_props, "--consumer-props", Consumer.DEFAULT_CONFIG)}
     bootstrap = _bootstrap(args, config)
     _at_least(args.num_records, 1, "--num-records")
     _at_least(args.timeout_ms, 0, "--timeout-ms")
@@ -667,7 +673,7 @@ def consume_command(args: argparse.Namespace) -> int:
     with consumer:
         if args.columnar:
             columnar_poll(consumer, args.columnar)  # fail before reading, not after
-        require_topic(bootstrap, args.topic)
+        require_topic(bootstrap, args.topic, _security(config))
         consume(
             consumer, args.topic, args.num_records, timeout_ms=args.timeout_ms, columnar=args.columnar, report=_print
         )

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
-from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper, client_configs
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType
 from kbroker.cluster.replica_plan import plan_decommission, propose_reassignment
 from kbroker.config import THROTTLE_RATE_KEYS
@@ -303,8 +303,8 @@ class AdminSource(Source):
 
     bootstrap = True
 
-    def __init__(self, bootstrap: str) -> None:
-        self.admin = AdminClient(check_bootstrap(bootstrap))
+    def __init__(self, bootstrap: str, configs: Mapping[str, Any] | None = None) -> None:
+        self.admin = AdminClient(check_bootstrap(bootstrap), **dict(configs or {}))
 
     def assignments(self) -> dict[str, dict[int, list[int]]]:
         return {d.name: {p.partition: list(p.replicas) for p in d.partitions} for d in self.admin.describe_topics()}
@@ -348,12 +348,13 @@ def _raise_errors(what: str, results: Mapping[Any, Exception | None]) -> None:
         raise CliError(f"{what} {'; '.join(failed)}")
 
 
-def open_source(zookeeper: str | None, bootstrap: str | None) -> Source:
-    """The source for exactly one of ``--zookeeper`` / ``--bootstrap-server``."""
+def open_source(zookeeper: str | None, bootstrap: str | None, configs: Mapping[str, Any] | None = None) -> Source:
+    """The source for exactly one of ``--zookeeper`` / ``--bootstrap-server`` (``configs``:
+    the client settings, :func:`kbroker.cli.common.client_configs`)."""
     if (zookeeper is None) == (bootstrap is None):
         which = "both" if zookeeper is not None else "neither"
         raise UsageError(f"give exactly one of --zookeeper or --bootstrap-server ({which} given)")
-    return ZooKeeperSource(zookeeper) if zookeeper is not None else AdminSource(bootstrap or "")
+    return ZooKeeperSource(zookeeper) if zookeeper is not None else AdminSource(bootstrap or "", configs)
 
 
 # --- actions -------------------------------------------------------------------------
@@ -521,7 +522,7 @@ def list_moves(src: Source) -> None:
 
 
 def reassign(args: argparse.Namespace) -> int:
-    with open_source(args.zookeeper, args.bootstrap_server) as src:
+    with open_source(args.zookeeper, args.bootstrap_server, client_configs(args)) as src:
         if args.generate:
             if args.topics_to_move_json_file is None or args.broker_list is None:
                 raise UsageError("--generate needs --topics-to-move-json-file and --broker-list")

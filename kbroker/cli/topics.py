@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kbroker.cli.backends import NO_LEADER, Backend, PartitionView, TopicView, open_backend
-from kbroker.cli.common import UsageError, parse_key_values, parse_replica_assignment
+from kbroker.cli.common import UsageError, client_configs, parse_key_values, parse_replica_assignment
 from kclient.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 
@@ -82,7 +82,7 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
 
 
 def _backend(args: argparse.Namespace) -> Backend:
-    return open_backend(args.zookeeper, args.bootstrap_server)
+    return open_backend(args.zookeeper, args.bootstrap_server, client_configs(args))
 
 
 def _positive(value: int | None, flag: str) -> None:
