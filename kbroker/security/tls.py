@@ -27,8 +27,8 @@ open connections keep their session. A file that does not load (half written, ke
 matching the certificate) is logged once and the previous material stays in use. Inline
 values never change.
 
-Client side: :func:`channel_credentials` (kafka-python's ``ssl_cafile``,
-``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``).
+Client side: ``kclient.tls.channel_credentials`` (kafka-python's ``ssl_*``, shared PEM
+helpers); :func:`broker_channel_credentials` for a broker calling another broker.
 
 Principal: :func:`mtls_principal` reads a call's ``auth_context()``: on TLS with a
 verified client certificate it is ``User:<subject DN, RFC 2253 order>``
@@ -42,11 +42,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 from cryptography import x509
@@ -54,31 +52,11 @@ from cryptography.hazmat.primitives import serialization
 
 from kbroker.security.listeners import EndPoint, listener_config
 from kclient.errors import InvalidConfigError
+from kclient.tls import decrypt_key, pem_blocks, read_file
 
 log = logging.getLogger(__name__)
 
-_PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
 _KEY_LABELS = (b"PRIVATE KEY", b"ENCRYPTED PRIVATE KEY", b"RSA PRIVATE KEY", b"EC PRIVATE KEY")
-
-
-def pem_blocks(data: bytes) -> list[tuple[bytes, bytes]]:
-    """Every ``-----BEGIN X-----`` block of ``data`` as (label, canonical PEM).
-
-    Tolerates what a properties file does to PEM (one line, spaces for newlines, as a
-    ``\\``-continued inline value gives) by re-wrapping the base64 body. Legacy
-    OpenSSL headers (``Proc-Type``/``DEK-Info``) are kept.
-    """
-    out = []
-    for match in _PEM.finditer(data):
-        label, body = match.group(1), match.group(2)
-        headers = b""
-        if b"Proc-Type:" in body:  # a legacy encrypted key: keep its headers as they are
-            head, sep, rest = body.strip().partition(b"\n\n")
-            headers, body = (head.strip() + b"\n\n", rest) if sep else (b"", body)
-        b64 = b"".join(body.split())
-        lines = b"\n".join(b64[i : i + 64] for i in range(0, len(b64), 64))
-        out.append((label, b"-----BEGIN " + label + b"-----\n" + headers + lines + b"\n-----END " + label + b"-----\n"))
-    return out
 
 
 @dataclass(frozen=True)
@@ -130,28 +108,6 @@ class KeyMaterial:
     root_certificates: bytes | None
 
 
-def _read(path: str, key: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise InvalidConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
-
-
-def decrypt_key(pem: bytes, password: str | None, key: str = "ssl.key.password") -> bytes:
-    """A PEM private key as unencrypted PKCS#8 PEM (what gRPC takes)."""
-    try:
-        loaded = serialization.load_pem_private_key(pem, password.encode() if password else None)
-    except TypeError:
-        if password:
-            raise InvalidConfigError(f"{key} is set but the private key is not encrypted") from None
-        raise InvalidConfigError(f"the private key is encrypted: set {key}") from None
-    except ValueError:
-        raise InvalidConfigError(f"the private key cannot be read (wrong {key}, or not a PEM key)") from None
-    return loaded.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def _split_keystore(data: bytes, where: str) -> tuple[bytes, bytes]:
     certs = [pem for label, pem in pem_blocks(data) if label == b"CERTIFICATE"]
     keys = [pem for label, pem in pem_blocks(data) if label in _KEY_LABELS]
@@ -177,7 +133,8 @@ def _certificates(data: bytes, where: str) -> bytes:
 def load_key_material(cfg: SslConfig) -> KeyMaterial:
     """Read and check the stores; an :class:`InvalidConfigError` names the key at fault."""
     if cfg.keystore_location:
-        chain, key_pem = _split_keystore(_read(cfg.keystore_location, "ssl.keystore.location"), cfg.keystore_location)
+        data = read_file(cfg.keystore_location, "ssl.keystore.location")
+        chain, key_pem = _split_keystore(data, cfg.keystore_location)
     elif cfg.keystore_certificate_chain and cfg.keystore_key:
         chain = _certificates(cfg.keystore_certificate_chain.encode(), "ssl.keystore.certificate.chain")
         keys = [pem for label, pem in pem_blocks(cfg.keystore_key.encode()) if label in _KEY_LABELS]
@@ -189,15 +146,18 @@ def load_key_material(cfg: SslConfig) -> KeyMaterial:
             "no key store: set ssl.keystore.location or ssl.keystore.certificate.chain and ssl.keystore.key"
         )
     chain = _certificates(chain, "ssl.keystore")
-    private_key = decrypt_key(key_pem, cfg.key_password)
+    private_key = decrypt_key(key_pem, cfg.key_password, "ssl.key.password")
     leaf = x509.load_pem_x509_certificate(pem_blocks(chain)[0][1])
-    public = serialization.load_pem_private_key(private_key, None).public_key()
+    try:
+        public = serialization.load_pem_private_key(private_key, None).public_key()
+    except (TypeError, ValueError):
+        raise InvalidConfigError("ssl.keystore: the private key cannot be read (not a PEM key)") from None
     raw = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     if leaf.public_key().public_bytes(*raw) != public.public_bytes(*raw):
         raise InvalidConfigError("ssl.keystore: the private key does not match the first certificate of the chain")
     roots: bytes | None = None
     if cfg.truststore_location:
-        roots = _certificates(_read(cfg.truststore_location, "ssl.truststore.location"), cfg.truststore_location)
+        roots = _certificates(read_file(cfg.truststore_location, "ssl.truststore.location"), cfg.truststore_location)
     elif cfg.truststore_certificates:
         roots = _certificates(cfg.truststore_certificates.encode(), "ssl.truststore.certificates")
     if cfg.require_client_auth and roots is None:
@@ -318,33 +278,3 @@ def mtls_principal(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:
     except ValueError:
         return None
     return f"User:{cert.subject.rfc4514_string()}"
-
-
-def channel_credentials(
-    cafile: str | None = None,
-    certfile: str | None = None,
-    keyfile: str | None = None,
-    password: str | None = None,
-) -> grpc.ChannelCredentials:
-    """Client TLS credentials (kafka-python's ``ssl_cafile``, ``ssl_certfile``,
-    ``ssl_keyfile``, ``ssl_password``).
-
-    ``cafile`` ``None`` trusts gRPC's default roots. A client certificate is sent when
-    ``certfile`` is given; its key comes from ``keyfile`` or, without one, from
-    ``certfile`` itself (as Python's ``load_cert_chain``). Hostname checking cannot be
-    turned off with grpc; to connect by an address the certificate does not name, pass
-    the channel option ``("grpc.ssl_target_name_override", "<a name in the certificate>")``.
-    """
-    roots = _certificates(_read(cafile, "ssl_cafile"), cafile) if cafile else None
-    if certfile is None:
-        if keyfile is not None:
-            raise InvalidConfigError("ssl_keyfile is set without ssl_certfile")
-        return grpc.ssl_channel_credentials(root_certificates=roots)
-    data = _read(certfile, "ssl_certfile")
-    chain = _certificates(data, certfile)
-    key_source = _read(keyfile, "ssl_keyfile") if keyfile else data
-    keys = [pem for label, pem in pem_blocks(key_source) if label in _KEY_LABELS]
-    if len(keys) != 1:
-        raise InvalidConfigError(f"{keyfile or certfile}: expected one PEM private key")
-    key = decrypt_key(keys[0], password, "ssl_password")
-    return grpc.ssl_channel_credentials(root_certificates=roots, private_key=key, certificate_chain=chain)

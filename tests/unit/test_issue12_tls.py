@@ -16,6 +16,7 @@ import pytest
 from kbroker.security import certs, tls
 from kbroker.security.listeners import EndPoint
 from kclient.errors import InvalidConfigError
+from kclient.tls import channel_credentials, pem_blocks
 
 ALICE = "CN=alice,OU=eng,O=kbroker"
 
@@ -108,8 +109,8 @@ def server_tls(pki: Pki, client_auth: str = "none", **kwargs: Any) -> tls.Server
 
 def test_handshake_with_the_right_ca_and_not_with_a_wrong_one(pki: Pki) -> None:
     async def body(port: int, seen: Seen) -> None:
-        assert await _call(port, tls.channel_credentials(str(pki.ca.cert_path))) == b"ping"
-        await refused(port, tls.channel_credentials(str(pki.foreign_ca.cert_path)))
+        assert await _call(port, channel_credentials(str(pki.ca.cert_path))) == b"ping"
+        await refused(port, channel_credentials(str(pki.foreign_ca.cert_path)))
         await refused(port, None)  # a plaintext client on the TLS port
 
     seen = run_against(server_tls(pki), body)
@@ -123,12 +124,12 @@ def test_required_client_auth_refuses_no_certificate_and_a_foreign_one(pki: Pki)
     ca = str(pki.ca.cert_path)
 
     async def body(port: int, seen: Seen) -> None:
-        await refused(port, tls.channel_credentials(ca))
-        await refused(port, tls.channel_credentials(ca, str(pki.mallory.cert_path), str(pki.mallory.key_path)))
-        alice = tls.channel_credentials(ca, str(pki.alice.cert_path), str(pki.alice.key_path))
+        await refused(port, channel_credentials(ca))
+        await refused(port, channel_credentials(ca, str(pki.mallory.cert_path), str(pki.mallory.key_path)))
+        alice = channel_credentials(ca, str(pki.alice.cert_path), str(pki.alice.key_path))
         assert await _call(port, alice) == b"ping"
         # the key may sit in the certificate file (Python's load_cert_chain)
-        assert await _call(port, tls.channel_credentials(ca, str(pki.alice.keystore_path))) == b"ping"
+        assert await _call(port, channel_credentials(ca, str(pki.alice.keystore_path))) == b"ping"
 
     seen = run_against(server_tls(pki, "required"), body)
     assert [tls.mtls_principal(c) for c in seen.auth_contexts] == [f"User:{ALICE}"] * 2
@@ -151,8 +152,8 @@ def test_requested_client_auth_is_served_as_none(pki: Pki, caplog: pytest.LogCap
     ca = str(pki.ca.cert_path)
 
     async def body(port: int, seen: Seen) -> None:
-        assert await _call(port, tls.channel_credentials(ca)) == b"ping"
-        alice = tls.channel_credentials(ca, str(pki.alice.cert_path), str(pki.alice.key_path))
+        assert await _call(port, channel_credentials(ca)) == b"ping"
+        alice = channel_credentials(ca, str(pki.alice.cert_path), str(pki.alice.key_path))
         assert await _call(port, alice) == b"ping"
 
     with caplog.at_level(logging.WARNING, logger="kbroker.security.tls"):
@@ -170,15 +171,15 @@ def test_rotation_new_handshakes_use_the_replaced_files(pki: Pki, tmp_path: Path
     server = server_tls(pki, keystore=str(keystore))
 
     async def body(port: int, seen: Seen) -> None:
-        assert await _call(port, tls.channel_credentials(old_trust)) == b"ping"
-        await refused(port, tls.channel_credentials(new_trust))
+        assert await _call(port, channel_credentials(old_trust)) == b"ping"
+        await refused(port, channel_credentials(new_trust))
         # a half-written file is not taken: the old certificate stays in use
         certs.write_atomic(keystore, new_cert.cert_path.read_bytes())
-        assert await _call(port, tls.channel_credentials(old_trust)) == b"ping"
+        assert await _call(port, channel_credentials(old_trust)) == b"ping"
         assert server.reloads == 0
         certs.write_atomic(keystore, new_cert.keystore_path.read_bytes())
-        assert await _call(port, tls.channel_credentials(new_trust)) == b"ping"
-        await refused(port, tls.channel_credentials(old_trust))
+        assert await _call(port, channel_credentials(new_trust)) == b"ping"
+        await refused(port, channel_credentials(old_trust))
         assert server.reloads == 1
 
     run_against(server, body)
@@ -195,10 +196,10 @@ def test_rotation_of_the_trust_store(pki: Pki, tmp_path: Path) -> None:
     ca = str(pki.ca.cert_path)
 
     async def body(port: int, seen: Seen) -> None:
-        mallory = tls.channel_credentials(ca, str(pki.mallory.cert_path), str(pki.mallory.key_path))
+        mallory = channel_credentials(ca, str(pki.mallory.cert_path), str(pki.mallory.key_path))
         await refused(port, mallory)
         certs.write_atomic(trust, pki.ca.cert_path.read_bytes() + pki.foreign_ca.cert_path.read_bytes())
-        mallory = tls.channel_credentials(ca, str(pki.mallory.cert_path), str(pki.mallory.key_path))
+        mallory = channel_credentials(ca, str(pki.mallory.cert_path), str(pki.mallory.key_path))
         assert await _call(port, mallory) == b"ping"
 
     run_against(server, body)
@@ -217,12 +218,12 @@ def test_encrypted_key_with_ssl_key_password(pki: Pki, tmp_path: Path) -> None:
     client = certs.issue(pki.ca, tmp_path, "client", "CN=client", sans=(), server=False, key_password="pw")
 
     async def body(port: int, seen: Seen) -> None:
-        creds = tls.channel_credentials(str(pki.ca.cert_path), str(client.cert_path), str(client.key_path), "pw")
+        creds = channel_credentials(str(pki.ca.cert_path), str(client.cert_path), str(client.key_path), "pw")
         assert await _call(port, creds) == b"ping"
 
     run_against(server, body)
     with pytest.raises(InvalidConfigError, match="ssl_password"):
-        tls.channel_credentials(str(pki.ca.cert_path), str(client.cert_path), str(client.key_path))
+        channel_credentials(str(pki.ca.cert_path), str(client.cert_path), str(client.key_path))
 
 
 def test_inline_pem_as_a_properties_file_gives_it(pki: Pki) -> None:
@@ -246,7 +247,7 @@ def test_inline_pem_as_a_properties_file_gives_it(pki: Pki) -> None:
     ca = str(pki.ca.cert_path)
 
     async def body(port: int, seen: Seen) -> None:
-        alice = tls.channel_credentials(ca, str(pki.alice.cert_path), str(pki.alice.key_path))
+        alice = channel_credentials(ca, str(pki.alice.cert_path), str(pki.alice.key_path))
         assert await _call(port, alice) == b"ping"
 
     seen = run_against(tls.ServerTls(cfg, "INTERNAL"), body)
@@ -281,7 +282,7 @@ def test_bad_stores_fail_at_start_with_the_key_named(
 def test_pem_blocks_rewrap_one_line_pem(pki: Pki) -> None:
     pem = pki.ca.cert_path.read_bytes()
     squashed = b" ".join(pem.split(b"\n"))
-    assert tls.pem_blocks(squashed) == [(b"CERTIFICATE", pem)]
+    assert pem_blocks(squashed) == [(b"CERTIFICATE", pem)]
 
 
 def test_add_listener_port_binds_plaintext_and_tls_listeners(pki: Pki) -> None:
@@ -311,7 +312,7 @@ def test_add_listener_port_binds_plaintext_and_tls_listeners(pki: Pki) -> None:
             assert plain != internal
             assert await _call(plain, None) == b"ping"
             await refused(internal, None)
-            await refused(internal, tls.channel_credentials(str(pki.ca.cert_path)))
+            await refused(internal, channel_credentials(str(pki.ca.cert_path)))
             assert await _call(internal, tls.broker_channel_credentials(peer_props, "INTERNAL")) == b"ping"
         finally:
             await server.stop(0)
@@ -337,7 +338,7 @@ def test_certs_command_makes_a_ca_once_and_issues(tmp_path: Path, capsys: pytest
     ca = str(tmp_path / "ca.pem")
 
     async def body(port: int, seen: Seen) -> None:
-        alice = tls.channel_credentials(ca, str(tmp_path / "alice.pem"), str(tmp_path / "alice-key.pem"))
+        alice = channel_credentials(ca, str(tmp_path / "alice.pem"), str(tmp_path / "alice-key.pem"))
         assert await _call(port, alice) == b"ping"
 
     seen = run_against(server, body)
