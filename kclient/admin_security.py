@@ -4,7 +4,11 @@ names: ``create_acls``, ``describe_acls``, ``delete_acls``,
 
 ACLs are the flat :class:`AclBinding` / :class:`AclBindingFilter` below, whose enums are
 Kafka's int codes (those of ``protos/kbroker/v1/security.proto``). Any broker answers
-these RPCs (ACLs and credentials live in ZooKeeper), so each goes to any broker.
+these RPCs (ACLs and credentials live in ZooKeeper). One AdminClient sends them all to
+the same broker while it answers (the first that answered): a broker updates its own
+ACL and credential caches at once on a write and the others' through ZooKeeper
+notifications, so a describe right after a write reads that write (Kafka's tools behave
+the same way when they talk to one broker).
 
 SCRAM credentials follow KIP-554: the client draws a random 32-byte salt and sends
 ``Hi(password, salt, iterations)``; the password never leaves the process.
@@ -16,11 +20,22 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kclient.errors import KafkaError, UnsupportedSaslMechanismError, for_code
+from kclient.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoBrokersAvailable,
+    UnsupportedSaslMechanismError,
+    for_code,
+)
 from kclient.proto.kbroker.v1 import security_pb2
 from kclient.scram import SALT_BYTES, ScramMechanism
+
+if TYPE_CHECKING:
+    from kclient.metadata import ClusterMetadata
+    from kclient.transport import Transport
 
 SCRAM_SALT_BYTES = SALT_BYTES
 
@@ -169,12 +184,39 @@ def scram_upsertion(
 class AdminSecurityMixin:
     """ACL and SCRAM-user administration for :class:`kclient.AdminClient`.
 
-    Uses the host class's ``_call(method, request)`` (any broker). Stateless; thread-safe
-    as the host's ``_call`` is.
+    Uses the host class's ``_transport``, ``_metadata`` and ``_timeout_ms``. Invariant:
+    ``_security_broker`` is the broker that answered the last security call (None until
+    one did, or after it failed to answer); calls go there first. Thread-safe as the
+    transport is (two threads may race to set the sticky broker; either one is fine).
     """
 
-    def _call(self, method: str, request: Any) -> Any:  # provided by AdminClient
-        raise NotImplementedError
+    _transport: Transport
+    _metadata: ClusterMetadata
+    _timeout_ms: int
+    _security_broker: str | None = None
+
+    def _security_call(self, method: str, request: Any) -> Any:
+        timeout_s = self._timeout_ms / 1000.0 + 5
+        sticky = self._security_broker
+        if sticky is not None:
+            try:
+                return self._transport.call(sticky, method, request, timeout_s)
+            except (KafkaConnectionError, KafkaTimeoutError):
+                self._security_broker = None
+        last: KafkaError | None = None
+        tried: list[str] = []
+        for address in self._transport.candidates(self._metadata.broker_addresses()):
+            if address == sticky:
+                continue
+            tried.append(address)
+            try:
+                resp = self._transport.call(address, method, request, timeout_s)
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                last = exc
+                continue
+            self._security_broker = address
+            return resp
+        raise NoBrokersAvailable(f"no broker answered {method} among {tried}: {last}")
 
     # --- ACLs -------------------------------------------------------------------------
 
@@ -186,14 +228,14 @@ class AdminSecurityMixin:
         req = security_pb2.CreateAclsRequest(creations=[b.to_proto() for b in bindings])
         if not req.creations:
             return []
-        resp = self._call("CreateAcls", req)
+        resp = self._security_call("CreateAcls", req)
         return [_error(r.error_code, r.error_message) for r in resp.results]
 
     def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
         """The ACLs ``acl_filter`` selects (default: every ACL); raises the typed error
         of a refused request."""
         req = security_pb2.DescribeAclsRequest(filter=(acl_filter or AclBindingFilter()).to_proto())
-        resp = self._call("DescribeAcls", req)
+        resp = self._security_call("DescribeAcls", req)
         if resp.error_code:
             raise for_code(resp.error_code)(resp.error_message or "DescribeAcls")
         return [AclBinding.from_proto(b) for b in resp.acls]
@@ -204,7 +246,7 @@ class AdminSecurityMixin:
         req = security_pb2.DeleteAclsRequest(filters=[f.to_proto() for f in filters])
         if not req.filters:
             return []
-        resp = self._call("DeleteAcls", req)
+        resp = self._security_call("DeleteAcls", req)
         return [
             ([AclBinding.from_proto(b) for b in r.deleted], _error(r.error_code, r.error_message))
             for r in resp.filter_results
@@ -216,7 +258,7 @@ class AdminSecurityMixin:
         """``{user: {mechanism: iterations}}`` of ``users`` (default: every user with a
         credential). A named user without credentials raises its typed error
         (ResourceNotFoundError, 91), as Java's ``description(user).get()`` does."""
-        resp = self._call(
+        resp = self._security_call(
             "DescribeUserScramCredentials", security_pb2.DescribeUserScramCredentialsRequest(users=list(users or ()))
         )
         if resp.error_code:
@@ -245,5 +287,5 @@ class AdminSecurityMixin:
         )
         if not req.upsertions and not req.deletions:
             return {}
-        resp = self._call("AlterUserScramCredentials", req)
+        resp = self._security_call("AlterUserScramCredentials", req)
         return {r.user: _error(r.error_code, r.error_message) for r in resp.results}

@@ -21,6 +21,8 @@ from kclient.admin_security import (
 )
 from kclient.errors import (
     InvalidRequestError,
+    KafkaConnectionError,
+    NoBrokersAvailable,
     ResourceNotFoundError,
     SecurityDisabledError,
     UnsupportedSaslMechanismError,
@@ -33,14 +35,42 @@ BINDING = AclBinding(
 )
 
 
-class FakeAdmin(AdminSecurityMixin):
+class FakeTransport:
+    """Brokers b1, b2 answering from ``answers``; those in ``down`` refuse connections."""
+
     def __init__(self, answers: dict[str, Any]) -> None:
         self.answers = answers
-        self.sent: list[tuple[str, Any]] = []
+        self.down: set[str] = set()
+        self.calls: list[str] = []
 
-    def _call(self, method: str, request: Any) -> Any:
-        self.sent.append((method, request))
+    def candidates(self, addresses: list[str]) -> list[str]:
+        return list(addresses)
+
+    def call(self, address: str, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        self.calls.append(address)
+        if address in self.down:
+            raise KafkaConnectionError(f"{address} is down")
         return self.answers[method]
+
+
+class FakeMetadata:
+    def broker_addresses(self) -> list[str]:
+        return ["b1", "b2"]
+
+
+class FakeAdmin(AdminSecurityMixin):
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self._transport = FakeTransport(answers)  # type: ignore[assignment]
+        self._metadata = FakeMetadata()  # type: ignore[assignment]
+        self._timeout_ms = 1000
+        self.sent: list[tuple[str, Any]] = []
+        self._real_call = self._transport.call
+        self._transport.call = self._record  # type: ignore[method-assign]
+
+    def _record(self, address: str, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        resp = self._real_call(address, method, request, timeout_s)
+        self.sent.append((method, request))
+        return resp
 
 
 def test_admin_client_has_the_security_methods() -> None:
@@ -139,3 +169,24 @@ def test_each_upsertion_gets_a_fresh_salt() -> None:
     assert a.salt != b.salt and a.salted_password != b.salted_password
     with pytest.raises(UnsupportedSaslMechanismError):
         scram_upsertion("u", "MD5", "pw", 4096)
+
+
+def test_security_calls_stick_to_the_broker_that_answered() -> None:
+    answer = security_pb2.DescribeAclsResponse()
+    admin = FakeAdmin(
+        {"DescribeAcls": answer, "CreateAcls": security_pb2.CreateAclsResponse(results=[security_pb2.AclResult()])}
+    )
+    transport = admin._transport
+    assert isinstance(transport, FakeTransport)
+    transport.down = {"b1"}
+    admin.describe_acls()
+    transport.down = set()
+    admin.create_acls([BINDING])
+    admin.describe_acls()
+    assert transport.calls == ["b1", "b2", "b2", "b2"]
+    transport.down = {"b2"}
+    admin.describe_acls()  # the sticky broker is gone: another one answers
+    assert transport.calls[-2:] == ["b2", "b1"]
+    transport.down = {"b1", "b2"}
+    with pytest.raises(NoBrokersAvailable):
+        admin.describe_acls()
