@@ -37,7 +37,15 @@ from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
-from kbroker.replication.replica_manager import FetchSpec, ReplicaManager, as_response_error
+from kbroker.replication.replica_manager import (
+    FetchResult,
+    FetchSpec,
+    OffsetResult,
+    ReplicaManager,
+    as_response_error,
+)
+from kbroker.security.acl import AclOperation as Op
+from kbroker.security.acl import ResourceType as AclResourceType
 from kbroker.security.authorizer import AclAuthorizer
 from kbroker.security.credentials import CredentialStore
 from kbroker.security.sasl import SaslAuthenticator
@@ -175,6 +183,24 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         self._zk = zk
         self._admin = admin
 
+    # --- authorization (kbroker.api.access) ----------------------------------------
+
+    def _refuse_cluster(self, resp: Any, operation: Op) -> bool:
+        """True, with CLUSTER_AUTHORIZATION_FAILED in ``resp``, if the caller may not
+        ``operation`` the Cluster."""
+        if self._access.cluster(operation):
+            return False
+        _set_error(resp, self._access.cluster_error(operation))
+        return True
+
+    def _refuse_group(self, resp: Any, operation: Op, group_id: str) -> bool:
+        """True, with GROUP_AUTHORIZATION_FAILED in ``resp``, if the caller may not
+        ``operation`` the group."""
+        if self._access.group(operation, group_id):
+            return False
+        _set_error(resp, self._access.group_error(operation, group_id))
+        return True
+
     # --- log -----------------------------------------------------------------------
 
     async def Produce(
@@ -187,8 +213,9 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         refused: dict[tuple[str, int], BrokerResponseError] = {}
         entries = []
         counts = Counter((t.name, p.index) for t in request.topics for p in t.partitions)
+        unauthorized = self._access.refused_topics(Op.WRITE, (t.name for t in request.topics))
         for t in request.topics:
-            bad_name = _topic_name_error(t.name)
+            bad_name = unauthorized.get(t.name) or _topic_name_error(t.name)
             for p in t.partitions:
                 tp = (t.name, p.index)
                 if bad_name is not None:
@@ -201,7 +228,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             known = self._metadata.snapshot().topics
             missing = {tp[0] for tp, _ in entries if tp[0] not in known}
             if missing:
-                await self._offload(self._create_missing, missing)
+                await self._offload(lambda: self._create_missing(self._access.creatable(missing)))
         # No await before this: appends are queued in the order requests arrived.
         results = await self._replicas.append_async(acks, timeout_ms, entries)
         resp = log_pb2.ProduceResponse()
@@ -261,9 +288,14 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         dup = _no_duplicates([(s.topic, s.partition) for s in specs])
         if dup is not None:
             await _abort(context, dup)
+        refused = self._fetch_refusals(replica_id, specs)
+        allowed = [s for s in specs if s.topic not in refused] if refused else specs
         results = await self._replicas.fetch_async(
-            self._offload, replica_id, min(max_wait_ms, MAX_FETCH_WAIT_MS), min_bytes, max_bytes, specs
+            self._offload, replica_id, min(max_wait_ms, MAX_FETCH_WAIT_MS), min_bytes, max_bytes, allowed
         )
+        if refused:
+            done = iter(results)
+            results = [FetchResult(refused[s.topic]) if s.topic in refused else next(done) for s in specs]
         resp = log_pb2.FetchResponse()
         by_topic: dict[str, Any] = {}
         for spec, r in zip(specs, results, strict=True):
@@ -281,6 +313,17 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 pr.high_watermark = pr.log_start_offset = pr.log_end_offset = -1
         return resp
 
+    def _fetch_refusals(self, replica_id: int, specs: list[FetchSpec]) -> dict[str, BrokerResponseError]:
+        """Kafka's Fetch rule: a follower needs CLUSTER_ACTION on the Cluster (refused, every
+        partition answers TOPIC_AUTHORIZATION_FAILED), a consumer READ on each topic."""
+        if not self._access.enabled:
+            return {}
+        if replica_id < 0:
+            return dict(self._access.refused_topics(Op.READ, (s.topic for s in specs)))
+        if self._access.cluster(Op.CLUSTER_ACTION):
+            return {}
+        return {s.topic: self._access.topic_error(Op.CLUSTER_ACTION, s.topic) for s in specs}
+
     async def ListOffsets(
         self, request: log_pb2.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> log_pb2.ListOffsetsResponse:
@@ -292,9 +335,13 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             for t in request.topics
             for p in t.partitions
         ]
+        refused = self._access.refused_topics(Op.DESCRIBE, (t.name for t in request.topics))
 
         def lookup() -> list[Any]:
-            return [self._replicas.list_offset(t, i, ts, replica_id, epoch) for t, i, ts, epoch in wanted]
+            return [
+                OffsetResult(refused[t]) if t in refused else self._replicas.list_offset(t, i, ts, replica_id, epoch)
+                for t, i, ts, epoch in wanted
+            ]
 
         found = iter(await self._offload(lookup))
         resp = log_pb2.ListOffsetsResponse()
@@ -318,10 +365,16 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     ) -> log_pb2.OffsetForLeaderEpochResponse:
         replica_id = opt(request, "replica_id", CONSUMER)
         resp = log_pb2.OffsetForLeaderEpochResponse()
+        # Kafka (KIP-320): CLUSTER_ACTION on the Cluster (a follower) or DESCRIBE on the topic.
+        names = (t.name for t in request.topics)
+        refused = {} if self._access.cluster(Op.CLUSTER_ACTION) else self._access.refused_topics(Op.DESCRIBE, names)
         for t in request.topics:
             tr = resp.topics.add(name=t.name)
             for p in t.partitions:
                 pr = tr.partitions.add(index=p.index, leader_epoch=-1, end_offset=-1)
+                if t.name in refused:
+                    _set_error(pr, refused[t.name])
+                    continue
                 found = _answer(pr, partial(self._epoch_end, t.name, p, replica_id))
                 if found is not None:
                     pr.leader_epoch, pr.end_offset = found
@@ -337,17 +390,30 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     # --- metadata ------------------------------------------------------------------
 
     def _metadata_of(self, topics: list[str]) -> metadata_pb2.MetadataResponse:
+        """Kafka's Metadata rules: all topics lists the ones the caller may DESCRIBE; a named
+        topic it may not answers TOPIC_AUTHORIZATION_FAILED (existing or not), and so does a
+        missing one it may not create (CREATE on the Cluster or the topic) when
+        auto-creation is on."""
+        refused = self._access.refused_topics(Op.DESCRIBE, topics)
         if self._auto_create and topics:
-            self._create_missing({t for t in topics if _topic_name_error(t) is None})
+            known = self._metadata.snapshot().topics
+            missing = {t for t in topics if t not in refused and t not in known and _topic_name_error(t) is None}
+            creatable = self._access.creatable(missing)
+            refused.update((t, self._access.topic_error(Op.CREATE, t)) for t in missing - creatable)
+            self._create_missing(creatable)
         snap = self._metadata.snapshot()
         resp = metadata_pb2.MetadataResponse(cluster_id=self._cluster_id(), controller_id=snap.controller_id)
         for b in sorted(snap.brokers.values(), key=lambda b: b.broker_id):
             where = _advertised(b)
             if where is not None:  # a broker without this listener is left out, as in Kafka
                 resp.brokers.add(node_id=b.broker_id, host=where[0], port=where[1], rack=b.rack or "")
-        for name in topics or sorted(snap.topics):
+        if not topics:
+            topics = sorted(snap.topics)
+            if self._access.enabled:
+                topics = [t for t in topics if self._access.topic(Op.DESCRIBE, t)]
+        for name in topics:
             tm = resp.topics.add(name=name)
-            err = _topic_name_error(name)
+            err = refused.get(name) or _topic_name_error(name)
             if err is None and name not in snap.topics:
                 err = (
                     LeaderNotAvailableError(f"topic {name!r} is being created")
@@ -385,10 +451,16 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             raise RequestTimedOutError(f"topic {topic!r} was written but not every partition has a leader yet")
 
     @staticmethod
-    def _topic_results(names: list[str], action: Callable[[str, int], None], results: Any) -> None:
-        """Run ``action(name, index)`` per topic; failures become that topic's error code."""
+    def _topic_results(
+        names: list[str], action: Callable[[str, int], None], results: Any, refused: dict[str, Any]
+    ) -> None:
+        """Run ``action(name, index)`` per topic but the ``refused`` ones (their error is
+        their answer); failures become that topic's error code."""
         for i, name in enumerate(names):
             result = results.add(name=name)
+            if name in refused:
+                _set_error(result, refused[name])
+                continue
             try:
                 action(name, i)
             except KafkaError as exc:
@@ -413,7 +485,10 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             if not request.validate_only:
                 self._wait_for_leaders(name, len(chosen), timeout)
 
-        self._topic_results([t.name for t in request.topics], create, resp.topics)
+        names = [t.name for t in request.topics]
+        creatable = self._access.creatable(names)
+        refused = {n: self._access.topic_error(Op.CREATE, n) for n in names if n not in creatable}
+        self._topic_results(names, create, resp.topics, refused)
         return resp
 
     @blocking
@@ -426,27 +501,48 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             if not self._wait(lambda snap: name not in snap.topics, timeout):
                 raise RequestTimedOutError(f"topic {name!r} is marked for deletion but not deleted yet")
 
-        self._topic_results(list(request.topics), delete, resp.topics)
+        names = list(request.topics)
+        self._topic_results(names, delete, resp.topics, self._access.refused_topics(Op.DELETE, names))
         return resp
 
     @blocking
     def DescribeTopics(self, request: admin_pb2.DescribeTopicsRequest) -> admin_pb2.DescribeTopicsResponse:
+        """DESCRIBE on each topic (all topics: the describable ones); the configs only with
+        DESCRIBE_CONFIGS on the topic, as DescribeConfigs would."""
         snap = self._metadata.snapshot()
         resp = admin_pb2.DescribeTopicsResponse()
-        for name in list(request.topics) or sorted(snap.topics):
+        names = list(request.topics)
+        refused = self._access.refused_topics(Op.DESCRIBE, names)
+        if not names:
+            names = [n for n in sorted(snap.topics) if self._access.topic(Op.DESCRIBE, n)]
+        for name in names:
             d = resp.topics.add(name=name)
             info = snap.topics.get(name)
+            if name in refused:
+                _set_error(d, refused[name])
+                continue
             if info is None:
                 d.error_code = UnknownTopicOrPartitionError.errno  # type: ignore[assignment]
                 d.error_message = f"topic {name!r} does not exist"
                 continue
             d.partitions.extend(partition_metadata(snap, name))
-            d.configs.update(info.config)
+            if self._access.topic(Op.DESCRIBE_CONFIGS, name):
+                d.configs.update(info.config)
         return resp
 
     @blocking
     def DescribeLogDirs(self, request: admin_pb2.DescribeLogDirsRequest) -> admin_pb2.DescribeLogDirsResponse:
+        resp = admin_pb2.DescribeLogDirsResponse(broker_id=self._broker_id)
+        if self._refuse_cluster(resp, Op.DESCRIBE):
+            return resp
         return describe_log_dirs(self._broker_id, self._replicas, request)
+
+    def _check_config_access(self, operation: Op, resource_type: int, name: str) -> None:
+        """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the Cluster for a broker."""
+        if resource_type == ResourceType.BROKER:
+            self._access.check_cluster(operation)
+        elif resource_type == ResourceType.TOPIC:
+            self._access.check_topic(operation, name)
 
     def _config_admin(self) -> ConfigAdmin:
         static = static_broker_configs(self._replicas.log_manager.default_config)
@@ -461,6 +557,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             def describe(res: Any = res, result: Any = result) -> None:
                 if res.resource_type not in set(ResourceType):
                     raise InvalidRequestError(f"Unsupported resource type {res.resource_type}")
+                self._check_config_access(Op.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
                 keys = list(res.configuration_keys)
                 for e in configs.describe(ResourceType(res.resource_type), res.resource_name, keys):
                     entry = result.configs.add(
@@ -490,6 +587,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                     raise InvalidRequestError("Duplicate resources in request are not allowed")
                 if res.resource_type not in set(ResourceType):
                     raise InvalidRequestError(f"Unsupported resource type {res.resource_type}")
+                self._check_config_access(Op.ALTER_CONFIGS, res.resource_type, res.resource_name)
                 unknown = [c.name for c in res.configs if c.config_operation not in set(OpType)]
                 if unknown:
                     raise InvalidRequestError(f"Unknown config operation for {unknown[0]}")
@@ -515,14 +613,21 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             if not request.validate_only:
                 self._wait_for_leaders(name, count, timeout)
 
-        self._topic_results([t.name for t in request.topics], grow, resp.topics)
+        names = [t.name for t in request.topics]
+        self._topic_results(names, grow, resp.topics, self._access.refused_topics(Op.ALTER, names))
         return resp
 
     # --- producer ids --------------------------------------------------------------
 
     @blocking
     def InitProducerId(self, request: cluster_pb2.InitProducerIdRequest) -> cluster_pb2.InitProducerIdResponse:
+        """An idempotent producer's id: IDEMPOTENT_WRITE on the Cluster or WRITE on any topic
+        (Kafka's KIP-679 rule), else CLUSTER_AUTHORIZATION_FAILED."""
         try:
+            if not self._access.cluster(Op.IDEMPOTENT_WRITE) and not self._access.any_of_type(
+                Op.WRITE, AclResourceType.TOPIC
+            ):
+                raise self._access.cluster_error(Op.IDEMPOTENT_WRITE)
             pid, epoch = self._producer_ids.generate()
         except KafkaError as exc:
             err = as_response_error(exc)
@@ -541,6 +646,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         self, request: cluster_pb2.ControlledShutdownRequest
     ) -> cluster_pb2.ControlledShutdownResponse:
         resp = cluster_pb2.ControlledShutdownResponse()
+        if self._refuse_cluster(resp, Op.CLUSTER_ACTION):
+            return resp
         if not self._controller.is_active:
             err: BrokerResponseError = NotControllerError(f"broker {self._broker_id} is not the controller")
             _set_error(resp, err)
@@ -560,6 +667,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     ) -> reassignment_pb2.AlterPartitionReassignmentsResponse:
         """Start, replace or cancel (``replicas`` unset) moves; the controller only."""
         resp = reassignment_pb2.AlterPartitionReassignmentsResponse()
+        if self._refuse_cluster(resp, Op.ALTER):
+            return resp
         targets: dict[tuple[str, int], list[int] | None] = {}
         for t in request.topics:
             for p in t.partitions:
@@ -592,6 +701,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     ) -> reassignment_pb2.ListPartitionReassignmentsResponse:
         """Ongoing moves (of the named partitions, or all); the controller only."""
         resp = reassignment_pb2.ListPartitionReassignmentsResponse()
+        if self._refuse_cluster(resp, Op.DESCRIBE):
+            return resp
         if not self._controller.is_active:
             _set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
             return resp
@@ -611,9 +722,16 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
 
     @blocking
     def ElectLeaders(self, request: cluster_pb2.ElectLeadersRequest) -> cluster_pb2.ElectLeadersResponse:
+        """ALTER on the Cluster; refused, every partition asked for (or, for all of them,
+        one entry with no topic and partition -1) answers CLUSTER_AUTHORIZATION_FAILED."""
         wanted = [(r.topic, r.partition) for r in request.partitions]
-        snap = self._metadata.snapshot()
         resp = cluster_pb2.ElectLeadersResponse()
+        if not self._access.cluster(Op.ALTER):
+            refusal = self._access.cluster_error(Op.ALTER)
+            for t, p in wanted or [("", -1)]:
+                _set_error(resp.results.add(topic=t, partition=p), refusal)
+            return resp
+        snap = self._metadata.snapshot()
         unknown = [(t, p) for t, p in wanted if t not in snap.topics or p not in snap.topics[t].assignment]
         for t, p in unknown:
             resp.results.add(
@@ -662,6 +780,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     @blocking
     def FindCoordinator(self, request: group_pb2.FindCoordinatorRequest) -> group_pb2.FindCoordinatorResponse:
         resp = group_pb2.FindCoordinatorResponse(node_id=-1)
+        if self._refuse_group(resp, Op.DESCRIBE, request.group_id):
+            return resp
         node = self._groups.coordinator_of(request.group_id)
         info = self._metadata.snapshot().brokers.get(node)
         if not request.group_id:
@@ -682,6 +802,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         self, request: group_pb2.JoinGroupRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.JoinGroupResponse:
         resp = group_pb2.JoinGroupResponse(generation_id=-1)
+        if self._refuse_group(resp, Op.READ, request.group_id):
+            return resp
         session_timeout_ms = opt(request, "session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS)
         rebalance_timeout_ms = opt(request, "rebalance_timeout_ms", -1)
         try:
@@ -715,6 +837,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         self, request: group_pb2.SyncGroupRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.SyncGroupResponse:
         resp = group_pb2.SyncGroupResponse()
+        if self._refuse_group(resp, Op.READ, request.group_id):
+            return resp
         assignments = {a.member_id: a.assignment for a in request.assignments}
         try:
             resp.assignment = await self._groups.sync_async(
@@ -729,6 +853,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     @blocking
     def Heartbeat(self, request: group_pb2.HeartbeatRequest) -> group_pb2.HeartbeatResponse:
         resp = group_pb2.HeartbeatResponse()
+        if self._refuse_group(resp, Op.READ, request.group_id):
+            return resp
         generation = opt(request, "generation_id", -1)
         _answer(resp, lambda: self._groups.heartbeat(request.group_id, request.member_id, generation))
         return resp
@@ -736,26 +862,30 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     @blocking
     def LeaveGroup(self, request: group_pb2.LeaveGroupRequest) -> group_pb2.LeaveGroupResponse:
         resp = group_pb2.LeaveGroupResponse()
+        if self._refuse_group(resp, Op.READ, request.group_id):
+            return resp
         _answer(resp, lambda: self._groups.leave(request.group_id, request.member_id))
         return resp
 
     @blocking
     def CommitOffsets(self, request: group_pb2.CommitOffsetsRequest) -> group_pb2.CommitOffsetsResponse:
+        """READ on the group (refused: every partition answers GROUP_AUTHORIZATION_FAILED),
+        then READ on each topic."""
         snap = self._metadata.snapshot()
         resp = group_pb2.CommitOffsetsResponse()
         valid: dict[tuple[str, int], CommittedOffset] = {}
         results: dict[tuple[str, int], BrokerResponseError | None] = {}
+        names = [t.name for t in request.topics]
+        refused: dict[str, BrokerResponseError] = (
+            dict(self._access.refused_topics(Op.READ, names))
+            if self._access.group(Op.READ, request.group_id)
+            else dict.fromkeys(names, self._access.group_error(Op.READ, request.group_id))
+        )
         for t in request.topics:
             info = snap.topics.get(t.name)
             for p in t.partitions:
-                err: BrokerResponseError | None = None
-                if info is None or p.index not in info.assignment:
-                    err = UnknownTopicOrPartitionError(f"{t.name}-{p.index} does not exist")
-                elif p.offset < 0:
-                    err = InvalidCommitOffsetSizeError(f"{t.name}-{p.index}: offset {p.offset} is negative")
-                elif len(p.metadata) > MAX_OFFSET_METADATA:
-                    err = OffsetMetadataTooLargeError(f"metadata over {MAX_OFFSET_METADATA} characters")
-                else:
+                err = refused.get(t.name) or _commit_error(t.name, p, info)
+                if err is None:
                     valid[(t.name, p.index)] = CommittedOffset(p.offset, p.metadata)
                 results[(t.name, p.index)] = err
         if valid:
@@ -776,29 +906,47 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
 
     @blocking
     def FetchOffsets(self, request: group_pb2.FetchOffsetsRequest) -> group_pb2.FetchOffsetsResponse:
+        """DESCRIBE on the group, then on each topic: a named partition of a topic the
+        caller may not describe answers TOPIC_AUTHORIZATION_FAILED, and fetching all
+        leaves those topics out."""
         resp = group_pb2.FetchOffsetsResponse()
+        if self._refuse_group(resp, Op.DESCRIBE, request.group_id):
+            return resp
         if not request.group_id:
             _set_error(resp, InvalidGroupIdError("the group id is empty"))
             return resp
+        refused = self._access.refused_topics(Op.DESCRIBE, (t.name for t in request.topics))
         wanted = [(t.name, p) for t in request.topics for p in t.partitions] if request.topics else None
         try:
-            found = self._groups.store.fetch(request.group_id, wanted)
+            asked = [tp for tp in wanted if tp[0] not in refused] if wanted is not None else None
+            found = self._groups.store.fetch(request.group_id, asked)
         except Exception as exc:
             _set_error(resp, as_response_error(exc))
             return resp
+        if wanted is None:
+            wanted = sorted(found)
+            if self._access.enabled:
+                describable = self._access.topics(Op.DESCRIBE, (t for t, _ in wanted))
+                wanted = [tp for tp in wanted if tp[0] in describable]
         by_topic: dict[str, Any] = {}
-        for topic, p in wanted if wanted is not None else sorted(found):
+        for topic, p in wanted:
             tr = by_topic.get(topic)
             if tr is None:
                 tr = by_topic[topic] = resp.topics.add(name=topic)
             c = found.get((topic, p))
-            tr.partitions.add(index=p, offset=c.offset if c else -1, metadata=c.metadata if c else "")
+            pr = tr.partitions.add(index=p, offset=c.offset if c else -1, metadata=c.metadata if c else "")
+            if topic in refused:
+                pr.error_code = refused[topic].errno  # type: ignore[assignment]
         return resp
 
     @blocking
     def ListGroups(self, request: group_pb2.ListGroupsRequest) -> group_pb2.ListGroupsResponse:
+        """Every group with DESCRIBE on the Cluster, else the groups the caller may DESCRIBE."""
         resp = group_pb2.ListGroupsResponse()
+        everything = self._access.cluster(Op.DESCRIBE)
         for gid in self._groups.store.groups():
+            if not everything and not self._access.group(Op.DESCRIBE, gid):
+                continue
             resp.groups.add(group_id=gid, protocol_type="consumer", state=self._groups.local_state(gid))
         return resp
 
@@ -807,6 +955,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         resp = group_pb2.DescribeGroupsResponse()
         for gid in request.group_ids:
             d = resp.groups.add(group_id=gid)
+            if self._refuse_group(d, Op.DESCRIBE, gid):
+                continue
             try:
                 g, state, members = self._groups.describe(gid)
             except Exception as exc:
@@ -828,11 +978,23 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     def DeleteGroups(self, request: group_pb2.DeleteGroupsRequest) -> group_pb2.DeleteGroupsResponse:
         resp = group_pb2.DeleteGroupsResponse()
         for gid in request.group_ids:
-            _answer(resp.results.add(group_id=gid), partial(self._groups.delete, gid))
+            result = resp.results.add(group_id=gid)
+            if not self._refuse_group(result, Op.DELETE, gid):
+                _answer(result, partial(self._groups.delete, gid))
         return resp
 
 
 MAX_OFFSET_METADATA = 4096
+
+
+def _commit_error(topic: str, p: group_pb2.CommitPartition, info: Any) -> BrokerResponseError | None:
+    if info is None or p.index not in info.assignment:
+        return UnknownTopicOrPartitionError(f"{topic}-{p.index} does not exist")
+    if p.offset < 0:
+        return InvalidCommitOffsetSizeError(f"{topic}-{p.index}: offset {p.offset} is negative")
+    if len(p.metadata) > MAX_OFFSET_METADATA:
+        return OffsetMetadataTooLargeError(f"metadata over {MAX_OFFSET_METADATA} characters")
+    return None
 
 
 def _topic_name_error(name: str) -> BrokerResponseError | None:

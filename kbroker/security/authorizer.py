@@ -590,6 +590,52 @@ class AclAuthorizer:
             audit_log.info(_audit(who, "Denied", operation, host, resource_type, resource_name))
         return allowed
 
+    def authorize_by_resource_type(
+        self, principal: str | KafkaPrincipal, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """May ``principal`` ``operation`` on at least one resource of ``resource_type``?
+
+        Kafka's ``AclAuthorizer.authorizeByResourceType`` (KIP-679; InitProducerId without
+        a transactional id asks it for WRITE on any topic): super users may; a LITERAL ``*``
+        DENY refuses; ``allow.everyone.if.no.acl.found`` allows; otherwise some ALLOW
+        (LITERAL or PREFIXED, the operation itself or ALL; no implied operations) must name
+        a resource that no LITERAL DENY of the same name and no PREFIXED DENY of one of its
+        prefixes covers. Reads the cache only.
+        """
+        who = str(principal)
+        if who in self._super_users:
+            return True
+        names: dict[tuple[AclPermissionType, PatternType], set[str]] = {
+            (permission, pattern): set()
+            for permission in (AclPermissionType.ALLOW, AclPermissionType.DENY)
+            for pattern in (PatternType.LITERAL, PatternType.PREFIXED)
+        }
+        for pattern, entries in self._snapshot.acls.items():
+            if pattern.resource_type is not resource_type:
+                continue
+            for e in entries:
+                if (
+                    (e.operation is operation or e.operation is AclOperation.ALL)
+                    and (e.principal == who or e.principal == WILDCARD_PRINCIPAL)
+                    and (e.host == host or e.host == WILDCARD_HOST)
+                ):
+                    names[(e.permission_type, pattern.pattern_type)].add(pattern.name)
+        deny_literals = names[(AclPermissionType.DENY, PatternType.LITERAL)]
+        deny_prefixes = names[(AclPermissionType.DENY, PatternType.PREFIXED)]
+        if WILDCARD_RESOURCE in deny_literals:
+            return False
+        if self._allow_everyone:
+            return True
+
+        def dominated(name: str) -> bool:
+            return any(name[:end] in deny_prefixes for end in range(1, len(name) + 1))
+
+        allow_literals = names[(AclPermissionType.ALLOW, PatternType.LITERAL)]
+        allow_prefixes = names[(AclPermissionType.ALLOW, PatternType.PREFIXED)]
+        return any(not dominated(p) for p in allow_prefixes) or any(
+            n == WILDCARD_RESOURCE or (n not in deny_literals and not dominated(n)) for n in allow_literals
+        )
+
     def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter.ANY) -> list[AclBinding]:
         """The cached bindings the filter matches (DescribeAcls), sorted."""
         return bindings_matching(self._snapshot.acls, acl_filter)
