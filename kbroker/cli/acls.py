@@ -3,6 +3,8 @@
 ::
 
     kctl acls --add --allow-principal User:alice --operation Read --topic t --zookeeper zk:2181
+    kctl acls --add --allow-principal User:alice --operation Read --topic t \
+        --bootstrap-server broker:9093 --command-config admin.properties
     kctl acls add --producer --allow-principal User:p --topic t --zookeeper zk:2181
     kctl acls --list [--topic t] [--resource-pattern-type match] --zookeeper zk:2181
     kctl acls --remove --force --allow-principal User:alice --operation Read --topic t --zookeeper zk:2181
@@ -20,8 +22,10 @@ The action is a verb (``add``, ``list``, ``remove``) or Kafka's flag (``--add``,
 The command line becomes an :class:`AclCommand` (:func:`parse_command`, pure; every
 check happens there, so bad input writes nothing); :func:`execute` carries it out
 against any :class:`AclBackend` (create/describe/delete): over ``--zookeeper`` that is
-:class:`~kbroker.security.authorizer.ZkAclStore`; a gRPC backend (CreateAcls /
-DescribeAcls / DeleteAcls) plugs into :func:`_backend`.
+:class:`~kbroker.security.authorizer.ZkAclStore`; over ``--bootstrap-server`` it is
+:class:`AdminAclBackend` (the CreateAcls / DescribeAcls / DeleteAcls RPCs through
+``kclient.AdminClient``, with the ``--command-config`` client settings). The output is
+the same both ways.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kbroker.cli.backends import connect_zookeeper, refused_writes, zookeeper_credential
-from kbroker.cli.common import UsageError, check_zookeeper, parse_key_values
+from kbroker.cli.common import UsageError, check_bootstrap, check_zookeeper, client_configs, parse_key_values
 from kbroker.security.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -51,6 +55,8 @@ from kbroker.security.acl import (
 )
 from kbroker.security.authorizer import AclDeleteResult, ZkAclStore
 from kbroker.security.principal import KafkaPrincipal
+from kclient import AdminClient
+from kclient import admin_security as client_acl
 from kclient.errors import KafkaError
 
 Op = AclOperation
@@ -395,9 +401,19 @@ def _zookeeper(args: argparse.Namespace) -> str | None:
 def _backend(args: argparse.Namespace) -> Iterator[AclBackend]:
     zookeeper, bootstrap = _zookeeper(args), getattr(args, "bootstrap_server", None)
     if bootstrap is not None:
-        raise UsageError("kctl acls works over --zookeeper for now (CreateAcls/DescribeAcls/DeleteAcls come later)")
+        if zookeeper is not None:
+            raise UsageError("give --bootstrap-server or --zookeeper (--authorizer-properties), not both")
+        admin = AdminClient(check_bootstrap(bootstrap), **client_configs(args))
+        try:
+            yield AdminAclBackend(admin)
+        finally:
+            admin.close()
+        return
     if zookeeper is None:
-        raise UsageError("give --zookeeper HOST:PORT (or --authorizer-properties zookeeper.connect=HOST:PORT)")
+        raise UsageError(
+            "give --bootstrap-server HOST:PORT or --zookeeper HOST:PORT "
+            "(or --authorizer-properties zookeeper.connect=HOST:PORT)"
+        )
     credential = zookeeper_credential()
     zk = connect_zookeeper(check_zookeeper(zookeeper), credential=credential)
     try:
@@ -405,6 +421,59 @@ def _backend(args: argparse.Namespace) -> Iterator[AclBackend]:
             yield ZkAclStore(zk)
     finally:
         zk.close()
+
+
+class AdminAclBackend:
+    """The ACL RPCs of the brokers (any broker answers), through ``kclient.AdminClient``;
+    kbroker's ACL model converted to and from kclient's flat bindings (same int codes)."""
+
+    def __init__(self, admin: AdminClient) -> None:
+        self._admin = admin
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
+        return self._admin.create_acls([to_client_binding(b) for b in bindings])
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        return [from_client_binding(b) for b in self._admin.describe_acls(to_client_filter(acl_filter))]
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+        results = self._admin.delete_acls([to_client_filter(f) for f in filters])
+        return [AclDeleteResult([from_client_binding(b) for b in deleted], error) for deleted, error in results]
+
+
+def to_client_binding(b: AclBinding) -> client_acl.AclBinding:
+    p, e = b.pattern, b.entry
+    return client_acl.AclBinding(
+        client_acl.ResourceType(int(p.resource_type)),
+        p.name,
+        client_acl.PatternType(int(p.pattern_type)),
+        e.principal,
+        e.host,
+        client_acl.AclOperation(int(e.operation)),
+        client_acl.AclPermissionType(int(e.permission_type)),
+    )
+
+
+def from_client_binding(b: client_acl.AclBinding) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(ResourceType(int(b.resource_type)), b.resource_name, PatternType(int(b.pattern_type))),
+        AccessControlEntry(
+            b.principal, b.host, AclOperation(int(b.operation)), AclPermissionType(int(b.permission_type))
+        ),
+    )
+
+
+def to_client_filter(f: AclBindingFilter) -> client_acl.AclBindingFilter:
+    p, e = f.pattern_filter, f.entry_filter
+    return client_acl.AclBindingFilter(
+        client_acl.ResourceType(int(p.resource_type)),
+        p.name,
+        client_acl.PatternType(int(p.pattern_type)),
+        e.principal,
+        e.host,
+        client_acl.AclOperation(int(e.operation)),
+        client_acl.AclPermissionType(int(e.permission_type)),
+    )
 
 
 def _ask(question: str) -> bool:

@@ -1,4 +1,5 @@
-"""``kctl configs``: describe and alter topic and broker configs, as kafka-configs.sh.
+"""``kctl configs``: describe and alter topic and broker configs, and users' SCRAM
+credentials, as kafka-configs.sh.
 
 Over ``--bootstrap-server`` (DescribeConfigs / IncrementalAlterConfigs)::
 
@@ -20,6 +21,18 @@ Over ``--zookeeper`` (the znodes, validated the same way)::
 and then the cluster default. ``--add-config k=v,k2=[a,b]`` (brackets hold a list
 value's commas), ``--delete-config k1,k2``: deleting a config that is not set is
 refused, as Kafka's tool does (``Invalid config(s): k``, exit 1).
+
+``--entity-type users`` (both modes, through :mod:`kbroker.cli.users`' backends)::
+
+    kctl configs --alter --entity-type users --entity-name alice \
+        --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=alice-secret]'
+    Completed updating config for user alice.
+    kctl configs --alter --entity-type users --entity-name alice --delete-config SCRAM-SHA-512
+    kctl configs --describe --entity-type users [--entity-name alice]
+    SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192
+
+Only SCRAM credentials are configs of users here (no quotas). A named user without
+credentials prints nothing, as Kafka's tool; a password is never printed.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kbroker.cli import users
 from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
 from kbroker.cli.common import UsageError, check_bootstrap, check_zookeeper, client_configs
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, ConfigSource, OpType, ResourceType
@@ -61,8 +75,8 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="list the entity's configs")
     action.add_argument("--alter", action="store_true", help="add or delete configs")
-    p.add_argument("--entity-type", choices=("topics", "brokers"), required=True)
-    p.add_argument("--entity-name", help="a topic, or a broker id")
+    p.add_argument("--entity-type", choices=("topics", "brokers", "users"), required=True)
+    p.add_argument("--entity-name", help="a topic, a broker id, or a user")
     p.add_argument("--entity-default", action="store_true", help="the cluster-wide default of brokers")
     p.add_argument("--add-config", help="k=v,k2=[a,b]: configs to set")
     p.add_argument("--add-config-file", help="a properties file of configs to set")
@@ -136,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--add-config/--delete-config need --alter")
     if args.alter and args.all:
         raise UsageError("--all applies to --describe only")
+    if args.entity_type == "users":
+        return _users(args)
     rtype, name = _entity(args)
     changes = _changes(args) if args.alter else None
     zookeeper, bootstrap = getattr(args, "zookeeper", None), getattr(args, "bootstrap_server", None)
@@ -231,3 +247,34 @@ def _over_zookeeper(
 
 def _connect(connect: str) -> ZkClient:
     return connect_zookeeper(connect, credential=zookeeper_credential())
+
+
+def _users(args: argparse.Namespace) -> int:
+    """``--entity-type users``: SCRAM credentials, over either connection mode."""
+    if args.entity_default:
+        raise UsageError("--entity-default applies to --entity-type brokers only (users have no default here)")
+    if args.all:
+        raise UsageError("--all applies to topics and brokers")
+    name = None if args.entity_name is None else users.check_user(args.entity_name)
+    if not args.alter:
+        with users.open_backend(args) as backend:
+            found = backend.describe()
+        for user, mechanisms in found.items():
+            if name is None or user == name:
+                print(users.format_user(user, mechanisms))
+        return 0
+    if name is None:
+        raise UsageError("--alter needs --entity-name")
+    try:
+        adds, deletes = _changes(args)
+    except UsageError as exc:  # the messages of other types may quote a piece of a password
+        if args.add_config and "format" in str(exc):
+            raise UsageError(
+                "--add-config for users must be MECHANISM=[iterations=N,password=P],... (the value is not shown)"
+            ) from None
+        raise
+    upserts, removals = users.parse_scram_configs(adds, deletes)
+    with users.open_backend(args) as backend:
+        backend.alter(name, upserts, removals)
+    print(f"Completed updating config for user {name}.")
+    return 0

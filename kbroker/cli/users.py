@@ -17,9 +17,12 @@ printed. ``delete`` without ``--mechanism`` removes every SCRAM credential of th
 Writes print ``Completed updating config for user alice.``. Every check (name,
 password, iterations) runs before anything is written.
 
-Backends: ``--zookeeper`` now (:class:`ZooKeeperUserBackend`); a
-``--bootstrap-server`` backend (AlterUserScramCredentials / DescribeUserScramCredentials)
-implements :class:`UserBackend` and is returned by :func:`open_backend`.
+Backends (:func:`open_backend`): ``--zookeeper`` writes the znodes
+(:class:`ZooKeeperUserBackend`, with the ZooKeeper credential of the environment);
+``--bootstrap-server`` (with ``--command-config`` for a secured listener) calls
+AlterUserScramCredentials / DescribeUserScramCredentials (:class:`AdminUserBackend`):
+the password is salted here and only the salted password is sent (KIP-554). Same
+output both ways. ``kctl configs --entity-type users`` uses the same backends.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ from types import TracebackType
 from typing import Any
 
 from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
-from kbroker.cli.common import UsageError, check_zookeeper
+from kbroker.cli.common import UsageError, check_bootstrap, check_zookeeper, client_configs
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.security.credentials import CredentialStore
+from kclient import AdminClient
 from kclient.scram import ScramCredentialError, ScramMechanism, generate_credential
 
 MECHANISMS = tuple(m.value for m in ScramMechanism)
@@ -103,13 +107,38 @@ class ZooKeeperUserBackend(UserBackend):
         self._zk.close()
 
 
+class AdminUserBackend(UserBackend):
+    """DescribeUserScramCredentials / AlterUserScramCredentials of any broker."""
+
+    def __init__(self, admin: AdminClient) -> None:
+        self._admin = admin
+
+    def describe(self) -> dict[str, dict[str, int]]:
+        return dict(sorted(self._admin.describe_user_scram_credentials().items()))
+
+    def alter(self, user: str, upserts: dict[str, tuple[str, int]], deletes: list[str] | None) -> None:
+        if deletes is None:  # every credential the user has (ResourceNotFoundError: none)
+            held = self._admin.describe_user_scram_credentials([user]).get(user, {})
+            deletes = [m for m in MECHANISMS if m in held and m not in upserts]
+        results = self._admin.alter_user_scram_credentials(
+            [(user, m, password, iterations) for m, (password, iterations) in upserts.items()],
+            [(user, m) for m in deletes],
+        )
+        error = results.get(user)
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        self._admin.close()
+
+
 def open_backend(args: argparse.Namespace) -> UserBackend:
     zookeeper, bootstrap = getattr(args, "zookeeper", None), getattr(args, "bootstrap_server", None)
     if (zookeeper is None) == (bootstrap is None):
         which = "both" if zookeeper is not None else "neither"
         raise UsageError(f"give exactly one of --zookeeper or --bootstrap-server ({which} given)")
     if bootstrap is not None:
-        raise UsageError("kctl users works over --zookeeper in this version; --bootstrap-server is not supported yet")
+        return AdminUserBackend(AdminClient(check_bootstrap(bootstrap), **client_configs(args)))
     assert zookeeper is not None
     return ZooKeeperUserBackend(check_zookeeper(zookeeper))
 
