@@ -25,8 +25,10 @@ from kbroker.security.listeners import (
     listener_config,
     split_listener_key,
 )
+from kbroker.security.zk_acl import ZkCredential, ZkCredentialError
 from kbroker.storage.cleaner_manager import CleanerConfig
 from kclient.errors import InvalidConfigError, KafkaError
+from kclient.security import jaas_credentials, parse_jaas_config
 
 # Broker key -> topic-level key, for the broker-wide log defaults.
 LOG_DEFAULT_KEYS: dict[str, str] = {
@@ -166,9 +168,9 @@ class BrokerConfig:
     """Kafka's default is Double.MAX_VALUE: no throttle."""
     log_cleaner_io_buffer_load_factor: float = 0.9
     leader_replication_throttled_rate: int = LONG_MAX
-    """Dynamic only: bytes/s a leader serves to throttled replicas (stored; not enforced yet)."""
+    """Dynamic only: bytes/s a leader serves to throttled replicas (partition moves)."""
     follower_replication_throttled_rate: int = LONG_MAX
-    """Dynamic only: bytes/s a follower fetches for throttled replicas (stored; not enforced yet)."""
+    """Dynamic only: bytes/s a follower fetches for throttled replicas (partition moves)."""
     listeners: tuple[EndPoint, ...] = ()
     """The bound listeners; empty -> one PLAINTEXT listener at listen_host:listen_port."""
     advertised_listeners: tuple[EndPoint, ...] = ()
@@ -190,6 +192,9 @@ class BrokerConfig:
     """Principals (``User:alice``) allowed everything, from ``super.users`` (``;``-separated)."""
     allow_everyone_if_no_acl_found: bool = False
     zookeeper_set_acl: bool = False
+    zookeeper_auth_digest: str | None = field(default=None, repr=False)
+    """``user:password`` of the ZooKeeper digest credential (``zookeeper.auth.digest``; else
+    ``KBROKER_ZK_DIGEST`` or a JAAS Client section, see :mod:`kbroker.security.zk_acl`)."""
 
     def __post_init__(self) -> None:
         if not self.listeners:
@@ -235,6 +240,15 @@ class BrokerConfig:
         """The mechanisms a SASL listener offers (default ``SCRAM-SHA-256,SCRAM-SHA-512``)."""
         value = self.listener_setting(listener, "sasl.enabled.mechanisms")
         return _mechanisms("sasl.enabled.mechanisms", value if value is not None else DEFAULT_SASL_MECHANISMS)
+
+    def inter_broker_sasl_credentials(self) -> tuple[str, str] | None:
+        """(username, password) this broker logs in with on a SASL inter-broker listener:
+        ``listener.name.<l>.<mechanism>.sasl.jaas.config``, else ``listener.name.<l>.sasl.jaas.config``,
+        else ``sasl.jaas.config``; None when the inter-broker listener is not SASL."""
+        inter = self.inter_broker_listener_name
+        if not self.listener_security_protocol_map.get(inter, "").startswith("SASL_"):
+            return None
+        return _jaas_credentials(self.security_props, inter, self.sasl_mechanism_inter_broker_protocol)
 
     def ssl_client_auth(self, listener: str) -> str:
         return (self.listener_setting(listener, "ssl.client.auth") or "none").lower()
@@ -364,6 +378,13 @@ def _mechanisms(key: str, value: str) -> tuple[str, ...]:
     return out
 
 
+def _jaas_credentials(props: Mapping[str, str], listener: str, mechanism: str) -> tuple[str, str] | None:
+    text = listener_config(props, listener, f"{mechanism.lower()}.sasl.jaas.config") or listener_config(
+        props, listener, "sasl.jaas.config"
+    )
+    return None if text is None else jaas_credentials(text, mechanism)
+
+
 def _check_security_value(key: str, value: str) -> str:
     """One ``ssl.*`` / ``sasl.enabled.mechanisms`` value, checked; returns what to keep."""
     if key in ("ssl.keystore.type", "ssl.truststore.type"):
@@ -405,8 +426,18 @@ for _key in (
     "ssl.truststore.certificates",
     "ssl.client.auth",
     "sasl.enabled.mechanisms",
+    "sasl.jaas.config",
 ):
     _SETTERS[_key] = _security_setter
+
+
+@_setter("zookeeper.auth.digest")
+def _zookeeper_digest(out: dict[str, Any], key: str, value: str) -> None:
+    try:
+        ZkCredential.parse(value.strip())
+    except ZkCredentialError as exc:
+        raise InvalidConfigError(f"{key}: {exc}") from None
+    out["zookeeper_auth_digest"] = value.strip()
 
 
 @_setter("sasl.mechanism.inter.broker.protocol")
@@ -461,6 +492,7 @@ _SECURITY_STATIC_KEYS = frozenset(
     "authorizer.class.name",
     "super.users",
     "allow.everyone.if.no.acl.found",
+    "zookeeper.auth.digest",
     "zookeeper.set.acl",
 }
 """Security keys that only ``server.properties`` sets (a restart applies them)."""
@@ -508,7 +540,18 @@ def _finish_security(out: dict[str, Any]) -> None:
         ):
             raise InvalidConfigError(f"listener {name} ({protocol}): sasl.enabled.mechanisms is empty")
     inter = out["inter_broker_listener_name"]
+    for key, value in props.items():
+        if key == "sasl.jaas.config" or key.endswith(".sasl.jaas.config"):
+            parse_jaas_config(value)  # its errors name the key and never quote the password
     if protocols[inter].startswith("SASL_"):
+        mechanism = out.get("sasl_mechanism_inter_broker_protocol", BrokerConfig.sasl_mechanism_inter_broker_protocol)
+        if _jaas_credentials(props, inter, mechanism) is None:
+            raise InvalidConfigError(
+                f"the inter-broker listener {inter} is {protocols[inter]}: set "
+                f"listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config (or sasl.jaas.config) to the "
+                "broker's own user, e.g. org.apache.kafka.common.security.scram.ScramLoginModule required "
+                'username="broker" password="...";'
+            )
         enabled = _mechanisms(
             "sasl.enabled.mechanisms",
             listener_config(props, inter, "sasl.enabled.mechanisms") or DEFAULT_SASL_MECHANISMS,

@@ -54,7 +54,8 @@ from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import KafkaError
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2
-from kclient.transport import CHANNEL_OPTIONS
+from kclient.security import BrokerSession, SecurityConfig, SessionInterceptor, sasl_login
+from kclient.transport import CHANNEL_OPTIONS, map_rpc_error
 
 log = logging.getLogger("kbroker")
 
@@ -67,7 +68,8 @@ class KafkaServer:
         self.static_log_defaults = LogConfig.from_properties(config.log_defaults)
         self.log_defaults = self.static_log_defaults
         """In force: the static defaults with the dynamic broker configs on top."""
-        credential = zk_acl.resolve_credential()  # KBROKER_ZK_DIGEST or a JAAS Client section
+        # zookeeper.auth.digest, else KBROKER_ZK_DIGEST, else a JAAS Client section
+        credential = zk_acl.resolve_credential(config.zookeeper_auth_digest)
         self.zk = ZkClient(
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
@@ -251,14 +253,36 @@ class KafkaServer:
             )
 
     def _inter_broker_channel(self, address: str) -> grpc.Channel:
-        """A channel to another broker's inter-broker listener: TLS with this broker's own
-        key store as its client certificate (its principal there) on an SSL listener."""
+        """A channel to another broker's inter-broker listener, authenticated as this
+        broker: TLS with its own key store as the client certificate on SSL / SASL_SSL, and
+        a SASL login (``sasl.mechanism.inter.broker.protocol``, the user of the listener's
+        ``sasl.jaas.config``) on SASL_PLAINTEXT / SASL_SSL, whose token every call carries."""
         cfg = self.config
         listener = cfg.listener(cfg.inter_broker_listener_name)
         if listener is None or not listener.uses_tls:
-            return insecure_channel(address)
-        creds = broker_channel_credentials(cfg.security_props, listener.listener_name)
-        return grpc.secure_channel(address, creds, options=CHANNEL_OPTIONS)
+            channel = insecure_channel(address)
+        else:
+            creds = broker_channel_credentials(cfg.security_props, listener.listener_name)
+            channel = grpc.secure_channel(address, creds, options=CHANNEL_OPTIONS)
+        login = cfg.inter_broker_sasl_credentials()
+        if login is None:
+            return channel
+        sasl = SecurityConfig(
+            security_protocol="SASL_SSL",  # the channel is made above; this names the mechanism and user
+            sasl_mechanism=cfg.sasl_mechanism_inter_broker_protocol,
+            sasl_plain_username=login[0],
+            sasl_plain_password=login[1],
+        )
+        raw = broker_pb2_grpc.BrokerStub(channel)
+
+        def call(method: str, request: Any) -> Any:
+            try:
+                return getattr(raw, method)(request, timeout=10.0)
+            except grpc.RpcError as exc:
+                raise map_rpc_error(exc, address) from None
+
+        session = BrokerSession(address, lambda: sasl_login(call, sasl))
+        return grpc.intercept_channel(channel, SessionInterceptor(session))
 
     def _address_of(self, broker_id: int) -> str | None:
         info = self.metadata.snapshot().brokers.get(broker_id)

@@ -210,7 +210,9 @@ def parse_jaas_config(text: str) -> JaasConfig:
     return JaasConfig(m["module"], options)
 
 
-def _jaas_credentials(text: str, mechanism: str | None) -> tuple[str, str]:
+def jaas_credentials(text: str, mechanism: str | None) -> tuple[str, str]:
+    """(username, password) of a ``sasl.jaas.config`` for ``mechanism`` (SCRAM or PLAIN
+    login module); InvalidConfigError otherwise."""
     jaas = parse_jaas_config(text)
     expected = {PLAIN: PLAIN_LOGIN_MODULE}.get((mechanism or "").upper(), SCRAM_LOGIN_MODULE)
     if jaas.login_module not in (SCRAM_LOGIN_MODULE, PLAIN_LOGIN_MODULE):
@@ -290,7 +292,7 @@ def java_client_configs(props: Mapping[str, str], prefix: str = "") -> dict[str,
         if "sasl_plain_username" in out or "sasl_plain_password" in out:
             raise InvalidConfigError(f"set {prefix}sasl.jaas.config or {prefix}sasl.username/password, not both")
         try:
-            out["sasl_plain_username"], out["sasl_plain_password"] = _jaas_credentials(
+            out["sasl_plain_username"], out["sasl_plain_password"] = jaas_credentials(
                 str(jaas), out.get("sasl_mechanism")
             )
         except InvalidConfigError as exc:

@@ -42,8 +42,10 @@ PER_LISTENER_KEYS = (
     "ssl.truststore.certificates",
     "ssl.client.auth",
     "sasl.enabled.mechanisms",
+    "sasl.jaas.config",
 )
-"""Keys that may be set per listener as ``listener.name.<name>.<key>``."""
+"""Keys that may be set per listener as ``listener.name.<name>.<key>`` (``sasl.jaas.config``
+also per mechanism: ``listener.name.<name>.<mechanism>.sasl.jaas.config``, Kafka's form)."""
 
 _URI = re.compile(r"^(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)$")  # Kafka's uriParseExp
 
@@ -262,7 +264,11 @@ def split_listener_key(key: str) -> tuple[str, str] | None:
     rest = key[len(LISTENER_PREFIX) :]
     for inner in PER_LISTENER_KEYS:
         if rest.endswith("." + inner) and len(rest) > len(inner) + 1:
-            return normalised(rest[: -len(inner) - 1]), inner
+            listener = rest[: -len(inner) - 1]
+            if inner == "sasl.jaas.config" and "." in listener:  # <listener>.<mechanism>.sasl.jaas.config
+                listener, mechanism = listener.rsplit(".", 1)
+                return normalised(listener), f"{mechanism.lower()}.{inner}"
+            return normalised(listener), inner
     return None
 
 

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -57,10 +58,15 @@ class NumberedProducer(threading.Thread):
     order, for availability measurements.
     """
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, client: dict[str, Any] | None = None) -> None:
         super().__init__(daemon=True)
         self.producer = Producer(
-            bootstrap_servers=bootstrap, acks="all", linger_ms=2, request_timeout_ms=4000, delivery_timeout_ms=120000
+            bootstrap_servers=bootstrap,
+            acks="all",
+            linger_ms=2,
+            request_timeout_ms=4000,
+            delivery_timeout_ms=120000,
+            **(client or {}),
         )
         self.topic = topic
         self.acked: dict[int, tuple[int, int]] = {}
@@ -90,8 +96,12 @@ class NumberedProducer(threading.Thread):
         self.failed[i] = repr(exc)
 
 
-def read_everything(bootstrap: str, topic: str, partitions: int) -> dict[int, list]:
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", request_timeout_ms=10000) as c:
+def read_everything(
+    bootstrap: str, topic: str, partitions: int, client: dict[str, Any] | None = None
+) -> dict[int, list]:
+    with Consumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", request_timeout_ms=10000, **(client or {})
+    ) as c:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         c.assign(tps)
         ends = c.end_offsets(tps)
@@ -128,8 +138,8 @@ def validate(producer: NumberedProducer, by_partition: dict[int, list]) -> None:
     assert len(producer.acked) > 1000
 
 
-def start_topic(cluster: LocalCluster, topic: str, partitions: int = 3) -> ZkView:
-    with AdminClient(cluster.bootstrap) as admin:
+def start_topic(cluster: LocalCluster, topic: str, partitions: int = 3, client: dict[str, Any] | None = None) -> ZkView:
+    with AdminClient(bootstrap_servers=cluster.bootstrap, **(client or {})) as admin:
         admin.create_topics([NewTopic(topic, partitions, 3, topic_configs={"min.insync.replicas": "2"})])
     view = ZkView(cluster.zk_connect)
     wait_until(lambda: all(len(view.state(topic, p).isr) == 3 for p in range(partitions)), what="full ISR")
@@ -141,10 +151,11 @@ def _summary(name: str, values: list[float]) -> str:
     return f"{name} median={v[len(v) // 2]:.2f}s max={v[-1]:.2f}s" if v else f"{name} -"
 
 
-def sigkill_bounces(cluster: LocalCluster, victim: str, rounds: int) -> None:
-    """SIGKILL the leader of partition ``round % 3`` (or the controller) and restart it, ``rounds`` times."""
-    view = start_topic(cluster, "bounce")
-    producer = NumberedProducer(cluster.bootstrap, "bounce")
+def sigkill_bounces(cluster: LocalCluster, victim: str, rounds: int, client: dict[str, Any] | None = None) -> None:
+    """SIGKILL the leader of partition ``round % 3`` (or the controller) and restart it,
+    ``rounds`` times; ``client``: the clients' (security) settings."""
+    view = start_topic(cluster, "bounce", client=client)
+    producer = NumberedProducer(cluster.bootstrap, "bounce", client)
     producer.start()
     failover: list[float] = []
     rejoin: list[float] = []
@@ -167,7 +178,7 @@ def sigkill_bounces(cluster: LocalCluster, victim: str, rounds: int) -> None:
         producer.join(180)
     times = f"{_summary('kill->100 acks', failover)}, {_summary('restart->full ISR', rejoin)}"
     print(f"\n{rounds} SIGKILL rounds ({victim}): {times}")
-    validate(producer, read_everything(cluster.bootstrap, "bounce", 3))
+    validate(producer, read_everything(cluster.bootstrap, "bounce", 3, client))
     view.close()
 
 
