@@ -544,14 +544,6 @@ def _finish_security(out: dict[str, Any]) -> None:
         if key == "sasl.jaas.config" or key.endswith(".sasl.jaas.config"):
             parse_jaas_config(value)  # its errors name the key and never quote the password
     if protocols[inter].startswith("SASL_"):
-        mechanism = out.get("sasl_mechanism_inter_broker_protocol", BrokerConfig.sasl_mechanism_inter_broker_protocol)
-        if _jaas_credentials(props, inter, mechanism) is None:
-            raise InvalidConfigError(
-                f"the inter-broker listener {inter} is {protocols[inter]}: set "
-                f"listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config (or sasl.jaas.config) to the "
-                "broker's own user, e.g. org.apache.kafka.common.security.scram.ScramLoginModule required "
-                'username="broker" password="...";'
-            )
         enabled = _mechanisms(
             "sasl.enabled.mechanisms",
             listener_config(props, inter, "sasl.enabled.mechanisms") or DEFAULT_SASL_MECHANISMS,
@@ -561,6 +553,13 @@ def _finish_security(out: dict[str, Any]) -> None:
             raise InvalidConfigError(
                 "sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when SASL is "
                 f"used for inter-broker communication ({mechanism} is not in {','.join(enabled)})"
+            )
+        if _jaas_credentials(props, inter, mechanism) is None:
+            raise InvalidConfigError(
+                f"the inter-broker listener {inter} is {protocols[inter]}: set "
+                f"listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config (or sasl.jaas.config) to the "
+                "broker's own user, e.g. org.apache.kafka.common.security.scram.ScramLoginModule required "
+                'username="broker" password="...";'
             )
 
 
