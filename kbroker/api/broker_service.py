@@ -51,6 +51,7 @@ from kbroker.security.credentials import CredentialStore
 from kbroker.security.sasl import SaslAuthenticator
 from kclient.errors import (
     BrokerResponseError,
+    ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,
     InvalidCommitOffsetSizeError,
     InvalidFetchSizeError,
@@ -532,9 +533,11 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
 
     @blocking
     def DescribeLogDirs(self, request: admin_pb2.DescribeLogDirsRequest) -> admin_pb2.DescribeLogDirsResponse:
-        resp = admin_pb2.DescribeLogDirsResponse(broker_id=self._broker_id)
-        if self._refuse_cluster(resp, Op.DESCRIBE):
-            return resp
+        if not self._access.cluster(Op.DESCRIBE):  # the response has a code, no message
+            return admin_pb2.DescribeLogDirsResponse(
+                broker_id=self._broker_id,
+                error_code=ClusterAuthorizationFailedError.errno,  # type: ignore[arg-type]
+            )
         return describe_log_dirs(self._broker_id, self._replicas, request)
 
     def _check_config_access(self, operation: Op, resource_type: int, name: str) -> None:
