@@ -18,6 +18,7 @@ from kbroker.api.call_context import current
 from kbroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.security.principal import KafkaPrincipal
 from kclient.errors import (
+    BrokerResponseError,
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
@@ -76,7 +77,7 @@ class Access:
         call = current()
         return self.authorizer.authorize_by_resource_type(call.principal, call.client_host, operation, resource_type)
 
-    def refused_topics(self, operation: AclOperation, names: Iterable[str]) -> dict[str, TopicAuthorizationFailedError]:
+    def refused_topics(self, operation: AclOperation, names: Iterable[str]) -> dict[str, BrokerResponseError]:
         """TOPIC_AUTHORIZATION_FAILED for each of ``names`` the caller may not ``operation``:
         one check per distinct name; empty, without looking at ``names``, when there is no
         authorizer."""

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
@@ -320,7 +320,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         if not self._access.enabled:
             return {}
         if replica_id < 0:
-            return dict(self._access.refused_topics(Op.READ, (s.topic for s in specs)))
+            return self._access.refused_topics(Op.READ, (s.topic for s in specs))
         if self._access.cluster(Op.CLUSTER_ACTION):
             return {}
         return {s.topic: self._access.topic_error(Op.CLUSTER_ACTION, s.topic) for s in specs}
@@ -453,7 +453,10 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
 
     @staticmethod
     def _topic_results(
-        names: list[str], action: Callable[[str, int], None], results: Any, refused: dict[str, Any]
+        names: list[str],
+        action: Callable[[str, int], None],
+        results: Any,
+        refused: Mapping[str, BrokerResponseError],
     ) -> None:
         """Run ``action(name, index)`` per topic but the ``refused`` ones (their error is
         their answer); failures become that topic's error code."""
@@ -880,7 +883,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         results: dict[tuple[str, int], BrokerResponseError | None] = {}
         names = [t.name for t in request.topics]
         refused: dict[str, BrokerResponseError] = (
-            dict(self._access.refused_topics(Op.READ, names))
+            self._access.refused_topics(Op.READ, names)
             if self._access.group(Op.READ, request.group_id)
             else dict.fromkeys(names, self._access.group_error(Op.READ, request.group_id))
         )
