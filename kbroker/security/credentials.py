@@ -22,14 +22,6 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
-from kclient.scram import (
-    ScramCredential,
-    ScramCredentialError,
-    ScramError,
-    ScramMechanism,
-    credential_from_salted_password,
-    generate_credential,
-)
 from kclient.errors import (
     BrokerResponseError,
     DuplicateResourceError,
@@ -37,6 +29,14 @@ from kclient.errors import (
     ResourceNotFoundError,
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
+)
+from kclient.scram import (
+    ScramCredential,
+    ScramCredentialError,
+    ScramError,
+    ScramMechanism,
+    credential_from_salted_password,
+    generate_credential,
 )
 
 log = logging.getLogger(__name__)

@@ -38,18 +38,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kbroker.security.principal import KafkaPrincipal
+from kclient.errors import (
+    IllegalSaslStateError,
+    InvalidConfigError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
 from kclient.scram import (
     ScramCredential,
     ScramError,
     ScramMechanism,
     ScramServer,
     password_matches,
-)
-from kclient.errors import (
-    IllegalSaslStateError,
-    InvalidConfigError,
-    SaslAuthenticationFailedError,
-    UnsupportedSaslMechanismError,
 )
 
 log = logging.getLogger(__name__)

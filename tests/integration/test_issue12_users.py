@@ -22,13 +22,13 @@ from kbroker.security.credentials import (
 )
 from kbroker.security.principal import KafkaPrincipal
 from kbroker.security.sasl import SaslAuthenticationFailedError, SaslAuthenticator, SessionStore
-from kclient.scram import ScramClient, ScramCredential, ScramMechanism
 from kclient.errors import (
     DuplicateResourceError,
     ResourceNotFoundError,
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
 )
+from kclient.scram import ScramClient, ScramCredential, ScramMechanism
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration

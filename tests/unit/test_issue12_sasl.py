@@ -15,8 +15,8 @@ from kbroker.security.sasl import (
     UnsupportedSaslMechanismError,
     check_mechanisms,
 )
-from kclient.scram import ScramClient, ScramCredential, ScramMechanism, generate_credential
 from kclient.errors import InvalidConfigError
+from kclient.scram import ScramClient, ScramCredential, ScramMechanism, generate_credential
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
 ALL = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
