@@ -33,6 +33,8 @@ class Authorizer(Protocol):
         operation: AclOperation,
         resource_type: ResourceType,
         resource_name: str,
+        *,
+        log_denied: bool = True,
     ) -> bool: ...
 
     def authorize_by_resource_type(
@@ -50,24 +52,28 @@ class Access:
     def enabled(self) -> bool:
         return self.authorizer is not None
 
-    def allows(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    def allows(self, operation: AclOperation, resource_type: ResourceType, name: str, *, quiet: bool = False) -> bool:
+        """``quiet``: a check that only filters what is shown (Kafka's logIfDenied=false):
+        a refusal is not logged as a denial."""
         if self.authorizer is None:
             return True
         call = current()
-        return self.authorizer.authorize(call.principal, call.client_host, operation, resource_type, name)
+        return self.authorizer.authorize(
+            call.principal, call.client_host, operation, resource_type, name, log_denied=not quiet
+        )
 
-    def cluster(self, operation: AclOperation) -> bool:
-        return self.allows(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    def cluster(self, operation: AclOperation, *, quiet: bool = False) -> bool:
+        return self.allows(operation, ResourceType.CLUSTER, CLUSTER_NAME, quiet=quiet)
 
-    def topic(self, operation: AclOperation, name: str) -> bool:
-        return self.allows(operation, ResourceType.TOPIC, name)
+    def topic(self, operation: AclOperation, name: str, *, quiet: bool = False) -> bool:
+        return self.allows(operation, ResourceType.TOPIC, name, quiet=quiet)
 
-    def group(self, operation: AclOperation, name: str) -> bool:
-        return self.allows(operation, ResourceType.GROUP, name)
+    def group(self, operation: AclOperation, name: str, *, quiet: bool = False) -> bool:
+        return self.allows(operation, ResourceType.GROUP, name, quiet=quiet)
 
     def topics(self, operation: AclOperation, names: Iterable[str]) -> set[str]:
-        """The names among ``names`` the caller may ``operation``."""
-        return {n for n in set(names) if self.topic(operation, n)}
+        """The names among ``names`` the caller may ``operation`` (a filter: quiet)."""
+        return {n for n in set(names) if self.topic(operation, n, quiet=True)}
 
     def any_of_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """May the caller ``operation`` some resource of the type (Kafka's

@@ -411,7 +411,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         if not topics:
             topics = sorted(snap.topics)
             if self._access.enabled:
-                topics = [t for t in topics if self._access.topic(Op.DESCRIBE, t)]
+                topics = [t for t in topics if self._access.topic(Op.DESCRIBE, t, quiet=True)]
         for name in topics:
             tm = resp.topics.add(name=name)
             err = refused.get(name) or _topic_name_error(name)
@@ -518,7 +518,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         names = list(request.topics)
         refused = self._access.refused_topics(Op.DESCRIBE, names)
         if not names:
-            names = [n for n in sorted(snap.topics) if self._access.topic(Op.DESCRIBE, n)]
+            names = [n for n in sorted(snap.topics) if self._access.topic(Op.DESCRIBE, n, quiet=True)]
         for name in names:
             d = resp.topics.add(name=name)
             info = snap.topics.get(name)
@@ -530,7 +530,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 d.error_message = f"topic {name!r} does not exist"
                 continue
             d.partitions.extend(partition_metadata(snap, name))
-            if self._access.topic(Op.DESCRIBE_CONFIGS, name):
+            if self._access.topic(Op.DESCRIBE_CONFIGS, name, quiet=True):
                 d.configs.update(info.config)
         return resp
 
@@ -949,9 +949,9 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     def ListGroups(self, request: group_pb2.ListGroupsRequest) -> group_pb2.ListGroupsResponse:
         """Every group with DESCRIBE on the Cluster, else the groups the caller may DESCRIBE."""
         resp = group_pb2.ListGroupsResponse()
-        everything = self._access.cluster(Op.DESCRIBE)
+        everything = self._access.cluster(Op.DESCRIBE, quiet=True)
         for gid in self._groups.store.groups():
-            if not everything and not self._access.group(Op.DESCRIBE, gid):
+            if not everything and not self._access.group(Op.DESCRIBE, gid, quiet=True):
                 continue
             resp.groups.add(group_id=gid, protocol_type="consumer", state=self._groups.local_state(gid))
         return resp

@@ -40,12 +40,22 @@ class FakeAuthorizer:
     def __init__(self, *allowed: tuple[str, str, AclOperation, ResourceType, str]) -> None:
         self.allowed = set(allowed)
         self.asked: list[tuple[str, str, AclOperation, ResourceType, str]] = []
+        self.quiet: list[tuple[str, str, AclOperation, ResourceType, str]] = []
 
     def authorize(
-        self, principal: str | KafkaPrincipal, host: str, operation: AclOperation, rtype: ResourceType, name: str
+        self,
+        principal: str | KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        rtype: ResourceType,
+        name: str,
+        *,
+        log_denied: bool = True,
     ) -> bool:
         key = (str(principal), host, operation, rtype, name)
         self.asked.append(key)
+        if not log_denied:
+            self.quiet.append(key)
         return key in self.allowed
 
     def authorize_by_resource_type(
@@ -92,6 +102,15 @@ def test_refused_topics_asks_once_per_distinct_topic(alice: None) -> None:
     assert refused["no"].errno == 29
     assert "User:alice is not authorized to WRITE topic 'no'" in str(refused["no"])
     assert sorted(q[4] for q in fake.asked) == ["no", "ok"]
+
+
+def test_filtering_checks_do_not_log_denials_but_refusals_do(alice: None) -> None:
+    fake = FakeAuthorizer((ALICE, "10.0.0.7", Op.DESCRIBE, RT.TOPIC, "seen"))
+    access = Access(fake)
+    assert access.topics(Op.DESCRIBE, ["seen", "hidden"]) == {"seen"}
+    assert sorted(q[4] for q in fake.quiet) == ["hidden", "seen"]
+    access.refused_topics(Op.DESCRIBE, ["hidden"])
+    assert len(fake.quiet) == 2  # a refusal the caller sees is logged
 
 
 def test_creatable_cluster_create_or_topic_create(alice: None) -> None:
