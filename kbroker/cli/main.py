@@ -39,7 +39,7 @@ from kbroker.cli import (
     zk_security,
 )
 from kbroker.cli.common import CliError, UsageError, client_configs, one_line
-from kclient.errors import KafkaError
+from kclient.errors import KafkaConnectionError, KafkaError, NoBrokersAvailable
 
 PROG = "kctl"
 EXIT_FAILURE = 1
@@ -124,6 +124,17 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _security_hint(args: argparse.Namespace, exc: KafkaError) -> str:
+    """For brokers that answered but not as gRPC over plaintext (the TLS port closed the
+    socket), reached over --bootstrap-server without --command-config: the listener may
+    be SSL or SASL_SSL. Not for a refused connection (nothing listens there)."""
+    if not isinstance(exc, KafkaConnectionError | NoBrokersAvailable) or "Connection refused" in str(exc):
+        return ""
+    if getattr(args, "bootstrap_server", None) is None or getattr(args, "command_config", None) is not None:
+        return ""
+    return " (an SSL or SASL listener needs --command-config with security.protocol and its settings)"
+
+
 def _silence_stdout() -> None:
     """After a broken pipe: stop Python from failing again when it flushes stdout at exit."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -139,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except (CliError, KafkaError) as exc:
+    except KafkaError as exc:
+        return _fail(str(exc) + _security_hint(args, exc), EXIT_FAILURE)
+    except CliError as exc:
         return _fail(str(exc), EXIT_FAILURE)
     except KazooTimeoutError:
         return _fail("ZooKeeper did not answer in time", EXIT_FAILURE)

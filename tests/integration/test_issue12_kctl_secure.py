@@ -116,8 +116,8 @@ def test_kctl_refused_without_the_right_credentials(secured: tuple[LocalCluster,
     for command in ("topics list", "acls --list", "users list", "configs --describe --entity-type users"):
         line = fails(kctl(command, f"--bootstrap-server {secure} --command-config {wrong}"), code=1)
         assert "not-the-password" not in line
-    # No --command-config on a SASL_SSL listener: one line too.
-    fails(kctl("topics list", f"--bootstrap-server {secure}"), code=1)
+    # No --command-config on a SASL_SSL listener: one line too, with a hint.
+    fails(kctl("topics list", f"--bootstrap-server {secure}"), code=1, mentions="needs --command-config")
 
 
 def test_kctl_produce_and_consume_over_sasl_ssl(secured: tuple[LocalCluster, str, str]) -> None:
