@@ -127,3 +127,19 @@ def test_kctl_produce_and_consume_over_sasl_ssl(secured: tuple[LocalCluster, str
     ok(kctl("produce --topic s", conn, stdin="one\ntwo\nthree\n"))
     out = ok(kctl("consume --topic s --from-beginning --max-messages 3 --timeout-ms 30000", conn))
     assert out == "one\ntwo\nthree\n"
+
+
+def test_every_broker_command_takes_the_command_config(secured: tuple[LocalCluster, str, str]) -> None:
+    _, secure, admin_props = secured
+    conn = f"--bootstrap-server {secure} --command-config {admin_props}"
+    ok(kctl("topics create --topic c --partitions 1 --replication-factor 2", conn))
+    brokers = ok(kctl("brokers list", conn)).splitlines()
+    assert [line.split()[0] for line in brokers] == ["0", "1"]
+    assert secure.rpartition(":")[2] in brokers[0]  # the SECURE listener's addresses are advertised here
+    assert "c" in ok(kctl("log-dirs --describe", conn))
+    ok(kctl("configs --alter --entity-type topics --entity-name c --add-config retention.ms=60000", conn))
+    assert "retention.ms=60000" in ok(kctl("configs --describe --entity-type topics --entity-name c", conn))
+    ok(kctl("leaders elect --topic c", conn))
+    ok(kctl("perf produce --topic c --num-records 50 --record-size 10 --throughput -1", conn))
+    ok(kctl("perf consume --topic c --num-records 50 --timeout-ms 30000", conn))
+    ok(kctl("groups list", conn))
