@@ -2,7 +2,8 @@
 
 ::
 
-    kctl (--zookeeper HOST:PORT[/chroot] | --bootstrap-server HOST:PORT[,...]) NOUN VERB [flags]
+    kctl (--zookeeper HOST:PORT[/chroot] | --bootstrap-server HOST:PORT[,...] [--command-config FILE])
+         NOUN VERB [flags]
 
     topics   create | list | describe | delete | alter   (either connection)
     brokers  list                                       (either connection)
@@ -10,6 +11,14 @@
     groups   list | describe | delete | reset-offsets   (--bootstrap-server)
     produce                                             (--bootstrap-server)
     consume                                             (--bootstrap-server)
+    configs  --describe | --alter (topics, brokers, users)  (either connection)
+    acls     add | list | remove                        (either connection)
+    users    create | delete | list                     (either connection)
+
+``--command-config FILE`` gives the brokers' clients Java client properties
+(``security.protocol``, ``ssl.truststore.location``, ``sasl.mechanism``,
+``sasl.jaas.config``, ...); ``--zookeeper`` takes the ZooKeeper credential from
+``$KBROKER_ZK_DIGEST`` (or the JAAS file of ``$KAFKA_OPTS``).
 
 Modules: :mod:`main` (the argparse tree and the one place errors become exit codes),
 :mod:`backends` (the same cluster operations over ZooKeeper or the gRPC admin API),
