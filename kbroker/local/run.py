@@ -94,6 +94,12 @@ def start(root: Path, brokers: int, secure: bool = False) -> int:
             print(f"a local cluster is already running (bootstrap {state['bootstrap']}); scripts/run --stop first")
             return 1
         (root / STATE).unlink()
+    if not secure and (root / "secure" / "secrets.json").exists() and (root / "zookeeper").exists():
+        print(
+            f"{root} holds a secured cluster (its znodes need the credential): use scripts/run --secure, "
+            f"or delete {root} for a fresh plaintext one"
+        )
+        return 1
     root.mkdir(parents=True, exist_ok=True)
     setup = prepare(root / "secure") if secure else None
     zk = ZooKeeperEnsemble(root / "zookeeper", size=1)

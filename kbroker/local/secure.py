@@ -1,8 +1,9 @@
 """The secured local cluster of ``scripts/run --secure``: TLS everywhere, SCRAM users,
 ACLs, and ZooKeeper ACLs — made from scratch under ``.run/secure/``.
 
-- a fresh local CA (``ca.pem``) and one broker certificate (``CN=broker``, for every
-  broker: a local cluster has one host);
+- a local CA (``ca.pem``, made on the first run and kept, as are the passwords in
+  ``secrets.json``) and one broker certificate (``CN=broker``, for every broker: a local
+  cluster has one host);
 - listeners ``INTERNAL`` (SSL, client certificates required; the inter-broker listener,
   so brokers authenticate to each other as ``User:CN=broker``) and ``CLIENT`` (SASL_SSL
   with SCRAM-SHA-256/512) on free ports;
@@ -18,6 +19,7 @@ Thread safety: run once from the command line.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from dataclasses import dataclass
@@ -52,11 +54,20 @@ def _secret_file(path: Path, text: str) -> None:
 
 
 def prepare(root: Path) -> SecureSetup:
-    """Make the CA, certificates, credentials and files under ``root`` (``.run/secure``)."""
-    ca = certs.make_ca(root / "tls", "kbroker local CA")
+    """Make the CA, certificates, credentials and files under ``root`` (``.run/secure``),
+    or reuse them: a restarted cluster keeps its CA, its admin password and the ZooKeeper
+    credential its znodes are protected with."""
+    saved = root / "secrets.json"
+    if saved.exists():
+        kept = json.loads(saved.read_text())
+        ca = certs.load_ca(root / "tls")
+        password, zk_digest = kept["admin_password"], kept["zk_digest"]
+    else:
+        ca = certs.make_ca(root / "tls", "kbroker local CA")
+        password = secrets.token_urlsafe(18)
+        zk_digest = f"kbroker:{secrets.token_urlsafe(18)}"
+        _secret_file(saved, json.dumps({"admin_password": password, "zk_digest": zk_digest}))
     broker = certs.issue(ca, root / "tls", "broker")
-    password = secrets.token_urlsafe(18)
-    zk_digest = f"kbroker:{secrets.token_urlsafe(18)}"
     _secret_file(root / "zk.digest", zk_digest + "\n")
     command_config = root / "admin.properties"
     _secret_file(
