@@ -170,4 +170,3 @@ def test_garbage_requests_are_refused_with_one_log_line(cluster: LocalCluster) -
     assert "Traceback" not in logged
     lines = [line for line in logged.splitlines() if "undecodable" in line]
     assert len(lines) == 1 and "kbroker.v1.Broker/Produce" in lines[0]
-
