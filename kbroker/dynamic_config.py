@@ -8,19 +8,16 @@ The values live in ``/config/brokers/<id>`` (this broker) and ``/config/brokers/
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
 
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.exceptions import NoNodeError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.config_admin import validate_broker_config
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_events import ZkEventThread
 from kbroker.config import BrokerConfig, with_overrides
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import KafkaError
@@ -77,7 +74,7 @@ class DynamicBrokerConfig:
     whichever broker sees them.
 
     Thread safety: kazoo's watch callbacks only enqueue; one daemon thread
-    ``dynamic-config`` reads ZooKeeper and runs the listeners, so listeners never run
+    ``dynamic-config`` (a :class:`ZkEventThread`) reads ZooKeeper and runs the listeners, so listeners never run
     concurrently with each other. :meth:`effective` may be called from any thread (it
     returns an immutable snapshot reference).
     """
@@ -87,10 +84,7 @@ class DynamicBrokerConfig:
         self._zk = zk
         self._effective = static
         self._listeners: list[Listener] = []
-        self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="dynamic-config", daemon=True)
-        self._stopped = False
-        self._disconnected = False
+        self._events = ZkEventThread(zk, "dynamic-config", lambda _kind: self._reload())
         self._paths = (
             zkdata.entity_config_path("brokers", str(static.broker_id)),
             zkdata.entity_config_path("brokers", zkdata.DEFAULT_BROKER_ENTITY),
@@ -114,51 +108,15 @@ class DynamicBrokerConfig:
         return self._effective
 
     def start(self) -> None:
-        self._zk.add_state_listener(self._session_state)
-        self._events.put(("reload",))  # arms the watches; catches a change since load()
-        self._thread.start()
+        """Watch from now on (every event re-reads both znodes and re-arms the watches)."""
+        self._events.start()
 
     def stop(self) -> None:
-        self._stopped = True
-        self._events.put(None)
+        self._events.stop()
 
     def sync(self, timeout_s: float = 10.0) -> None:
         """Wait until every event enqueued so far has been handled (tests)."""
-        done = threading.Event()
-        self._events.put(("barrier", done))
-        done.wait(timeout_s)
-
-    # --- kazoo threads: enqueue only -------------------------------------------------
-
-    def _watch(self, event: WatchedEvent) -> None:
-        if not self._stopped and event.type != EventType.NONE:
-            self._events.put(("reload",))
-
-    def _session_state(self, state: KazooState) -> None:
-        if self._stopped:
-            return
-        if state in (KazooState.SUSPENDED, KazooState.LOST):
-            self._disconnected = True
-        elif state == KazooState.CONNECTED and self._disconnected:
-            self._disconnected = False
-            self._events.put(("reload",))  # watches may be gone: re-read and re-arm
-
-    # --- event thread ----------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            event = self._events.get()
-            if event is None:
-                return
-            if event[0] == "barrier":
-                event[1].set()
-                continue
-            try:
-                self._reload()
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                log.warning("dynamic broker configs: ZooKeeper unreachable (%r); re-read on reconnect", exc)
-            except Exception:
-                log.exception("applying dynamic broker configs failed")
+        self._events.sync(timeout_s)
 
     def _reload(self) -> None:
         new = self._read(watch=True)
@@ -177,11 +135,11 @@ class DynamicBrokerConfig:
         kazoo = self._zk.kazoo
         if watch:
             for path in self._paths:
-                kazoo.exists(path, watch=self._watch)  # fires on create, change and delete
+                kazoo.exists(path, watch=self._events.watch)  # fires on create, change and delete
             try:
-                kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._watch)
+                kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._events.watch)
             except NoNodeError:
-                kazoo.exists(zkdata.CONFIG_CHANGES, watch=self._watch)
+                kazoo.exists(zkdata.CONFIG_CHANGES, watch=self._events.watch)
         broker = self._entity(str(self._static.broker_id))
         default = self._entity(zkdata.DEFAULT_BROKER_ENTITY)
         return merge(self._static, default, broker)

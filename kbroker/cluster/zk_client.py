@@ -114,6 +114,9 @@ class ZkClient:
     def add_state_listener(self, listener: Callable[[KazooState], object]) -> None:
         self.kazoo.add_listener(listener)
 
+    def remove_state_listener(self, listener: Callable[[KazooState], object]) -> None:
+        self.kazoo.remove_listener(listener)
+
     @property
     def connected(self) -> bool:
         """Is the connection to ZooKeeper up right now (kazoo's CONNECTED state)?"""

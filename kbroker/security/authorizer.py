@@ -9,26 +9,24 @@ is the decision itself, a pure function.
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
-    SessionExpiredError,
 )
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.protocol.states import WatchedEvent
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_events import ZkEventThread
 from kbroker.security.acl import (
     IMPLIED_BY,
     WILDCARD_HOST,
@@ -524,10 +522,8 @@ class AclAuthorizer:
         self._snapshot = _Snapshot()
         self._lock = threading.Lock()
         self._last_seq = {False: -1, True: -1}
-        self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="acl-changes", daemon=True)
-        self._stopped = False
-        self._disconnected = False
+        self._pending_reload = False
+        self._events = ZkEventThread(zk, "acl-changes", self._handle, on_error=self._failed)
 
     @property
     def super_users(self) -> frozenset[str]:
@@ -540,23 +536,14 @@ class AclAuthorizer:
         first call), then follow changes on the ``acl-changes`` thread."""
         self.store.ensure_paths()
         self._reload()
-        self._zk.add_state_listener(self._session_state)
-        self._thread.start()
-        self._events.put(("changes",))  # arms the watches; catches a change since the load
+        self._events.start()  # arms the watches; catches a change since the load
 
     def stop(self) -> None:
-        self._stopped = True
-        self._zk.kazoo.remove_listener(self._session_state)
-        self._events.put(None)
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._events.stop(join_s=5)
 
     def sync(self, timeout_s: float = 10.0) -> bool:
         """Process every notification present now; True when done within ``timeout_s``."""
-        done = threading.Event()
-        self._events.put(("changes",))
-        self._events.put(("barrier", done))
-        return done.wait(timeout_s)
+        return self._events.sync(timeout_s, poke=True)
 
     # --- decisions -----------------------------------------------------------------------
 
@@ -655,43 +642,18 @@ class AclAuthorizer:
         with self._lock:
             self._snapshot = self._snapshot.with_resource(pattern, entries)
 
-    # --- kazoo threads: enqueue only -----------------------------------------------------
-
-    def _watch(self, event: WatchedEvent) -> None:
-        if not self._stopped and event.type != EventType.NONE:
-            self._events.put(("changes",))
-
-    def _session_state(self, state: KazooState) -> None:
-        if self._stopped:
-            return
-        if state in (KazooState.SUSPENDED, KazooState.LOST):
-            self._disconnected = True
-        elif state == KazooState.CONNECTED and self._disconnected:
-            self._disconnected = False
-            self._events.put(("reload",))  # notifications may have been missed, watches lost
-
     # --- the acl-changes thread ----------------------------------------------------------
 
-    def _run(self) -> None:
-        pending_reload = False
-        while True:
-            event = self._events.get()
-            if event is None:
-                return
-            if event[0] == "barrier":
-                event[1].set()
-                continue
-            try:
-                if event[0] == "reload" or pending_reload:
-                    pending_reload = False
-                    self._reload()
-                self._process_changes()
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                pending_reload = True
-                log.warning("ACL cache: ZooKeeper unreachable (%r); everything is re-read on reconnect", exc)
-            except Exception:
-                pending_reload = True
-                log.exception("ACL cache: processing change notifications failed; reloading on the next event")
+    def _handle(self, kind: str) -> None:
+        """After a reconnection (notifications may have been missed, watches lost) or a
+        failed round, everything is read again; then the new notifications."""
+        if kind == "reconnected" or self._pending_reload:
+            self._pending_reload = False
+            self._reload()
+        self._process_changes()
+
+    def _failed(self, exc: BaseException) -> None:
+        self._pending_reload = True
 
     def _reload(self) -> None:
         seqs = self.store.change_seqs()  # before the load: later changes get processed after it
@@ -704,7 +666,7 @@ class AclAuthorizer:
     def _process_changes(self) -> None:
         now_ms = int(time.time() * 1000)
         for prefixed in (False, True):
-            children = self.store.notifications(prefixed, watch=self._watch)
+            children = self.store.notifications(prefixed, watch=self._events.watch)
             seqs = [zkdata.acl_change_seq(c) for c in children]
             if seqs and seqs[-1] < self._last_seq[prefixed]:
                 log.warning("ACL change notifications were reset; reloading every ACL")

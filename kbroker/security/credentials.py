@@ -11,17 +11,15 @@ learns of it. Removing a user's last credential leaves ``{"config":{}}``, as Kaf
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_events import ZkEventThread
 from kclient.errors import (
     BrokerResponseError,
     DuplicateResourceError,
@@ -107,10 +105,7 @@ class CredentialStore:
         self._caching = False
         self._last_seq = -1
         self._primed = False
-        self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="scram-credentials", daemon=True)
-        self._stopped = False
-        self._disconnected = False
+        self._events = ZkEventThread(zk, "scram-credentials", self._handle)
 
     # --- reads -----------------------------------------------------------------------
 
@@ -247,23 +242,18 @@ class CredentialStore:
         self._zk.kazoo.ensure_path(zkdata.CONFIG_CHANGES)
         with self._lock:
             self._caching = True
-        self._zk.add_state_listener(self._session_state)
-        self._events.put(("changes",))
-        self._thread.start()
+        self._events.start()
 
     def stop(self) -> None:
         """Stop watching; lookups read ZooKeeper again (nothing cached)."""
-        self._stopped = True
         with self._lock:
             self._caching = False
         self.invalidate()
-        self._events.put(None)
+        self._events.stop()
 
     def sync(self, timeout_s: float = 10.0) -> None:
         """Wait until every event enqueued so far has been handled (tests)."""
-        done = threading.Event()
-        self._events.put(("barrier", done))
-        done.wait(timeout_s)
+        self._events.sync(timeout_s)
 
     def invalidate(self, user: str | None = None) -> None:
         """Drop ``user`` (None: everyone) from the cache."""
@@ -274,42 +264,15 @@ class CredentialStore:
             else:
                 self._cache.pop(user, None)
 
-    # kazoo threads: enqueue only
-
-    def _watch(self, event: WatchedEvent) -> None:
-        if not self._stopped and event.type != EventType.NONE:
-            self._events.put(("changes",))
-
-    def _session_state(self, state: KazooState) -> None:
-        if self._stopped:
-            return
-        if state in (KazooState.SUSPENDED, KazooState.LOST):
-            self._disconnected = True
-        elif state == KazooState.CONNECTED and self._disconnected:
-            self._disconnected = False
-            self._events.put(("reconnected",))
-
     # the watcher thread
 
-    def _run(self) -> None:
-        while True:
-            event = self._events.get()
-            if event is None:
-                return
-            if event[0] == "barrier":
-                event[1].set()
-                continue
-            if event[0] == "reconnected":
-                self.invalidate()
-            try:
-                self._process_changes()
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                log.warning("SCRAM credentials: ZooKeeper unreachable (%r); cache dropped on reconnect", exc)
-            except Exception:
-                log.exception("processing SCRAM credential change notifications failed")
+    def _handle(self, kind: str) -> None:
+        if kind == "reconnected":  # notifications may have been missed: forget everything
+            self.invalidate()
+        self._process_changes()
 
     def _process_changes(self) -> None:
-        children = self._zk.kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._watch)
+        children = self._zk.kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._events.watch)
         seqs = sorted((zkdata.config_change_seq(c), c) for c in children if zkdata.config_change_seq(c) >= 0)
         if not self._primed:
             # First look: older notifications are history; drop what was cached meanwhile.

@@ -184,6 +184,9 @@ class FakeZk:
     def add_state_listener(self, listener: Any) -> None:
         pass
 
+    def remove_state_listener(self, listener: Any) -> None:
+        pass
+
 
 def test_dynamic_broker_config_loads_watches_and_notifies() -> None:
     zk = FakeZk()
