@@ -8,8 +8,8 @@ declared here. Each handler runs on the request pool (``blocking``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from kbroker.api.access import Access
 from kbroker.api.call_context import current
@@ -107,6 +107,36 @@ def filter_from_proto(f: security_pb2.AclBindingFilter) -> AclBindingFilter:
     return out
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _decoded(items: Iterable[Any], decode: Callable[[Any], T]) -> list[T | BrokerResponseError]:
+    """Each item decoded, or the error that refused it."""
+    out: list[T | BrokerResponseError] = []
+    for item in items:
+        try:
+            out.append(decode(item))
+        except BrokerResponseError as exc:
+            out.append(exc)
+    return out
+
+
+def _in_order(
+    decoded: list[T | BrokerResponseError], apply: Callable[[list[T]], Sequence[R]]
+) -> list[R | BrokerResponseError]:
+    """``apply`` to the decoded items at once; its results and the refusals, in request order."""
+    valid = [d for d in decoded if not isinstance(d, BrokerResponseError)]
+    done = iter(apply(valid) if valid else [])
+    return [d if isinstance(d, BrokerResponseError) else next(done) for d in decoded]
+
+
+def _checked_binding(b: security_pb2.AclBinding) -> AclBinding:
+    binding = binding_from_proto(b)
+    validate_binding(binding)
+    return binding
+
+
 def _no_sasl() -> IllegalSaslStateError:
     call = current()
     return IllegalSaslStateError(f"listener {call.listener} ({call.security_protocol}) does not serve SASL")
@@ -176,21 +206,10 @@ class SecurityRpcs:
             for _ in request.creations:
                 _error(resp.results.add(), exc)
             return resp
-        parsed: list[AclBinding | BrokerResponseError] = []
-        for c in request.creations:
-            try:
-                binding = binding_from_proto(c)
-                validate_binding(binding)
-                parsed.append(binding)
-            except BrokerResponseError as exc:
-                parsed.append(exc)
-        valid = [b for b in parsed if isinstance(b, AclBinding)]
-        stored = iter(acls.create_acls(valid) if valid else [])
-        for item in parsed:
+        for outcome in _in_order(_decoded(request.creations, _checked_binding), acls.create_acls):
             result = resp.results.add()
-            err = item if isinstance(item, BrokerResponseError) else next(stored)
-            if err is not None:
-                _error(result, err)
+            if outcome is not None:
+                _error(result, outcome)
         return resp
 
     @blocking
@@ -214,20 +233,11 @@ class SecurityRpcs:
             for _ in request.filters:
                 _error(resp.filter_results.add(), exc)
             return resp
-        parsed: list[AclBindingFilter | BrokerResponseError] = []
-        for f in request.filters:
-            try:
-                parsed.append(filter_from_proto(f))
-            except BrokerResponseError as exc:
-                parsed.append(exc)
-        valid = [f for f in parsed if isinstance(f, AclBindingFilter)]
-        done = iter(acls.delete_acls(valid) if valid else [])
-        for item in parsed:
+        for outcome in _in_order(_decoded(request.filters, filter_from_proto), acls.delete_acls):
             result = resp.filter_results.add()
-            if isinstance(item, BrokerResponseError):
-                _error(result, item)
+            if isinstance(outcome, BrokerResponseError):
+                _error(result, outcome)
                 continue
-            outcome = next(done)
             result.deleted.extend(binding_to_proto(b) for b in outcome.deleted)
             if outcome.error is not None:
                 _error(result, outcome.error)
