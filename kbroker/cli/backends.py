@@ -42,6 +42,9 @@ ZK_CONNECT_TIMEOUT_S = 10.0
 NO_LEADER = -1
 ELECTION_POLL_S = 0.1
 
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+DEFAULT_MIN_INSYNC_REPLICAS = 1
+
 ElectionResults = dict[tuple[str, int], Exception | None]
 """(topic, partition) -> None if its preferred replica leads now, else why not."""
 
@@ -63,6 +66,9 @@ class TopicView:
     partitions: list[PartitionView]
     configs: dict[str, str] = field(default_factory=dict)
     marked_for_deletion: bool = False
+    topic_id: str | None = None
+    """The topic's id (Kafka 2.8's TopicId), where the backend knows it: the topic znode has
+    it; the gRPC DescribeTopics response does not carry it yet."""
 
     @property
     def replication_factor(self) -> int:
@@ -94,6 +100,11 @@ class Backend(ABC):
     @abstractmethod
     def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicView]:
         """``names`` (each must exist), or every topic; sorted by name."""
+
+    def min_insync_replicas(self, topics: Sequence[TopicView]) -> dict[str, int]:
+        """Each topic's effective ``min.insync.replicas``: its override, else Kafka's default 1
+        (over gRPC, the broker's answer, which includes the broker-wide default)."""
+        return {t.name: _as_int(t.configs.get(MIN_INSYNC_REPLICAS), DEFAULT_MIN_INSYNC_REPLICAS) for t in topics}
 
     @abstractmethod
     def create_topic(
@@ -134,6 +145,13 @@ class Backend(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _as_int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
 
 
 def zookeeper_credential() -> ZkCredential | None:
@@ -237,7 +255,7 @@ class ZooKeeperBackend(Backend):
                         list(znode.removing.get(p, [])),
                     )
                 )
-            out.append(TopicView(name, partitions, self._zk.topic_config(name), name in pending))
+            out.append(TopicView(name, partitions, self._zk.topic_config(name), name in pending, znode.topic_id))
         return out
 
     def create_topic(
@@ -365,6 +383,18 @@ class AdminBackend(Backend):
                 parts.append(PartitionView(p.partition, p.leader, list(p.replicas), list(p.isr), adding, removing))
             out.append(TopicView(d.name, parts, dict(d.configs)))
         return sorted(out, key=lambda t: t.name)
+
+    def min_insync_replicas(self, topics: Sequence[TopicView]) -> dict[str, int]:
+        out = super().min_insync_replicas(topics)
+        for t in topics:
+            try:
+                entries = self._admin.describe_configs([(config_pb2.TOPIC, t.name)])[(config_pb2.TOPIC, t.name)]
+            except KafkaError:
+                continue  # deleted meanwhile: the override or the default
+            entry = entries.get(MIN_INSYNC_REPLICAS)
+            if entry is not None:
+                out[t.name] = _as_int(entry.value, out[t.name])
+        return out
 
     def create_topic(
         self,

@@ -15,8 +15,11 @@ UsageError (exit 2) that never quotes a secret.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +204,93 @@ def client_configs(args: argparse.Namespace) -> dict[str, Any]:
     configs = {} if path is None else client_settings(read_properties(str(path)), f"--command-config {path}")
     vars(args)["_client_configs"] = configs
     return dict(configs)
+
+
+# --- the default connection ---------------------------------------------------------
+
+BOOTSTRAP_ENV = "KBROKER_BOOTSTRAP"
+"""The bootstrap servers kctl uses when neither --bootstrap-server nor --zookeeper is given."""
+CLUSTER_STATE = Path(".run") / "cluster.json"
+"""What ``scripts/run`` writes: ``{"bootstrap": ..., "zookeeper": {"connect": ..., "pid": ...},
+"command_config": ...}`` (``command_config`` with ``--secure`` only)."""
+
+
+@dataclass(frozen=True)
+class DefaultConnection:
+    """Where kctl connects when the command line names no cluster, and where that came from."""
+
+    bootstrap: str | None
+    zookeeper: str | None
+    command_config: str | None
+    source: str
+    """``$KBROKER_BOOTSTRAP`` or the path of the cluster.json it was read from."""
+
+
+def _pid_alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # no pid recorded: trust the file
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_cluster_state(cwd: Path | None = None) -> Path | None:
+    """``.run/cluster.json`` in ``cwd`` (default: the current directory) or its nearest parent."""
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CLUSTER_STATE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_cluster_state(path: Path) -> DefaultConnection | None:
+    """The connection a running local cluster's state file gives; None if unreadable or if its
+    ZooKeeper process is gone (a stale file of a stopped cluster)."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    found = state.get("zookeeper")
+    zk: dict[str, Any] = found if isinstance(found, dict) else {}
+    if not _pid_alive(zk.get("pid")):
+        return None
+    bootstrap, connect, config = state.get("bootstrap"), zk.get("connect"), state.get("command_config")
+    return DefaultConnection(
+        bootstrap if isinstance(bootstrap, str) and bootstrap else None,
+        connect if isinstance(connect, str) and connect else None,
+        config if isinstance(config, str) and config else None,
+        str(path),
+    )
+
+
+def default_connection(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> DefaultConnection | None:
+    """``$KBROKER_BOOTSTRAP`` (with cluster.json's ZooKeeper and command config when it names
+    the same bootstrap servers), else the local cluster's ``.run/cluster.json``; None if neither."""
+    environ = os.environ if env is None else env
+    path = find_cluster_state(cwd)
+    state = read_cluster_state(path) if path is not None else None
+    servers = environ.get(BOOTSTRAP_ENV, "").strip()
+    if servers:
+        same = state is not None and state.bootstrap == servers
+        return DefaultConnection(
+            servers,
+            state.zookeeper if same and state is not None else None,
+            state.command_config if same and state is not None else None,
+            f"${BOOTSTRAP_ENV}",
+        )
+    return state
+
+
+def describe_default(found: DefaultConnection | None) -> str:
+    """For --help: what kctl would connect to now without connection flags."""
+    if found is None:
+        return f"none now: set ${BOOTSTRAP_ENV} or start a local cluster with scripts/run"
+    where = found.bootstrap or found.zookeeper
+    return f"now {where} from {found.source}"

@@ -3,7 +3,18 @@
 produce reads lines from stdin and sends one record per line. A line is
 ``key<SEP>value`` when it contains the separator (TAB unless ``--property
 key.separator=...``), otherwise the whole line is the value; ``--property
-parse.key=true`` makes the key mandatory and ``parse.key=false`` never splits. At EOF
+parse.key=true`` makes the key mandatory and ``parse.key=false`` never splits.
+``--property parse.headers=true`` reads Kafka's console-producer headers first::
+
+    h1:v1,h2:v2<TAB>[key<TAB>]value
+
+(``headers.delimiter`` TAB ends the headers, ``headers.separator`` ``,`` between
+headers, ``headers.key.separator`` ``:`` between a header's key and value; a line
+without the delimiter, or a header without the key separator, fails the command
+unless ``ignore.error=true``, which then sends the whole line as the value, or the
+header with a null value). ``--producer-property k=v`` (repeatable) sets any producer
+setting by its Java name (``linger.ms``) or kafka-python name (``linger_ms``); the
+explicit flags (--acks, --compression-type, --max-block-ms) win over it. At EOF
 (or Ctrl-C) it flushes, and fails if any record was not acknowledged. It prints
 nothing on success (``--verbose``: one summary line on stderr).
 
@@ -16,11 +27,22 @@ print.headers|print.key=true``; ``\\t`` is ``key.separator``; keys and values ar
 decoded as UTF-8 with errors replaced, a missing one prints ``null``). It stops after
 ``--max-messages`` records or ``--timeout-ms`` without a new one, and otherwise runs
 until Ctrl-C (exit 0).
+
+``consume --group G`` reads as a member of group G (subscribed to ``--topic``, or to
+every topic matching ``--include REGEX``, a full match, as kafka-console-consumer's
+``--include``): it starts from the group's committed offsets (``--from-beginning`` or
+the latest offset where it has none) and commits, after each printed batch, exactly
+the offsets it has printed. ``--include`` without ``--group`` joins a fresh
+``console-consumer-NNNNN`` group and commits nothing, as Kafka's console consumer does.
+With ``--partition`` the partition is assigned and ``--group`` only keeps the offsets.
+``--consumer-property k=v`` sets any consumer setting, as ``--producer-property``.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
+import re
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -36,7 +58,7 @@ from kclient import (
     Producer,
     TopicPartition,
 )
-from kclient.errors import KafkaError, UnknownTopicOrPartitionError
+from kclient.errors import InvalidConfigError, KafkaError, UnknownTopicOrPartitionError
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 TOPIC_WAIT_S = 2.0
@@ -49,22 +71,41 @@ TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 def add_parsers(nouns: argparse._SubParsersAction[Any], connection: argparse.ArgumentParser) -> None:
     produce = nouns.add_parser("produce", parents=[connection], help="send lines of stdin as records ([key<TAB>]value)")
     produce.add_argument("--topic", required=True)
-    produce.add_argument("--acks", choices=("0", "1", "all", "-1"), default="all", help="default: all")
-    produce.add_argument("--compression-type", choices=COMPRESSION_TYPES, default="none")
+    produce.add_argument("--acks", choices=("0", "1", "all", "-1"), help="default: all")
+    produce.add_argument("--compression-type", choices=COMPRESSION_TYPES, help="default: none")
     produce.add_argument(
-        "--max-block-ms", type=int, default=60000, help="how long send may wait for metadata or buffer space"
+        "--max-block-ms", type=int, help="how long send may wait for metadata or buffer space (default 60000)"
     )
     produce.add_argument(
         "--property",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="parse.key=true|false (default: split when the separator is present), key.separator=SEP (default TAB)",
+        help="parse.key=true|false (default: split when the separator is present), key.separator=SEP (default TAB), "
+        "parse.headers=true|false, headers.delimiter (TAB), headers.separator (,), headers.key.separator (:), "
+        "ignore.error=true|false",
+    )
+    produce.add_argument(
+        "--producer-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a producer setting, Java or kafka-python name: linger.ms=5, batch.size=65536, ... (repeatable)",
     )
     produce.set_defaults(handler=produce_lines)
 
     consume = nouns.add_parser("consume", parents=[connection], help="print a topic's records to stdout")
-    consume.add_argument("--topic", required=True)
+    source = consume.add_mutually_exclusive_group(required=True)
+    source.add_argument("--topic")
+    source.add_argument("--include", metavar="REGEX", help="every topic whose name matches REGEX (a group member)")
+    consume.add_argument("--group", help="consume as a member of this group and commit what was printed")
+    consume.add_argument(
+        "--consumer-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a consumer setting, Java or kafka-python name: max.poll.records=100, ... (repeatable)",
+    )
     consume.add_argument(
         "--from-beginning", action="store_true", help="start at the earliest offset (default: only new records)"
     )
@@ -172,33 +213,124 @@ def split_line(line: bytes, separator: bytes, parse_key: bool | None, lineno: in
     return None, line
 
 
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """Kafka's console producer LineMessageReader settings (``--property``)."""
+
+    parse_key: bool | None = None
+    key_separator: bytes = b"\t"
+    parse_headers: bool = False
+    headers_delimiter: bytes = b"\t"
+    headers_separator: bytes = b","
+    headers_key_separator: bytes = b":"
+    ignore_error: bool = False
+
+    KNOWN = (
+        "parse.key",
+        "key.separator",
+        "parse.headers",
+        "headers.delimiter",
+        "headers.separator",
+        "headers.key.separator",
+        "ignore.error",
+    )
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> LineFormat:
+        unknown = set(props) - set(cls.KNOWN)
+        if unknown:
+            raise UsageError(
+                f"unknown --property for produce: {', '.join(sorted(unknown))} (known: {', '.join(cls.KNOWN)})"
+            )
+        texts = {
+            name: _unescape(props[name]).encode()
+            for name in ("key.separator", "headers.delimiter", "headers.separator", "headers.key.separator")
+            if name in props
+        }
+        for name, text in texts.items():
+            if not text:
+                raise UsageError(f"{name} must not be empty")
+        return cls(
+            parse_key=parse_bool(props["parse.key"], "parse.key") if "parse.key" in props else None,
+            key_separator=texts.get("key.separator", b"\t"),
+            parse_headers=parse_bool(props.get("parse.headers", "false"), "parse.headers"),
+            headers_delimiter=texts.get("headers.delimiter", b"\t"),
+            headers_separator=texts.get("headers.separator", b","),
+            headers_key_separator=texts.get("headers.key.separator", b":"),
+            ignore_error=parse_bool(props.get("ignore.error", "false"), "ignore.error"),
+        )
+
+    def headers(self, text: bytes, lineno: int) -> list[Header]:
+        out: list[Header] = []
+        if not text:
+            return out
+        for pair in text.split(self.headers_separator):
+            key, sep, value = pair.partition(self.headers_key_separator)
+            if not sep:
+                if not self.ignore_error:
+                    shown = pair.decode(errors="replace")
+                    raise CliError(f"No header key separator found in pair '{shown}' on line number {lineno}")
+                out.append((pair.decode("utf-8", errors="replace"), None))
+                continue
+            out.append((key.decode("utf-8", errors="replace"), value))
+        return out
+
+    def parse(self, line: bytes, lineno: int) -> tuple[bytes | None, bytes, list[Header]]:
+        """(key, value, headers) of one input line."""
+        headers: list[Header] = []
+        if self.parse_headers:
+            head, sep, rest = line.partition(self.headers_delimiter)
+            if sep:
+                headers, line = self.headers(head, lineno), rest
+            elif not self.ignore_error:
+                raise CliError(f"No headers delimiter found on line number {lineno}")
+        key, value = split_line(line, self.key_separator, self.parse_key, lineno)
+        return key, value, headers
+
+
+def producer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The Producer's keyword arguments: --command-config, then --producer-property, then the
+    explicit flags (which win)."""
+    from kbroker.cli.perf import client_config  # perf imports this module
+
+    config = {
+        **client_configs(args),
+        **client_config(args.producer_property, "--producer-property", Producer.DEFAULT_CONFIG),
+    }
+    config.pop("bootstrap_servers", None)
+    config.setdefault("acks", "all")
+    config.setdefault("compression_type", "none")
+    config.setdefault("max_block_ms", 60000)
+    for key, value in (
+        ("acks", args.acks),
+        ("compression_type", args.compression_type),
+        ("max_block_ms", args.max_block_ms),
+    ):
+        if value is not None:
+            config[key] = value
+    if config["max_block_ms"] < 0:
+        raise UsageError(f"--max-block-ms must be >= 0, got {config['max_block_ms']}")
+    return config
+
+
 def produce_lines(args: argparse.Namespace) -> int:
     bootstrap = _bootstrap(args, "produce")
-    props = parse_key_values(args.property, "--property")
-    parse_key = parse_bool(props.pop("parse.key"), "parse.key") if "parse.key" in props else None
-    separator = _unescape(props.pop("key.separator", "\t")).encode()
-    if props:
-        raise UsageError(
-            f"unknown --property for produce: {', '.join(sorted(props))} (known: parse.key, key.separator)"
-        )
-    if not separator:
-        raise UsageError("key.separator must not be empty")
-    if args.max_block_ms < 0:
-        raise UsageError(f"--max-block-ms must be >= 0, got {args.max_block_ms}")
+    fmt = LineFormat.from_properties(parse_key_values(args.property, "--property"))
+    config = producer_config(args)
     require_topic(bootstrap, args.topic, client_configs(args))
     outcomes = _Outcomes()
-    producer = Producer(
-        bootstrap_servers=bootstrap,
-        acks=args.acks,
-        compression_type=args.compression_type,
-        max_block_ms=args.max_block_ms,
-        **client_configs(args),
-    )
+    try:
+        producer = Producer(bootstrap_servers=bootstrap, **config)
+    except InvalidConfigError as exc:
+        raise UsageError(str(exc)) from None
     try:
         try:
             for lineno, line in enumerate(read_lines(sys.stdin.buffer), 1):
-                key, value = split_line(line, separator, parse_key, lineno)
-                outcomes.watch(producer.send(args.topic, value, key=key))
+                key, value, headers = fmt.parse(line, lineno)
+                outcomes.watch(producer.send(args.topic, value, key=key, headers=headers or None))
         except KeyboardInterrupt:
             pass  # Ctrl-C ends the input, as Ctrl-D does
         producer.flush()
@@ -211,7 +343,7 @@ def produce_lines(args: argparse.Namespace) -> int:
             f"{outcomes.first_error}"
         )
     if args.verbose:
-        print(f"kctl: produced {outcomes.acked} record(s) to {args.topic} (acks={args.acks})", file=sys.stderr)
+        print(f"kctl: produced {outcomes.acked} record(s) to {args.topic} (acks={config['acks']})", file=sys.stderr)
     return 0
 
 
@@ -276,6 +408,24 @@ def _start(offset: str | None) -> int | str | None:
     raise UsageError(f"--offset must be a non-negative number, earliest or latest, got {offset!r}")
 
 
+def consumer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The Consumer's keyword arguments: --command-config, then --consumer-property, then
+    the group and where to start."""
+    from kbroker.cli.perf import client_config  # perf imports this module
+
+    props = client_config(args.consumer_property, "--consumer-property", Consumer.DEFAULT_CONFIG)
+    config = {**client_configs(args), **props}
+    config.pop("bootstrap_servers", None)
+    if args.group is not None:
+        config["group_id"] = args.group
+    elif args.include is not None:
+        config["group_id"] = f"console-consumer-{random.randint(10000, 99999)}"  # Kafka's throwaway group
+    if "auto_offset_reset" not in props:
+        config["auto_offset_reset"] = "earliest" if args.from_beginning else "latest"
+    config["enable_auto_commit"] = False  # --group commits what it printed, itself
+    return config
+
+
 def consume_records(args: argparse.Namespace) -> int:
     bootstrap = _bootstrap(args, "consume")
     fmt = RecordFormat.from_properties(parse_key_values(args.property, "--property"))
@@ -284,12 +434,22 @@ def consume_records(args: argparse.Namespace) -> int:
         raise UsageError("--offset needs --partition")
     if start is not None and args.from_beginning:
         raise UsageError("--from-beginning and --offset cannot be used together")
+    if args.include is not None and args.partition is not None:
+        raise UsageError("--partition needs --topic, not --include")
+    if args.include is not None:
+        try:
+            re.compile(args.include)
+        except re.error as exc:
+            raise UsageError(f"--include {args.include!r} is not a regular expression: {exc}") from None
+    if args.group is not None and not args.group.strip():
+        raise UsageError("--group is empty")
     if args.max_messages is not None and args.max_messages < 1:
         raise UsageError(f"--max-messages must be at least 1, got {args.max_messages}")
     if args.timeout_ms is not None and args.timeout_ms < 0:
         raise UsageError(f"--timeout-ms must be >= 0, got {args.timeout_ms}")
+    config = consumer_config(args)
     try:
-        count = _consume(args, bootstrap, fmt, start)
+        count = _consume(args, bootstrap, fmt, start, config)
     except KeyboardInterrupt:
         return 0
     if args.verbose:
@@ -297,28 +457,42 @@ def consume_records(args: argparse.Namespace) -> int:
     return 0
 
 
-def _consume(args: argparse.Namespace, bootstrap: str, fmt: RecordFormat, start: int | str | None) -> int:
+def _place(args: argparse.Namespace, consumer: Consumer, bootstrap: str, start: int | str | None) -> None:
+    """Subscribe (a group member) or assign the partitions asked for."""
+    if args.include is not None:
+        consumer.subscribe(pattern=args.include)
+        return
     topic = args.topic
     partitions = require_topic(bootstrap, topic, client_configs(args))
     if args.partition is not None and args.partition not in partitions:
         raise UnknownTopicOrPartitionError(
             f"topic {topic!r} has no partition {args.partition} (it has {len(partitions)})"
         )
+    if args.group is not None and args.partition is None:
+        consumer.subscribe([topic])
+        return
+    found = consumer.partitions_for_topic(topic)
+    if not found:
+        raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+    tps = [TopicPartition(topic, p) for p in sorted(found) if args.partition in (None, p)]
+    consumer.assign(tps)
+    if start == "earliest":
+        consumer.seek_to_beginning(*tps)
+    elif start == "latest":
+        consumer.seek_to_end(*tps)
+    elif isinstance(start, int):
+        consumer.seek(tps[0], start)
+
+
+def _consume(
+    args: argparse.Namespace, bootstrap: str, fmt: RecordFormat, start: int | str | None, config: dict[str, Any]
+) -> int:
     out = sys.stdout.buffer
     count = 0
-    reset = "earliest" if args.from_beginning else "latest"
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset=reset, **client_configs(args)) as consumer:
-        found = consumer.partitions_for_topic(topic)
-        if not found:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-        tps = [TopicPartition(topic, p) for p in sorted(found) if args.partition in (None, p)]
-        consumer.assign(tps)
-        if start == "earliest":
-            consumer.seek_to_beginning(*tps)
-        elif start == "latest":
-            consumer.seek_to_end(*tps)
-        elif isinstance(start, int):
-            consumer.seek(tps[0], start)
+    commits = args.group is not None
+    consumer = Consumer(bootstrap_servers=bootstrap, **config)
+    try:
+        _place(args, consumer, bootstrap, start)
         timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000.0
         idle_since = time.monotonic()
         while args.max_messages is None or count < args.max_messages:
@@ -335,9 +509,11 @@ def _consume(args: argparse.Namespace, bootstrap: str, fmt: RecordFormat, start:
             idle_since = time.monotonic()
             for records in batch.values():
                 for r in records:
-                    if left is not None and count >= args.max_messages:
-                        break
                     out.write(fmt.format(r).encode("utf-8", errors="replace"))
                     count += 1
             out.flush()
+            if commits:
+                consumer.commit()  # exactly what was printed: positions advance over returned records only
+    finally:
+        consumer.close(autocommit=False)
     return count

@@ -5,29 +5,49 @@ Consumer groups live on the brokers (their coordinator), so every verb needs
 
     groups list             G                            one per line, sorted
     groups list --state     GROUP STATE                  then one row per group
-    groups describe         [Consumer group 'G' has no active members.]
+    groups describe         (--offsets, the default)
+                            [Consumer group 'G' has no active members.]
                             [Warning: Consumer group 'G' is rebalancing.]
                             (then, after a blank line when one of those was printed)
                             GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
                             one row per partition with a committed offset or an owner,
                             and one (``-`` topic) per member that owns nothing;
                             several groups are separated by a blank line
+    groups describe --members
+                            GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS [ASSIGNMENT]
+                            (ASSIGNMENT with --verbose: t(0,1),u(2); ``-`` for none)
+    groups describe --state GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS
+                            (the coordinator as ``host:port  (id)``)
     groups delete           Deletion of requested consumer groups ('G') was successful.
-    groups reset-offsets    GROUP TOPIC PARTITION NEW-OFFSET  the plan (dry run, the default)
-                            or what was committed (--execute)
+    groups reset-offsets    GROUP TOPIC PARTITION NEW-OFFSET  the plan (dry run, the default,
+                            under a ``DRY RUN`` notice on stderr) or what was committed (--execute);
+                            with --export Kafka's CSV instead: ``topic,partition,offset`` lines
+                            (``group,topic,partition,offset`` when several groups are reset),
+                            which --from-file reads back
+
+``--all-groups`` describes (or resets) every group the brokers know. reset-offsets
+targets: --to-earliest, --to-latest, --to-current (the committed offset; the log end
+where there is none), --to-offset N, --shift-by N, --to-datetime, --by-duration
+PnDTnHnMnS (the first offset at or after now minus the ISO-8601 duration) and
+--from-file CSV (the offsets of the file, as given; --topic/--all-topics optional then,
+and narrow the file's rows).
 
 A group with neither members nor committed offsets does not exist
-(``GroupIdNotFoundError``). Offsets are reset only while the group has no members,
-and are clamped to the partition's ``[log start, log end]``.
+(``GroupIdNotFoundError``). Offsets are reset only while the group has no members
+(with --all-groups an active group is skipped with a warning on stderr), and, except
+with --from-file, are clamped to the partition's ``[log start, log end]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from kbroker.cli.backends import open_group_admin
@@ -47,12 +67,16 @@ DESCRIBE_HEADER = (
     "HOST",
     "CLIENT-ID",
 )
+MEMBERS_HEADER = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+STATE_HEADER = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
 RESET_HEADER = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
 INACTIVE_STATES = ("Empty", "Dead")
 REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance")
 UNKNOWN = "-"
 DATETIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2})?")
 DATETIME_FORMAT = "YYYY-MM-DDTHH:MM:SS[.sss][Z|+hh:mm|-hh:mm]"
+DURATION_RE = re.compile(r"P(?:(\d+)D)?(T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:[.,]\d{1,9})?)S)?)?", re.IGNORECASE)
+DURATION_FORMAT = "PnDTnHnMnS"
 
 
 def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.ArgumentParser) -> None:
@@ -66,9 +90,13 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     describe = verbs.add_parser(
         "describe",
         parents=[connection],
-        help="each partition's committed offset, log end offset, lag and owner",
+        help="each partition's committed offset, log end offset, lag and owner (or members, or state)",
     )
-    describe.add_argument("--group", action="append", required=True, help="the group (repeatable)")
+    _group_flags(describe)
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument("--offsets", action="store_true", help="offsets, log end offsets and lag (the default)")
+    view.add_argument("--members", action="store_true", help="the members (--verbose: and their partitions)")
+    view.add_argument("--state", action="store_true", help="coordinator, assignment strategy, state, member count")
     describe.set_defaults(handler=describe_groups)
 
     delete = verbs.add_parser("delete", parents=[connection], help="delete groups without members and their offsets")
@@ -78,13 +106,14 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     reset = verbs.add_parser(
         "reset-offsets",
         parents=[connection],
-        help="move an inactive group's committed offsets (a dry run unless --execute)",
+        help="move an inactive group's committed offsets (a DRY RUN unless --execute)",
         description="Compute new committed offsets for the partitions given and, with --execute, commit them. "
-        "Only for a group without active members. New offsets are clamped to each partition's "
-        "[log start, log end].",
+        "Without --execute nothing changes: the plan is printed under a DRY RUN notice. Only for a group "
+        "without active members. New offsets are clamped to each partition's [log start, log end] "
+        "(except those of --from-file).",
     )
-    reset.add_argument("--group", required=True)
-    which = reset.add_mutually_exclusive_group(required=True)
+    _group_flags(reset, repeat=False)
+    which = reset.add_mutually_exclusive_group()
     which.add_argument(
         "--topic",
         action="append",
@@ -95,17 +124,38 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="the log start offset")
     to.add_argument("--to-latest", action="store_true", help="the log end offset")
+    to.add_argument("--to-current", action="store_true", help="the committed offset (the log end where none)")
     to.add_argument("--to-offset", type=int, metavar="N", help="offset N")
     to.add_argument(
         "--to-datetime",
         metavar="DATETIME",
         help=f"the first offset with a timestamp at or after {DATETIME_FORMAT} (local time without a zone)",
     )
+    to.add_argument(
+        "--by-duration",
+        metavar="PnDTnHnMnS",
+        help="the first offset with a timestamp at or after now minus this ISO-8601 duration (P1DT2H, PT30M)",
+    )
     to.add_argument("--shift-by", type=int, metavar="N", help="the committed offset plus N (negative: back)")
+    to.add_argument(
+        "--from-file", metavar="CSV", help="the offsets of a CSV file (topic,partition,offset or group,topic,...)"
+    )
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="only print the new offsets (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    reset.add_argument(
+        "--export", action="store_true", help="print the plan as CSV (topic,partition,offset), for --from-file"
+    )
     reset.set_defaults(handler=reset_offsets)
+
+
+def _group_flags(parser: argparse.ArgumentParser, *, repeat: bool = True) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    if repeat:
+        which.add_argument("--group", action="append", help="the group (repeatable)")
+    else:
+        which.add_argument("--group", help="the group")
+    which.add_argument("--all-groups", action="store_true", help="every consumer group")
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -219,17 +269,89 @@ def describe_lines(g: GroupOffsets, ends: dict[TopicPartition, int | None]) -> l
     return [*notes, *([""] if notes else []), *table(DESCRIBE_HEADER, describe_rows(g, ends))]
 
 
+def member_assignment(m: MemberDescription) -> str:
+    """Kafka's ASSIGNMENT cell: ``t(0,1),u(2)``, or ``-``."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in m.assignment:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    cells = [f"{t}({','.join(str(p) for p in sorted(ps))})" for t, ps in sorted(by_topic.items())]
+    return ",".join(cells) or UNKNOWN
+
+
+def members_lines(d: GroupDescription, verbose: bool = False) -> list[str]:
+    """``--members``: one row per member, or Kafka's note for a group without any."""
+    if not d.members:
+        return [f"Consumer group '{d.group_id}' has no active members."]
+    header = [*MEMBERS_HEADER, *(["ASSIGNMENT"] if verbose else [])]
+    rows = []
+    for m in sorted(d.members, key=lambda m: m.member_id):
+        row = [d.group_id, *_member_cells(m), str(len(m.assignment))]
+        rows.append([*row, member_assignment(m)] if verbose else row)
+    notes = [f"Warning: Consumer group '{d.group_id}' is rebalancing.", ""] if d.state in REBALANCING_STATES else []
+    return [*notes, *table(header, rows)]
+
+
+def state_lines(d: GroupDescription, coordinator: str) -> list[str]:
+    """``--state``: Kafka's one-row table (``coordinator`` as ``host:port  (id)``)."""
+    row = [d.group_id, coordinator, d.protocol or UNKNOWN, d.state, str(len(d.members))]
+    return table(STATE_HEADER, [row])
+
+
+def _coordinator(admin: AdminClient, group: str, brokers: dict[str, int]) -> str:
+    try:
+        address = admin.find_coordinator(group)
+    except KafkaError:
+        return UNKNOWN
+    broker_id = brokers.get(address)
+    return f"{address}  ({broker_id})" if broker_id is not None else address
+
+
+def _group_ids(admin: AdminClient, args: argparse.Namespace) -> list[str]:
+    if args.all_groups:
+        return [gid for gid, _ in admin.list_consumer_groups()]
+    return _groups(args.group if isinstance(args.group, list) else [args.group])
+
+
+def _describe_one(admin: AdminClient, args: argparse.Namespace, gid: str, brokers: dict[str, int]) -> list[str]:
+    if args.members:
+        g = _load(admin, gid)
+        return members_lines(g.description, args.verbose)
+    (description,) = admin.describe_consumer_groups([gid])
+    if description.state == "Dead":
+        raise GroupIdNotFoundError(f"Consumer group '{gid}' does not exist.")
+    return state_lines(description, _coordinator(admin, gid, brokers))
+
+
 def describe_groups(args: argparse.Namespace) -> int:
-    names = _groups(args.group)
+    blocks: list[list[str]] = []
     with open_group_admin(args.zookeeper, args.bootstrap_server, client_configs(args)) as admin:
-        loaded = [_load(admin, name) for name in names]
-    tps = [tp for g in loaded for tp in {*g.committed, *(tp for m in g.description.members for tp in m.assignment)}]
-    with Consumer(bootstrap_servers=args.bootstrap_server, **client_configs(args)) as consumer:
-        ends = _log_ends(consumer, tps)
-    for i, g in enumerate(loaded):
+        names = _group_ids(admin, args)
+        if args.members or args.state:
+            brokers = {f"{b.host}:{b.port}": b.node_id for b in admin.describe_cluster()[0]} if args.state else {}
+            for gid in names:
+                try:
+                    blocks.append(_describe_one(admin, args, gid, brokers))
+                except GroupIdNotFoundError:
+                    if not args.all_groups:  # with --all-groups: deleted since listed
+                        raise
+        else:
+            loaded = []
+            for gid in names:
+                try:
+                    loaded.append(_load(admin, gid))
+                except GroupIdNotFoundError:
+                    if not args.all_groups:
+                        raise
+            tps = [
+                tp for g in loaded for tp in {*g.committed, *(tp for m in g.description.members for tp in m.assignment)}
+            ]
+            with Consumer(bootstrap_servers=args.bootstrap_server, **client_configs(args)) as consumer:
+                ends = _log_ends(consumer, tps)
+            blocks = [describe_lines(g, ends) for g in loaded]
+    for i, block in enumerate(blocks):
         if i:
             print()
-        for line in describe_lines(g, ends):
+        for line in block:
             print(line)
     return 0
 
@@ -302,16 +424,82 @@ def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(value, high))
 
 
+def parse_duration(text: str) -> int:
+    """Kafka's ``--by-duration``: an ISO-8601 duration ``PnDTnHnMnS`` (java.time.Duration's
+    day-time form, components optional, seconds may have a fraction) in milliseconds."""
+    m = DURATION_RE.fullmatch(text.strip())
+    if (
+        m is None
+        or not any(m.group(i) for i in (1, 3, 4, 5))
+        or (m.group(2) and not any(m.group(i) for i in (3, 4, 5)))
+    ):
+        raise UsageError(f"--by-duration must be an ISO-8601 duration {DURATION_FORMAT} (P1D, PT2H30M), got {text!r}")
+    days, hours, minutes = (int(m.group(i) or 0) for i in (1, 3, 4))
+    seconds = float((m.group(5) or "0").replace(",", "."))
+    return round(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+
+
+ResetPlan = dict[str, dict[TopicPartition, int]]
+"""group -> {partition: new offset}."""
+
+
+def read_plan(text: str, where: str) -> tuple[list[tuple[str | None, TopicPartition, int]], int]:
+    """Kafka's reset CSV: ``topic,partition,offset`` or ``group,topic,partition,offset`` rows
+    (blank lines skipped). Returns the rows (group None for 3 columns) and the column count."""
+    out: list[tuple[str | None, TopicPartition, int]] = []
+    width = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) not in (3, 4) or (width and len(cells) != width):
+            raise UsageError(f"{where} line {lineno}: expected topic,partition,offset or group,topic,partition,offset")
+        width = len(cells)
+        group = cells[0] if width == 4 else None
+        topic, partition, offset = cells[-3:]
+        if not topic or not partition.isdigit() or not offset.isdigit():
+            raise UsageError(f"{where} line {lineno}: partition and offset must be numbers >= 0, got {line!r}")
+        out.append((group, TopicPartition(topic, int(partition)), int(offset)))
+    if not out:
+        raise UsageError(f"{where} holds no offsets")
+    return out, width
+
+
+def export_lines(plans: ResetPlan) -> list[str]:
+    """Kafka's --export CSV: 3 columns for one group, 4 (with the group) for several."""
+    several = len(plans) > 1
+    out = []
+    for group, plan in sorted(plans.items()):
+        for tp in sorted(plan):
+            cells = [tp.topic, str(tp.partition), str(plan[tp])]
+            out.append(",".join([group, *cells] if several else cells))
+    return out
+
+
+def plan_table(plans: ResetPlan) -> list[str]:
+    rows = [[g, tp.topic, str(tp.partition), str(plan[tp])] for g, plan in sorted(plans.items()) for tp in sorted(plan)]
+    return table(RESET_HEADER, rows)
+
+
 def new_offsets(
-    args: argparse.Namespace, consumer: Consumer, tps: list[TopicPartition], committed: dict[TopicPartition, int]
+    args: argparse.Namespace,
+    consumer: Consumer,
+    tps: list[TopicPartition],
+    committed: dict[TopicPartition, int],
+    group: str = "",
+    now_ms: int | None = None,
 ) -> dict[TopicPartition, int]:
     if args.to_earliest:
         return consumer.beginning_offsets(tps)
     ends = consumer.end_offsets(tps)
     if args.to_latest:
         return ends
-    if args.to_datetime is not None:
-        at = parse_datetime(args.to_datetime)
+    if args.to_datetime is not None or args.by_duration is not None:
+        if args.to_datetime is not None:
+            at = parse_datetime(args.to_datetime)
+        else:
+            at = (int(time.time() * 1000) if now_ms is None else now_ms) - parse_duration(args.by_duration)
         found = consumer.offsets_for_times({tp: at for tp in tps})
         by_time = {}
         for tp in tps:
@@ -321,35 +509,89 @@ def new_offsets(
     starts = consumer.beginning_offsets(tps)
     if args.to_offset is not None:
         return {tp: _clamp(args.to_offset, starts[tp], ends[tp]) for tp in tps}
+    if args.to_current:
+        return {tp: _clamp(committed[tp], starts[tp], ends[tp]) if tp in committed else ends[tp] for tp in tps}
     out = {}
     for tp in tps:
         if tp not in committed:
             raise CliError(
-                f"cannot shift the offset of {tp.topic}-{tp.partition}: group '{args.group}' has no committed offset"
+                f"cannot shift the offset of {tp.topic}-{tp.partition}: group '{group}' has no committed offset"
             )
         out[tp] = _clamp(committed[tp] + args.shift_by, starts[tp], ends[tp])
     return out
 
 
+def _file_rows(args: argparse.Namespace) -> list[tuple[str | None, TopicPartition, int]] | None:
+    if args.from_file is None:
+        return None
+    try:
+        text = Path(args.from_file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read --from-file {args.from_file}: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read --from-file {args.from_file}: not UTF-8 text") from None
+    rows, _ = read_plan(text, f"--from-file {args.from_file}")
+    return rows
+
+
+def _plan_group(
+    admin: AdminClient,
+    consumer: Consumer,
+    args: argparse.Namespace,
+    group: str,
+    file_rows: list[tuple[str | None, TopicPartition, int]] | None,
+) -> dict[TopicPartition, int]:
+    """One inactive group's new offsets (CliError if it has members)."""
+    (description,) = admin.describe_consumer_groups([group])
+    if description.members or description.state not in INACTIVE_STATES:
+        raise CliError(
+            f"Assignments can only be reset if the group '{group}' is inactive, "
+            f"but the current state is {description.state}."
+        )
+    committed = {tp: om.offset for tp, om in admin.list_consumer_group_offsets(group).items() if om.offset >= 0}
+    if file_rows is not None:
+        plan = {tp: offset for g, tp, offset in file_rows if g in (None, group)}
+        if args.topic:
+            scope = set(_partitions(admin, args.topic))
+            plan = {tp: o for tp, o in plan.items() if tp in scope}
+        elif args.all_topics:
+            plan = {tp: o for tp, o in plan.items() if tp in committed}
+        return plan
+    tps = sorted(committed) if args.all_topics else _partitions(admin, args.topic)
+    return new_offsets(args, consumer, tps, committed, group) if tps else {}
+
+
 def reset_offsets(args: argparse.Namespace) -> int:
-    (group,) = _groups([args.group])
+    if args.from_file is None and not args.topic and not args.all_topics:
+        raise UsageError("give --topic or --all-topics (or --from-file)")
     if args.to_datetime is not None:
         parse_datetime(args.to_datetime)  # a usage error before any request
+    if args.by_duration is not None:
+        parse_duration(args.by_duration)
+    file_rows = _file_rows(args)
+    plans: ResetPlan = {}
     with open_group_admin(args.zookeeper, args.bootstrap_server, client_configs(args)) as admin:
-        (description,) = admin.describe_consumer_groups([group])
-        if description.members or description.state not in INACTIVE_STATES:
-            raise CliError(
-                f"Assignments can only be reset if the group '{group}' is inactive, "
-                f"but the current state is {description.state}."
-            )
-        committed = {tp: om.offset for tp, om in admin.list_consumer_group_offsets(group).items() if om.offset >= 0}
-        tps = sorted(committed) if args.all_topics else _partitions(admin, args.topic)
-        if not tps:
-            raise CliError(f"consumer group '{group}' has no committed offsets to reset (give --topic)")
+        groups = _group_ids(admin, args)
         with Consumer(bootstrap_servers=args.bootstrap_server, **client_configs(args)) as consumer:
-            plan = new_offsets(args, consumer, tps, committed)
+            for group in groups:
+                try:
+                    plan = _plan_group(admin, consumer, args, group, file_rows)
+                except CliError as exc:
+                    if not args.all_groups:
+                        raise
+                    print(f"kctl: warning: {exc} (skipped)", file=sys.stderr)
+                    continue
+                if plan:
+                    plans[group] = plan
+                elif not args.all_groups:
+                    raise CliError(f"consumer group '{group}' has no committed offsets to reset (give --topic)")
+        if not plans:
+            raise CliError("no consumer group has offsets to reset")
         if args.execute:
-            admin.alter_consumer_group_offsets(group, plan)
-    for line in table(RESET_HEADER, [[group, tp.topic, str(tp.partition), str(plan[tp])] for tp in sorted(plan)]):
+            for group, plan in sorted(plans.items()):
+                admin.alter_consumer_group_offsets(group, plan)
+    if not args.execute:
+        print("DRY RUN: nothing was changed; these are the offsets --execute would commit.", file=sys.stderr)
+    for line in export_lines(plans) if args.export else plan_table(plans):
         print(line)
     return 0

@@ -9,20 +9,24 @@ controller to delete it; ``--bootstrap-server`` calls the ``ElectLeaders`` RPC.
 Output (partitions as ``topic-partition``, sorted)::
 
     Successfully completed leader election (PREFERRED) for partitions T-0, T-1
+    Valid replica already elected for partitions T-2, T-3
     Error completing leader election (PREFERRED) for partition: T-2: PreferredLeaderNotAvailableError: ...
 
-Exit 0 when every partition is led by its preferred replica; otherwise 1, after the
+A partition already led by its preferred replica before the command (read just before
+the election; or reported ``ELECTION_NOT_NEEDED``, 84) is "already elected", as
+kafka-leader-election.sh reports it. Exit 0 when every partition is led by its preferred replica; otherwise 1, after the
 lines above, with ``kctl: N replica(s) could not be elected`` on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import Any
 
-from kbroker.cli.backends import ElectionResults, open_backend
+from kbroker.cli.backends import ElectionResults, TopicView, open_backend
 from kbroker.cli.common import CliError, UsageError, client_configs
-from kclient.errors import UnknownTopicOrPartitionError
+from kclient.errors import ElectionNotNeededError, UnknownTopicOrPartitionError
 
 ELECTION_TYPE = "PREFERRED"
 DEFAULT_TIMEOUT_MS = 30000
@@ -64,15 +68,27 @@ def _name(tp: tuple[str, int]) -> str:
     return f"{tp[0]}-{tp[1]}"
 
 
-def result_lines(results: ElectionResults) -> list[str]:
-    """Kafka's report: one line for every success, then one line per failure."""
+def already_preferred(topics: Iterable[TopicView]) -> set[tuple[str, int]]:
+    """The partitions whose leader is their first replica."""
+    return {(t.name, p.partition) for t in topics for p in t.partitions if p.replicas and p.leader == p.replicas[0]}
+
+
+def result_lines(results: ElectionResults, unchanged: set[tuple[str, int]] | None = None) -> list[str]:
+    """Kafka's report: one line for the partitions elected, one for those whose preferred
+    replica already led (``unchanged``, or ELECTION_NOT_NEEDED), then one line per failure."""
     ordered = sorted(results.items())
-    succeeded = [_name(tp) for tp, err in ordered if err is None]
+    noop = unchanged or set()
+    not_needed = [
+        _name(tp) for tp, err in ordered if isinstance(err, ElectionNotNeededError) or (err is None and tp in noop)
+    ]
+    succeeded = [_name(tp) for tp, err in ordered if err is None and tp not in noop]
     out = []
     if succeeded:
         out.append(f"Successfully completed leader election ({ELECTION_TYPE}) for partitions {', '.join(succeeded)}")
+    if not_needed:
+        out.append(f"Valid replica already elected for partitions {', '.join(not_needed)}")
     for tp, err in ordered:
-        if err is not None:
+        if err is not None and not isinstance(err, ElectionNotNeededError):
             out.append(f"Error completing leader election ({ELECTION_TYPE}) for partition: {_name(tp)}: {err}")
     return out
 
@@ -86,8 +102,9 @@ def elect_leaders(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout-ms must be at least 1, got {args.timeout_ms}")
     with open_backend(args.zookeeper, args.bootstrap_server, client_configs(args)) as backend:
         wanted: list[tuple[str, int]] | None = None
+        before = backend.describe_topics([args.topic] if args.topic is not None else None)
         if args.topic is not None:
-            (topic,) = backend.describe_topics([args.topic])  # UnknownTopicOrPartitionError if missing
+            (topic,) = before  # UnknownTopicOrPartitionError if missing
             indexes = [p.partition for p in topic.partitions]
             if args.partition is not None and args.partition not in indexes:
                 raise UnknownTopicOrPartitionError(
@@ -99,9 +116,9 @@ def elect_leaders(args: argparse.Namespace) -> int:
     for err in results.values():
         if isinstance(err, UnknownTopicOrPartitionError):
             raise err
-    for line in result_lines(results):
+    for line in result_lines(results, already_preferred(before)):
         print(line)
-    failed = sum(err is not None for err in results.values())
+    failed = sum(err is not None and not isinstance(err, ElectionNotNeededError) for err in results.values())
     if failed:
         raise CliError(f"{failed} replica(s) could not be elected")
     return 0

@@ -4,6 +4,12 @@ Connection flags (``--zookeeper``, ``--bootstrap-server``, ``--command-config``)
 accepted before the noun (``kctl --zookeeper zk:2181 topics list``) and after the verb
 (``kctl topics list --zookeeper zk:2181``, as Kafka's scripts take them).
 
+Without ``--bootstrap-server`` and ``--zookeeper`` the connection comes from
+``$KBROKER_BOOTSTRAP``, else from the local cluster's ``.run/cluster.json`` (its
+``bootstrap``; its ZooKeeper ``connect`` for commands that only work on ZooKeeper; its
+``command_config`` when present), found in the current directory or a parent
+(:func:`apply_default_connection`). ``--verbose`` says which was used.
+
 Exit codes: 0 success; 1 the operation failed (any KafkaError, ZooKeeper or brokers
 unreachable, records not acknowledged); 2 the command line is wrong; 130 interrupted.
 Every failure is exactly one line on stderr, prefixed ``kctl: ``; ``--verbose`` adds
@@ -29,16 +35,26 @@ from kbroker.cli import (
     brokers,
     configs,
     console,
+    dump_log,
     groups,
     leaders,
     log_dirs,
     perf,
     reassign,
+    top,
     topics,
     users,
     zk_security,
 )
-from kbroker.cli.common import CliError, UsageError, client_configs, one_line
+from kbroker.cli.common import (
+    CliError,
+    DefaultConnection,
+    UsageError,
+    client_configs,
+    default_connection,
+    describe_default,
+    one_line,
+)
 from kclient.errors import KafkaConnectionError, KafkaError, NoBrokersAvailable
 
 PROG = "kctl"
@@ -54,7 +70,15 @@ class KctlArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{PROG}: {one_line(message)} (see '{self.prog} --help')\n")
 
 
-def _connection_flags(parser: argparse.ArgumentParser, *, zookeeper: bool, default: object) -> None:
+NO_CONNECTION = frozenset({dump_log.NOUN})
+"""Commands that read local files only."""
+ZOOKEEPER_ONLY = frozenset({zk_security.NOUN})
+"""Commands that work on ZooKeeper only: their default connection is cluster.json's ZooKeeper."""
+
+
+def _connection_flags(
+    parser: argparse.ArgumentParser, *, zookeeper: bool, default: object, found: DefaultConnection | None = None
+) -> None:
     if zookeeper:
         parser.add_argument(
             "--zookeeper",
@@ -63,7 +87,11 @@ def _connection_flags(parser: argparse.ArgumentParser, *, zookeeper: bool, defau
             help="read and write the znodes directly (kafka-topics.sh --zookeeper)",
         )
     parser.add_argument(
-        "--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", default=default, help="talk to the brokers over gRPC"
+        "--bootstrap-server",
+        metavar="HOST:PORT[,HOST:PORT]",
+        default=default,
+        help="talk to the brokers over gRPC (without this and --zookeeper: $KBROKER_BOOTSTRAP, else the local "
+        f"cluster's .run/cluster.json; {describe_default(found)})",
     )
     parser.add_argument(
         "--command-config",
@@ -78,18 +106,19 @@ def _connection_flags(parser: argparse.ArgumentParser, *, zookeeper: bool, defau
 
 
 def build_parser() -> KctlArgumentParser:
+    found = default_connection()
     parser = KctlArgumentParser(
         prog=PROG,
         description="Operate a kbroker cluster: topics, brokers, leaders, consumer groups, console produce, consume.",
         epilog="Exit status: 0 ok, 1 failed, 2 bad command line. Errors are one 'kctl: ...' line on stderr.",
     )
-    _connection_flags(parser, zookeeper=True, default=None)
+    _connection_flags(parser, zookeeper=True, default=None, found=found)
     parser.set_defaults(verbose=False)
     # The same flags after the verb; SUPPRESS keeps a value given before the noun.
     admin_flags = KctlArgumentParser(add_help=False)
-    _connection_flags(admin_flags, zookeeper=True, default=argparse.SUPPRESS)
+    _connection_flags(admin_flags, zookeeper=True, default=argparse.SUPPRESS, found=found)
     client_flags = KctlArgumentParser(add_help=False)
-    _connection_flags(client_flags, zookeeper=False, default=argparse.SUPPRESS)
+    _connection_flags(client_flags, zookeeper=False, default=argparse.SUPPRESS, found=found)
 
     nouns = parser.add_subparsers(dest="noun", metavar="NOUN", required=True)
     topics.add_parser(nouns, admin_flags)
@@ -104,7 +133,43 @@ def build_parser() -> KctlArgumentParser:
     log_dirs.add_parser(nouns, client_flags)
     console.add_parsers(nouns, client_flags)
     perf.add_parser(nouns, client_flags)
+    dump_log.add_parser(nouns)
+    top.add_parser(nouns, admin_flags)
     return parser
+
+
+def _names_zookeeper_elsewhere(args: argparse.Namespace) -> bool:
+    """A ZooKeeper given by a command's own flag (kafka-acls.sh's --authorizer-properties,
+    zookeeper-security-migration's --zookeeper.connect)."""
+    if getattr(args, "zookeeper_connect", None):
+        return True
+    return any(
+        str(p).strip().startswith("zookeeper.connect=") for p in getattr(args, "authorizer_properties", None) or ()
+    )
+
+
+def apply_default_connection(args: argparse.Namespace, found: DefaultConnection | None) -> str | None:
+    """Fill ``args`` from ``found`` when the command line names no cluster; returns a note
+    saying what was used (None when nothing was filled in)."""
+    if args.noun in NO_CONNECTION or found is None:
+        return None
+    if getattr(args, "zookeeper", None) is not None or getattr(args, "bootstrap_server", None) is not None:
+        return None
+    if _names_zookeeper_elsewhere(args):
+        return None
+    if args.noun in ZOOKEEPER_ONLY:
+        if found.zookeeper is None:
+            return None
+        args.zookeeper = found.zookeeper
+        return f"using --zookeeper {found.zookeeper} from {found.source}"
+    if found.bootstrap is None:
+        return None
+    args.bootstrap_server = found.bootstrap
+    note = f"using --bootstrap-server {found.bootstrap} from {found.source}"
+    if getattr(args, "command_config", None) is None and found.command_config is not None:
+        args.command_config = found.command_config
+        note += f" (and --command-config {found.command_config})"
+    return note
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -145,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
+    note = apply_default_connection(args, default_connection())
+    if note is not None and args.verbose:
+        print(f"{PROG}: {note}", file=sys.stderr)
     try:
         client_configs(args)  # a bad --command-config fails before anything is done
         return int(args.handler(args))

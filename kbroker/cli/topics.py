@@ -5,14 +5,28 @@ Output (tabs shown as ``\\t``)::
     topics create    Created topic T.
     topics list      T                                  one per line, sorted
                      T - marked for deletion            (--zookeeper, deletion pending)
-    topics describe  Topic: T\\tPartitionCount: N\\tReplicationFactor: R\\tConfigs: k=v,...
+    topics describe  Topic: T\\tTopicId: ID\\tPartitionCount: N\\tReplicationFactor: R\\tConfigs: k=v,...
                      \\tTopic: T\\tPartition: p\\tLeader: l\\tReplicas: 1,2\\tIsr: 1,2
                      (Leader ``none`` when there is none; a partition being moved adds
                      ``\\tAdding Replicas: 3\\tRemoving Replicas: 1`` and ReplicationFactor
                      does not count the replicas being added; with a partition filter only
-                     the matching partition lines are printed, as Kafka does)
+                     the matching partition lines are printed, as Kafka does; ``TopicId``
+                     where the backend knows it: the topic znode, so --zookeeper)
     topics delete    Topic T is marked for deletion.    (--zookeeper; silent otherwise)
     topics alter     Adding partitions succeeded!       (--zookeeper; silent otherwise)
+
+``topics describe`` filters, as kafka-topics.sh 2.8 (partition filters combine: a
+partition matching any is printed)::
+
+    --under-replicated-partitions   ISR smaller than the replica set
+    --unavailable-partitions        no leader, or a leader that is not a live broker
+    --under-min-isr-partitions      no leader, or ISR smaller than min.insync.replicas
+    --at-min-isr-partitions         ISR exactly min.insync.replicas
+    --topics-with-overrides         only the topic lines of topics with config overrides
+
+``min.insync.replicas`` is the topic's effective value: over --bootstrap-server the
+broker's DescribeConfigs answer (override, else the broker default); over --zookeeper
+the topic's override, else 1.
 """
 
 from __future__ import annotations
@@ -61,6 +75,21 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
         "--unavailable-partitions",
         action="store_true",
         help="only partitions whose leader is none or not a live broker",
+    )
+    describe.add_argument(
+        "--under-min-isr-partitions",
+        action="store_true",
+        help="only partitions without a leader or whose ISR is smaller than min.insync.replicas",
+    )
+    describe.add_argument(
+        "--at-min-isr-partitions",
+        action="store_true",
+        help="only partitions whose ISR size is exactly min.insync.replicas",
+    )
+    describe.add_argument(
+        "--topics-with-overrides",
+        action="store_true",
+        help="only the topic lines of topics that override a config (no partition lines)",
     )
     describe.set_defaults(handler=describe_topics)
 
@@ -144,8 +173,9 @@ def _ids(ids: Iterable[int]) -> str:
 
 def topic_line(t: TopicView) -> str:
     configs = ",".join(f"{k}={v}" for k, v in sorted(t.configs.items()))
+    topic_id = f"\tTopicId: {t.topic_id}" if t.topic_id else ""
     line = (
-        f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}"
+        f"Topic: {t.name}{topic_id}\tPartitionCount: {len(t.partitions)}"
         f"\tReplicationFactor: {t.replication_factor}\tConfigs: {configs}"
     )
     return line + "\tMarkedForDeletion: true" if t.marked_for_deletion else line
@@ -170,23 +200,44 @@ def is_unavailable(p: PartitionView, live: set[int]) -> bool:
     return p.leader == NO_LEADER or p.leader not in live
 
 
+def is_under_min_isr(p: PartitionView, min_isr: int) -> bool:
+    return p.leader == NO_LEADER or len(p.isr) < min_isr
+
+
+def is_at_min_isr(p: PartitionView, min_isr: int) -> bool:
+    return len(p.isr) == min_isr
+
+
 def describe_lines(
     topics: Iterable[TopicView],
     *,
     under_replicated: bool = False,
     unavailable: bool = False,
     live: set[int] | None = None,
+    under_min_isr: bool = False,
+    at_min_isr: bool = False,
+    min_isr: dict[str, int] | None = None,
+    with_overrides: bool = False,
 ) -> list[str]:
-    """``kafka-topics.sh --describe`` output; a filter keeps only matching partition lines."""
-    filtered = under_replicated or unavailable
+    """``kafka-topics.sh --describe`` output; a partition filter keeps only matching partition
+    lines, ``with_overrides`` only the topic lines of topics with config overrides."""
+    filtered = under_replicated or unavailable or under_min_isr or at_min_isr
     live_ids = live or set()
     out: list[str] = []
     for t in topics:
+        if with_overrides:
+            if t.configs:
+                out.append(topic_line(t))
+            continue
         if not filtered:
             out.append(topic_line(t))
+        wanted_isr = (min_isr or {}).get(t.name, 1)
         for p in t.partitions:
             if filtered and not (
-                (under_replicated and is_under_replicated(p)) or (unavailable and is_unavailable(p, live_ids))
+                (under_replicated and is_under_replicated(p))
+                or (unavailable and is_unavailable(p, live_ids))
+                or (under_min_isr and is_under_min_isr(p, wanted_isr))
+                or (at_min_isr and is_at_min_isr(p, wanted_isr))
             ):
                 continue
             out.append(partition_line(t.name, p))
@@ -199,11 +250,24 @@ def describe_topics(args: argparse.Namespace) -> int:
         names = [n.strip() for n in args.topic.split(",") if n.strip()]
         if not names:
             raise UsageError("--topic is empty")
+    partition_filter = args.under_replicated_partitions or args.unavailable_partitions
+    partition_filter = partition_filter or args.under_min_isr_partitions or args.at_min_isr_partitions
+    if args.topics_with_overrides and partition_filter:
+        raise UsageError("--topics-with-overrides cannot be combined with a partition filter")
     with _backend(args) as backend:
         topics = backend.describe_topics(names)
         live = {b.broker_id for b in backend.brokers()[0]} if args.unavailable_partitions else set()
+        by_isr = args.under_min_isr_partitions or args.at_min_isr_partitions
+        min_isr = backend.min_insync_replicas(topics) if by_isr else {}
     for line in describe_lines(
-        topics, under_replicated=args.under_replicated_partitions, unavailable=args.unavailable_partitions, live=live
+        topics,
+        under_replicated=args.under_replicated_partitions,
+        unavailable=args.unavailable_partitions,
+        live=live,
+        under_min_isr=args.under_min_isr_partitions,
+        at_min_isr=args.at_min_isr_partitions,
+        min_isr=min_isr,
+        with_overrides=args.topics_with_overrides,
     ):
         print(line)
     return 0
