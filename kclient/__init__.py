@@ -27,6 +27,12 @@ from kclient.structs import (
     TopicPartition,
 )
 
+# kafka-python's names: the same classes, so `from kclient import KafkaProducer` and
+# isinstance checks work either way.
+KafkaProducer = Producer
+KafkaConsumer = Consumer
+KafkaAdminClient = AdminClient
+
 __all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     # clients
     "AdminClient",
@@ -35,6 +41,9 @@ __all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     "ConsumerRebalanceListener",
     "FutureBatchMetadata",
     "FutureRecordMetadata",
+    "KafkaAdminClient",
+    "KafkaConsumer",
+    "KafkaProducer",
     "NewTopic",
     "Producer",
     "TopicDescription",

@@ -11,6 +11,7 @@ from google.protobuf.message import DecodeError
 
 from kclient import structs as _structs
 from kclient.admin_security import AdminSecurityMixin
+from kclient.compat import check_configs
 from kclient.errors import (
     CoordinatorNotAvailableError,
     KafkaConnectionError,
@@ -23,7 +24,7 @@ from kclient.errors import (
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, reassignment_pb2
 from kclient.retry import retry
-from kclient.security import SecurityConfig
+from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from kclient.topic_name import validate_topic_name
 from kclient.transport import Transport
@@ -103,8 +104,9 @@ class AdminClient(AdminSecurityMixin):
     """Create, delete, grow, list and describe topics.
 
     Takes the security settings of :data:`kclient.security.DEFAULT_SECURITY_CONFIG`
-    (``security_protocol``, ``ssl_*``, ``sasl_*``) as keyword arguments; other keyword
-    arguments are accepted and ignored (kafka-python's ``client_id`` and the like).
+    (``security_protocol``, ``ssl_*``, ``sasl_*``) as keyword arguments; kafka-python's
+    other client settings (``client_id``, ``api_version``, ...) are accepted, logged once
+    and ignored; any other name is an InvalidConfigError.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class AdminClient(AdminSecurityMixin):
         request_timeout_ms: int = 30000,
         **configs: Any,
     ) -> None:
+        check_configs("admin", configs, DEFAULT_SECURITY_CONFIG)  # kafka-python's extras: logged, ignored
         self._transport = Transport(bootstrap_servers, request_timeout_ms, SecurityConfig.from_configs(configs))
         self._metadata = ClusterMetadata(self._transport)
         self._timeout_ms = request_timeout_ms

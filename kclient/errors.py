@@ -24,14 +24,46 @@ client turns the code back into the class with :func:`for_code`.
 
 from __future__ import annotations
 
+import re
+
+_REPEATED_NAME = re.compile(r"((?:\[Error -?\d+\] )?)\b([A-Z]\w*): (?:\[Error -?\d+\] )?\2: ")
+"""``Name: Name: `` (either half may carry ``[Error N] ``): one error's text nested in its own."""
+
+
+def _own_text(cls: type[KafkaError], message: str) -> str:
+    """``message`` without the class's own name in front of it or repeated inside it.
+
+    Messages often carry another error's ``str()``: a broker's abort details, a wrapped
+    error (``KafkaTimeoutError(f"{what}: {err}")``). ``str()`` adds the name once, so the
+    text keeps only what it says beyond the name.
+    """
+    name = cls.__name__
+    errno = getattr(cls, "errno", None)
+    own = ([f"[Error {errno}] {name}: "] if errno is not None else []) + [f"{name}: "]
+    while True:
+        before = message
+        message = _REPEATED_NAME.sub(r"\1\2: ", message)
+        for prefix in own:
+            message = message.removeprefix(prefix).replace(f": {prefix}", ": ")
+        if message in (name, f"[Error {errno}] {name}"):
+            message = ""
+        if message == before:
+            return message
+
 
 class KafkaError(Exception):
-    """Base class of every kclient and kbroker error."""
+    """Base class of every kclient and kbroker error.
+
+    ``str(error)`` is kafka-python's: ``Name: message`` (``[Error N] Name: message`` for
+    a :class:`BrokerResponseError`), the class name said once; ``message`` is the text
+    alone.
+    """
 
     retriable = False
     invalid_metadata = False
 
     def __init__(self, message: str = "") -> None:
+        message = _own_text(type(self), str(message))
         super().__init__(message)
         self.message = message
 
@@ -86,7 +118,10 @@ class BrokerResponseError(KafkaError):
     description = "The server experienced an unexpected error."
 
     def __init__(self, message: str = "") -> None:
-        super().__init__(message or self.description)
+        super().__init__(_own_text(type(self), str(message)) or self.description)
+
+    def __str__(self) -> str:
+        return f"[Error {self.errno}] {super().__str__()}"
 
 
 class UnknownError(BrokerResponseError):

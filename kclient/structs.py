@@ -36,10 +36,17 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class OffsetAndMetadata(NamedTuple):
-    """A committed position: the offset of the next record to read, and a free-form string."""
+    """A committed position: the offset of the next record to read, a free-form string,
+    and the leader epoch of the record before it (kafka-python 2.0.2+'s three fields).
+
+    ``OffsetAndMetadata(offset)`` and ``OffsetAndMetadata(offset, metadata)`` work too;
+    ``leader_epoch`` defaults to -1 (unknown). kbroker's OffsetCommit does not carry the
+    epoch, so commits ignore it and ``committed()`` returns -1.
+    """
 
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1
 
 
 class BrokerMetadata(NamedTuple):

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from kclient.compat import check_configs
 from kclient.consumer.fetcher import Fetcher
 from kclient.consumer.group import ConsumerCoordinator
 from kclient.consumer.listener import ConsumerRebalanceListener
@@ -33,7 +34,6 @@ from kclient.consumer.offsets import CommitCallback
 from kclient.consumer.subscription_state import EARLIEST, LATEST, SubscriptionState
 from kclient.errors import (
     IllegalStateError,
-    InvalidConfigError,
     KafkaError,
     KafkaTimeoutError,
     NoOffsetForPartitionError,
@@ -90,9 +90,7 @@ class Consumer:
     }
 
     def __init__(self, *topics: str, **configs: Any) -> None:
-        unknown = set(configs) - set(self.DEFAULT_CONFIG)
-        if unknown:
-            raise InvalidConfigError(f"unknown consumer setting(s): {', '.join(sorted(unknown))}")
+        check_configs("consumer", configs, self.DEFAULT_CONFIG)  # kafka-python's extras: logged, ignored
         self.config = cfg = {**self.DEFAULT_CONFIG, **configs}
         security = SecurityConfig.from_configs(cfg)
         self._transport = Transport(

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kclient.compat import check_configs
 from kclient.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -103,9 +104,7 @@ class Producer:
     }
 
     def __init__(self, **configs: Any) -> None:
-        unknown = set(configs) - set(self.DEFAULT_CONFIG)
-        if unknown:
-            raise InvalidConfigError(f"unknown producer setting(s): {', '.join(sorted(unknown))}")
+        check_configs("producer", configs, self.DEFAULT_CONFIG)  # kafka-python's extras: logged, ignored
         cfg = {**self.DEFAULT_CONFIG, **configs}
         self.config = cfg
         acks = _acks(cfg["acks"])
