@@ -1,9 +1,14 @@
 """Real Apache ZooKeeper servers started from the jars of a local installation.
 
 Like kazoo's own test harness: plain ``java -cp <jars> QuorumPeerMain zoo.cfg``
-processes, one or an ensemble, on free ports of 127.0.0.1. Jars are looked for in
-``$ZOOKEEPER_PATH`` then ``/usr/share/java`` (Debian's ``zookeeper`` package) and
-``/usr/share/zookeeper``.
+processes, one or an ensemble, on free ports of 127.0.0.1 (or given client ports). Jars
+are looked for in ``$ZOOKEEPER_PATH`` then ``/usr/share/java`` (Debian's ``zookeeper``
+package) and ``/usr/share/zookeeper``.
+
+ZooKeeper logs through SLF4J; the classpath gets a binding that is installed next to the
+jars (logback, else log4j 1.2 / reload4j, else slf4j-simple) and java is pointed at the
+configuration shipped here (``zookeeper-logback.xml`` / ``zookeeper-log4j.properties``):
+INFO and above to stdout, which is the server's ``zookeeper.log``.
 
 Thread safety: none needed; one owner drives the processes.
 """
@@ -18,6 +23,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -35,21 +41,69 @@ class ZooKeeperNotFound(RuntimeError):
     pass
 
 
-def free_port() -> int:
+def free_port(avoid: Collection[int] = ()) -> int:
+    """A port of 127.0.0.1 that is free now (and not in ``avoid``)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Can a server bind ``host:port`` now? Probed as servers bind (SO_REUSEADDR), so a
+    port held only by connections in TIME_WAIT counts as free and a listening one (on
+    this address or a wildcard) does not."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
-def classpath() -> str:
+_LOGGING = (
+    # (jars that must all be present, java options); the first complete set wins.
+    (("logback-classic", "logback-core"), "-Dlogback.configurationFile={}", "zookeeper-logback.xml"),
+    (("slf4j-reload4j", "reload4j"), "-Dlog4j.configuration=file:{}", "zookeeper-log4j.properties"),
+    (("slf4j-log4j12", "log4j-1.2"), "-Dlog4j.configuration=file:{}", "zookeeper-log4j.properties"),
+    (("slf4j-simple",), "-Dorg.slf4j.simpleLogger.logFile=System.out", ""),
+)
+
+
+def _jar(directory: str, name: str) -> str | None:
+    """``name.jar`` (Debian's unversioned link) or else ``name-<version>.jar``."""
+    plain = os.path.join(directory, f"{name}.jar")
+    if os.path.exists(plain):
+        return plain
+    versioned = sorted(glob.glob(os.path.join(directory, f"{name}-[0-9]*.jar")))
+    return versioned[-1] if versioned else None
+
+
+def installation() -> tuple[list[str], list[str]]:
+    """(classpath jars, java options) of the local ZooKeeper: its jars, SLF4J and a
+    logging binding with the configuration shipped in this package."""
     dirs = [os.environ["ZOOKEEPER_PATH"]] if os.environ.get("ZOOKEEPER_PATH") else []
     dirs += list(JAR_DIRS)
     for d in dirs:
         jars = [j for j in glob.glob(os.path.join(d, "zookeeper*.jar")) if "contrib" not in j and "-it" not in j]
-        if any(os.path.basename(j).startswith("zookeeper") for j in jars):
-            extra = [j for pat in ("slf4j-api*.jar", "slf4j-simple*.jar") for j in glob.glob(os.path.join(d, pat))]
-            return os.pathsep.join(sorted(set(jars)) + sorted(set(extra))[:2])
+        if not any(os.path.basename(j).startswith("zookeeper") for j in jars):
+            continue
+        api = _jar(d, "slf4j-api")
+        found = sorted(set(jars)) + ([api] if api else [])
+        for names, option, config in _LOGGING:
+            binding = [_jar(d, n) for n in names]
+            if all(binding):
+                path = str(Path(__file__).with_name(config)) if config else ""
+                return found + [j for j in binding if j], [option.format(path)]
+        return found, []
     raise ZooKeeperNotFound("no ZooKeeper jars found (install Debian's 'zookeeper' package or set ZOOKEEPER_PATH)")
+
+
+def classpath() -> str:
+    return os.pathsep.join(installation()[0])
 
 
 class ZooKeeperServer:
@@ -107,13 +161,15 @@ class ZooKeeperServer:
     def start(self) -> None:
         cfg = self._write_config()
         java = shutil.which("java") or "java"
+        jars, logging_options = installation()
         with open(self.log_path, "ab") as out:
             cmd = [
                 java,
                 "-Xmx256m",
                 "-Dzookeeper.admin.enableServer=false",
+                *logging_options,
                 "-cp",
-                classpath(),
+                os.pathsep.join(jars),
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                 str(cfg),
             ]
@@ -148,14 +204,20 @@ class ZooKeeperEnsemble:
     """``size`` ZooKeeper servers under ``root`` (size 1 = standalone).
 
     With ``hosts`` (one per server), server i runs in the namespace of ``hosts[i]``.
+    ``client_ports`` (one per server) fixes the client ports; else free ones are picked.
     """
 
-    def __init__(self, root: Path, size: int = 1, hosts: list[Host] | None = None) -> None:
+    def __init__(
+        self, root: Path, size: int = 1, hosts: list[Host] | None = None, client_ports: list[int] | None = None
+    ) -> None:
         self.root = Path(root)
         if hosts is not None and len(hosts) != size:
             raise ValueError(f"{size} ZooKeeper servers need {size} hosts, got {len(hosts)}")
+        if client_ports is not None and len(client_ports) != size:
+            raise ValueError(f"{size} ZooKeeper servers need {size} client ports, got {len(client_ports)}")
         placed: list[Host | None] = list(hosts) if hosts else [None] * size
-        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
+        clients = list(client_ports) if client_ports else [free_port() for _ in range(size)]
+        ports = [(clients[i], free_port(clients), free_port(clients)) for i in range(size)]
         ips = [h.ip if h else "127.0.0.1" for h in placed]
         peers = [(i + 1, ips[i], p[1], p[2]) for i, p in enumerate(ports)] if size > 1 else None
         self.servers = [
