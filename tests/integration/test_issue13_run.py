@@ -53,6 +53,7 @@ def port_9092_taken() -> Iterator[None]:
     holder = None
     if port_free(9092):
         holder = socket.socket()
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is no obstacle
         holder.bind(("127.0.0.1", 9092))
         holder.listen()
     try:
