@@ -26,7 +26,7 @@ from typing import Any
 
 from kbroker.cli.backends import ElectionResults, TopicView, open_backend
 from kbroker.cli.common import CliError, UsageError, client_configs
-from kclient.errors import ElectionNotNeededError, UnknownTopicOrPartitionError
+from kclient.errors import ElectionNotNeededError, KafkaError, UnknownTopicOrPartitionError
 
 ELECTION_TYPE = "PREFERRED"
 DEFAULT_TIMEOUT_MS = 30000
@@ -89,8 +89,16 @@ def result_lines(results: ElectionResults, unchanged: set[tuple[str, int]] | Non
         out.append(f"Valid replica already elected for partitions {', '.join(not_needed)}")
     for tp, err in ordered:
         if err is not None and not isinstance(err, ElectionNotNeededError):
-            out.append(f"Error completing leader election ({ELECTION_TYPE}) for partition: {_name(tp)}: {err}")
+            out.append(f"Error completing leader election ({ELECTION_TYPE}) for partition: {_name(tp)}: {_error(err)}")
     return out
+
+
+def _error(err: Exception) -> str:
+    """``Name: message``, as Kafka prints an exception (not kclient's ``[Error N] ...``)."""
+    if isinstance(err, KafkaError):
+        name = type(err).__name__
+        return f"{name}: {err.message}" if err.message else name
+    return str(err)
 
 
 def elect_leaders(args: argparse.Namespace) -> int:

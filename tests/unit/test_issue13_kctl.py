@@ -122,8 +122,10 @@ def test_election_report_separates_elected_from_already_elected() -> None:
         "Successfully completed leader election (PREFERRED) for partitions t-0",
         "Valid replica already elected for partitions t-1, t-2",
     ]
-    assert len(lines) == 3 and lines[2].startswith("Error completing leader election (PREFERRED) for partition: t-3: ")
-    assert "preferred replica 2 is not alive" in lines[2]
+    assert lines[2] == (
+        "Error completing leader election (PREFERRED) for partition: t-3: "
+        "PreferredLeaderNotAvailableError: t-3: preferred replica 2 is not alive"
+    )
     assert leaders.result_lines({("t", 0): None}, {("t", 0)}) == ["Valid replica already elected for partitions t-0"]
 
 
