@@ -1,0 +1,141 @@
+"""Docs that run: the README's fenced code blocks, each run against a real local cluster
+or marked as not runnable.
+
+Marker (an HTML comment, invisible on GitHub) on the line before the fence, blank lines
+allowed between::
+
+    <!-- doc: run -->                     run the block (```sh or ```python)
+    <!-- doc: run timeout=300 -->         ... with its own time limit in seconds (120)
+    <!-- doc: skip needs a second broker -->   not runnable, and why (required)
+
+A block with no marker fails (the README line says where), unless
+``KBROKER_DOCS_STRICT=0`` (report mode: unmarked blocks are skipped).
+``KBROKER_DOCS_README=path`` checks another file (a draft of the README).
+
+Blocks run in README order against one cluster for the whole module, in the state
+``scripts/run`` leaves (``--brokers 3``): ZooKeeper, three brokers, topic ``demo`` (3
+partitions, replication factor 3) holding 9 records. In each block the example addresses
+of the README (``127.0.0.1:41235``, ``127.0.0.1:9092``, ``localhost:9092`` for a broker;
+``127.0.0.1:40001/kbroker``, ``127.0.0.1:2181/kbroker`` for ZooKeeper) are replaced by
+the cluster's, and ``B`` / ``BOOTSTRAP`` / ``KBROKER_BOOTSTRAP`` and ``Z`` / ``ZOOKEEPER``
+are set (environment for sh, globals for python).
+
+- ``sh``: ``bash -euo pipefail`` in a fresh temporary directory that links the
+  repository's ``.venv``, ``examples``, ``deploy``, ``protos`` and ``tests`` (so
+  ``.venv/bin/kctl`` works); a block may not start a cluster of its own (``scripts/run``).
+- ``python``: ``exec`` of the block in a fresh namespace, in a child Python (a hung or
+  crashing block cannot take pytest with it) in the same kind of directory. What a
+  block defines must work when used: after it, the streaming queries it left running
+  process the data available (their failure fails the block), every batch DataFrame left
+  in its namespace is counted, and then the queries and the Spark session are stopped.
+
+Errors name README.md's own line numbers: the block is padded so that tracebacks and
+bash's messages count lines from the top of the README.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = Path(os.environ.get("KBROKER_DOCS_README") or ROOT / "README.md")
+"""The file checked: the repository's README, or ``$KBROKER_DOCS_README`` (a draft)."""
+BROKERS = 3
+DEFAULT_TIMEOUT_S = 120.0
+RUNNABLE = ("sh", "python")
+EXAMPLE_ZOOKEEPERS = ("127.0.0.1:40001/kbroker", "127.0.0.1:2181/kbroker")
+EXAMPLE_BOOTSTRAPS = ("127.0.0.1:41235", "127.0.0.1:9092", "localhost:9092")
+LINKED = (".venv", "examples", "deploy", "protos", "tests")
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[ \t]*$")
+_MARKER = re.compile(r"^\s*<!--\s*doc:\s*(?P<body>.*?)\s*-->\s*$")
+
+
+def strict() -> bool:
+    return os.environ.get("KBROKER_DOCS_STRICT", "1") not in ("0", "false", "no")
+
+
+@dataclass(frozen=True)
+class Marker:
+    action: str  # "run" or "skip"
+    reason: str = ""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    error: str = ""  # a malformed marker: what is wrong
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # 1-based line of the opening fence
+    lang: str
+    code: str
+    marker: Marker | None
+
+    @property
+    def id(self) -> str:
+        return f"L{self.line}-{self.lang or 'text'}"
+
+
+def parse_marker(body: str, lang: str) -> Marker:
+    words = body.split(None, 1)
+    action = words[0] if words else ""
+    rest = words[1].strip() if len(words) > 1 else ""
+    if action == "skip":
+        reason = rest.strip("() ")
+        return Marker("skip", reason) if reason else Marker("skip", error="'doc: skip' needs a reason")
+    if action != "run":
+        return Marker("skip", error=f"unknown doc marker {body!r}: expected 'run' or 'skip REASON'")
+    timeout_s = DEFAULT_TIMEOUT_S
+    for word in rest.split():
+        if word.startswith("timeout="):
+            try:
+                timeout_s = float(word.removeprefix("timeout="))
+            except ValueError:
+                return Marker("run", error=f"bad {word!r} in doc marker")
+        elif word != lang:
+            return Marker("run", error=f"doc marker says {word!r} but the fence says {lang or 'nothing'!r}")
+    if lang not in RUNNABLE:
+        return Marker("run", error=f"only {' and '.join(RUNNABLE)} blocks run; mark this {lang or 'text'} block skip")
+    return Marker("run", timeout_s=timeout_s)
+
+
+def parse_blocks(text: str) -> list[Block]:
+    """Every fenced block of a Markdown text, with the marker before it (or None)."""
+    lines = text.split("\n")
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, indent, lang = i, m.group("indent"), m.group("lang")
+        j = i + 1
+        while j < len(lines) and lines[j].strip() != "```":
+            j += 1
+        if j == len(lines):
+            raise ValueError(f"README.md:{start + 1}: the fence is never closed")
+        body = [ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[start + 1 : j]]
+        k = start - 1
+        while k >= 0 and not lines[k].strip():
+            k -= 1
+        mm = _MARKER.match(lines[k]) if k >= 0 else None
+        marker = parse_marker(mm.group("body"), lang) if mm else None
+        blocks.append(Block(start + 1, lang, "\n".join(body) + "\n", marker))
+        i = j + 1
+    return blocks
+
+
+def readme_blocks() -> list[Block]:
+    return parse_blocks(README.read_text(encoding="utf-8"))
+
+
+def localize(code: str, bootstrap: str, zookeeper: str) -> str:
+    """The block with the README's example addresses replaced by the cluster's."""
+    for example in EXAMPLE_ZOOKEEPERS:
+        code = code.replace(example, zookeeper)
+    for example in EXAMPLE_BOOTSTRAPS:
+        code = code.replace(example, bootstrap)
+    return code

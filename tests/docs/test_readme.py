@@ -1,0 +1,150 @@
+"""Every README.md code block runs against a real cluster, or says why it cannot
+(see tests/docs/readme_blocks.py for the markers and how blocks run)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.docs.conftest import DocsCluster
+from tests.docs.readme_blocks import README, ROOT, Block, localize, parse_blocks, readme_blocks, strict
+
+pytestmark = [pytest.mark.docs, pytest.mark.integration]
+
+BLOCKS = readme_blocks()
+
+_STARTS_A_CLUSTER = re.compile(r"(^|[\s;&|(])(\./)?scripts/(run|test|bench)\b", re.MULTILINE)
+_COMMENT = re.compile(r"(^|\s)#.*$", re.MULTILINE)
+
+_PYTHON_RUNNER = """
+import os, sys
+path, first = sys.argv[1], int(sys.argv[2])
+with open(path, encoding="utf-8") as f:
+    source = "\\n" * first + f.read()
+namespace = {"__name__": "__main__"}
+for name in ("B", "BOOTSTRAP", "Z", "ZOOKEEPER"):
+    namespace[name] = os.environ[name]
+session = None
+try:
+    exec(compile(source, sys.argv[3], "exec"), namespace)
+    if "pyspark" in sys.modules:
+        # What a block defines must work when used: streams it left running process what
+        # is there (raising their failure), and batch DataFrames it left are read.
+        from pyspark.sql import DataFrame, SparkSession
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            for query in session.streams.active:
+                query.processAllAvailable()
+        for name, value in list(namespace.items()):
+            if isinstance(value, DataFrame) and not value.isStreaming:
+                print(f"[docs harness] {name}.count() = {value.count()}")
+finally:
+    if session is not None:
+        for query in session.streams.active:
+            query.stop()
+        session.stop()
+"""
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in its own process group, all of it killed when ``timeout_s`` runs out."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout_s:g} s\n--- stdout ---\n{_tail(out)}\n--- stderr ---\n{_tail(err)}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _env(docs: DocsCluster) -> dict[str, str]:
+    bootstrap = docs.bootstrap
+    return {
+        **os.environ,
+        "B": bootstrap,
+        "BOOTSTRAP": bootstrap,
+        "KBROKER_BOOTSTRAP": bootstrap,
+        "Z": docs.zookeeper,
+        "ZOOKEEPER": docs.zookeeper,
+        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_markers_parse() -> None:
+    """The harness itself: markers, padding lines, example addresses."""
+    text = (
+        "intro\n\n<!-- doc: run -->\n```sh\necho hi\n```\n"
+        "<!-- doc: skip (needs a second broker) -->\n\n```python\nx = 1\n```\n"
+        "```\noutput\n```\n"
+        "- item\n  <!-- doc: run sh timeout=5 -->\n  ```sh\n  echo nested\n  ```\n"
+        "<!-- doc: run -->\n```properties\na=b\n```\n<!-- doc: skip -->\n```sh\nx\n```\n"
+    )
+    run, skip, bare, nested, props, no_reason = parse_blocks(text)
+    assert (run.line, run.lang, run.code, run.marker and run.marker.action) == (4, "sh", "echo hi\n", "run")
+    assert skip.marker is not None and (skip.marker.action, skip.marker.reason) == ("skip", "needs a second broker")
+    assert bare.marker is None and bare.lang == ""
+    assert nested.code == "echo nested\n" and nested.marker is not None and nested.marker.timeout_s == 5
+    assert props.marker is not None and "only sh and python" in props.marker.error
+    assert no_reason.marker is not None and "needs a reason" in no_reason.marker.error
+    assert localize("B=127.0.0.1:41235 Z=127.0.0.1:40001/kbroker", "h:1", "zk:2/c") == "B=h:1 Z=zk:2/c"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_readme_block(block: Block, request: pytest.FixtureRequest) -> None:
+    where = f"{README.name}:{block.line}"
+    marker = block.marker
+    if marker is None:
+        message = (
+            f"{where}: a ```{block.lang or ''} block with no marker: put `<!-- doc: run -->` or "
+            "`<!-- doc: skip REASON -->` on the line before its fence"
+        )
+        if strict():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(f"unmarked (KBROKER_DOCS_STRICT=0): {message}")
+    if marker.error:
+        pytest.fail(f"{where}: {marker.error}", pytrace=False)
+    if marker.action == "skip":
+        pytest.skip(f"{where}: {marker.reason}")
+    if block.lang == "sh" and _STARTS_A_CLUSTER.search(_COMMENT.sub("", block.code)):
+        pytest.fail(
+            f"{where}: a run block may not start a cluster of its own (scripts/run, scripts/test, scripts/bench): "
+            "the harness provides one; mark it skip or move that line out",
+            pytrace=False,
+        )
+    docs: DocsCluster = request.getfixturevalue("docs_cluster")
+    cwd: Path = request.getfixturevalue("block_dir")
+    env = _env(docs)
+    code = localize(block.code, docs.bootstrap, docs.zookeeper)
+    if block.lang == "sh":
+        script = cwd / README.name  # bash's messages then read "README.md: line N: ..."
+        script.write_text("\n" * block.line + code, encoding="utf-8")
+        result = _run(["bash", "-euo", "pipefail", README.name], cwd, env, marker.timeout_s)
+    else:
+        script = cwd / "block.py"
+        script.write_text(code, encoding="utf-8")
+        result = _run(
+            [sys.executable, "-c", _PYTHON_RUNNER, str(script), str(block.line), str(README)],
+            cwd,
+            env,
+            marker.timeout_s,
+        )
+    if result.returncode != 0:
+        pytest.fail(
+            f"{where}: the {block.lang} block failed (exit {result.returncode})\n"
+            f"--- stdout ---\n{_tail(result.stdout)}\n--- stderr ---\n{_tail(result.stderr)}",
+            pytrace=False,
+        )
