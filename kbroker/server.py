@@ -323,7 +323,10 @@ class KafkaServer:
                     return
                 reason = f"still leading {len(remaining)} partition(s)"
             except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if isinstance(exc, KafkaError):
+                    reason = str(exc)  # names its class already
+                else:
+                    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.warning("controlled shutdown attempt %d of %d failed: %s", attempt, attempts, reason)
             if attempt < attempts and self.hurry.wait(backoff_s):
                 break

@@ -108,7 +108,7 @@ def as_response_error(exc: Exception) -> BrokerResponseError:
     if isinstance(exc, BrokerResponseError):
         return exc
     log.exception("unexpected error", exc_info=exc)
-    return UnknownError(f"{type(exc).__name__}: {exc}")
+    return UnknownError(str(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")
 
 
 APPEND_LANES = 4

@@ -30,4 +30,4 @@ def test_retriable_flags_follow_kafka() -> None:
     assert errors.UnknownTopicOrPartitionError.invalid_metadata
     assert not errors.OffsetOutOfRangeError.retriable
     assert errors.NotEnoughReplicasError.retriable and not errors.NotEnoughReplicasError.invalid_metadata
-    assert str(errors.InvalidTopicError("bad")) == "InvalidTopicError: bad"
+    assert str(errors.InvalidTopicError("bad")) == "[Error 17] InvalidTopicError: bad"

@@ -33,6 +33,7 @@ def test_base_dependencies_are_what_running_needs() -> None:
         "zstandard",
         "lz4",
         "cryptography",
+        "cramjam",
         "prometheus-client",
         "rich",
     }
