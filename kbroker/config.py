@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kbroker.log_setup import DEFAULT_FILE_BACKUPS, DEFAULT_FILE_MAX_BYTES, LoggingConfig, parse_level
 from kbroker.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
     EndPoint,
@@ -80,6 +81,9 @@ ACL_AUTHORIZER_NAMES = (
 """``authorizer.class.name`` values that enable the ZooKeeper ACL authorizer."""
 
 SSL_CLIENT_AUTH = ("required", "requested", "none")
+
+LOGGING_KEYS = ("log.level", "log.file", "log.file.max.bytes", "log.file.backups")
+"""kbroker's own logging settings (Kafka uses log4j.properties): static, see :mod:`kbroker.log_setup`."""
 
 
 def _int(key: str, value: str, minimum: int | None = None) -> int:
@@ -195,6 +199,12 @@ class BrokerConfig:
     zookeeper_auth_digest: str | None = field(default=None, repr=False)
     """``user:password`` of the ZooKeeper digest credential (``zookeeper.auth.digest``; else
     ``KBROKER_ZK_DIGEST`` or a JAAS Client section, see :mod:`kbroker.security.zk_acl`)."""
+    log_level: str = "INFO"
+    """log.level (kbroker's name; Kafka sets levels in log4j.properties); --log-level wins."""
+    log_file: Path | None = None
+    """log.file: also log to this file, rotated at log_file_max_bytes."""
+    log_file_max_bytes: int = DEFAULT_FILE_MAX_BYTES
+    log_file_backups: int = DEFAULT_FILE_BACKUPS
 
     def __post_init__(self) -> None:
         if not self.listeners:
@@ -257,6 +267,9 @@ class BrokerConfig:
     def authorizer_enabled(self) -> bool:
         return bool(self.authorizer_class_name)
 
+    def logging_config(self) -> LoggingConfig:
+        return LoggingConfig(self.log_level, self.log_file, self.log_file_max_bytes, self.log_file_backups)
+
 
 _SETTERS: dict[str, Callable[[dict[str, Any], str, str], None]] = {}
 
@@ -301,6 +314,18 @@ for _key, _attr, _min in (
     ("log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", 1024),
 ):
     _SETTERS[_key] = _simple_int(_attr, _min)
+
+
+@_setter(*LOGGING_KEYS)
+def _logging(out: dict[str, Any], key: str, value: str) -> None:
+    if key == "log.level":
+        out["log_level"] = parse_level(key, value)
+    elif key == "log.file":
+        out["log_file"] = Path(value.strip()) if value.strip() else None
+    elif key == "log.file.max.bytes":
+        out["log_file_max_bytes"] = _int(key, value, 1024)
+    else:
+        out["log_file_backups"] = _int(key, value, 0)
 
 
 @_setter("broker.id")
@@ -654,7 +679,7 @@ def with_overrides(config: BrokerConfig, props: Mapping[str, str]) -> BrokerConf
             out["log_defaults"][LOG_DEFAULT_KEYS[key]] = value
         elif key in THROTTLE_RATE_KEYS:
             out[key.replace(".", "_")] = _int(key, value, 0)
-        elif key in LISTENER_KEYS or key in _SECURITY_STATIC_KEYS or split_listener_key(key):
+        elif key in LISTENER_KEYS or key in LOGGING_KEYS or key in _SECURITY_STATIC_KEYS or split_listener_key(key):
             raise InvalidConfigError(f"{key} cannot be changed on a running broker")
         elif key in _SETTERS:
             _SETTERS[key](out, key, value)

@@ -42,6 +42,7 @@ from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.config import BrokerConfig, build_config, load_properties
 from kbroker.dynamic_config import DynamicBrokerConfig, DynamicConfigApplier
 from kbroker.group.coordinator import GroupCoordinator
+from kbroker.log_setup import LoggingConfig, configure
 from kbroker.replication.fetcher import insecure_channel
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.security import zk_acl
@@ -295,16 +296,28 @@ class KafkaServer:
         self._registered.set()
 
     def _session_state(self, state: KazooState) -> None:
-        if state == KazooState.LOST:
-            log.warning("ZooKeeper session lost; will re-register when reconnected")
+        # kazoo's connection thread: log and hand off only.
+        if state == KazooState.SUSPENDED and not self._stopped.is_set():
+            log.warning(
+                "broker %d: ZooKeeper connection lost; the session expires after %d ms without it",
+                self.config.broker_id,
+                self.config.zookeeper_session_timeout_ms,
+            )
+        elif state == KazooState.LOST:
+            log.warning(
+                "broker %d: ZooKeeper session lost (expired); will re-register when reconnected", self.config.broker_id
+            )
             self._registered.clear()
-        elif state == KazooState.CONNECTED and not self._registered.is_set() and not self._stopped.is_set():
-            threading.Thread(target=self._reregister, name="zk-reregister", daemon=True).start()
+        elif state == KazooState.CONNECTED and not self._stopped.is_set():
+            if self._registered.is_set():
+                log.info("broker %d: ZooKeeper connection restored (same session)", self.config.broker_id)
+            else:
+                threading.Thread(target=self._reregister, name="zk-reregister", daemon=True).start()
 
     def _reregister(self) -> None:
         try:
             self._register()
-            log.info("re-registered broker %d after session loss", self.config.broker_id)
+            log.info("broker %d: re-registered after the session loss (new session)", self.config.broker_id)
         except Exception:
             log.exception("re-registration failed")
 
@@ -399,6 +412,9 @@ def parse_args(argv: list[str] | None) -> BrokerConfig:
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--rack")
     parser.add_argument(
+        "--log-level", metavar="LEVEL", help="DEBUG, INFO, WARN or ERROR (beats log.level; default INFO)"
+    )
+    parser.add_argument(
         "--override", "-o", action="append", default=[], metavar="KEY=VALUE", help="any Kafka broker setting"
     )
     args = parser.parse_args(argv)
@@ -414,6 +430,7 @@ def parse_args(argv: list[str] | None) -> BrokerConfig:
         (args.listen, "listen"),
         (args.data_dir, "log.dirs"),
         (args.rack, "broker.rack"),
+        (args.log_level, "log.level"),
     ):
         if flag is not None:
             props[key] = str(flag)
@@ -421,13 +438,16 @@ def parse_args(argv: list[str] | None) -> BrokerConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    configure(LoggingConfig())  # until the config is read
     try:
         config = parse_args(argv)
         LogConfig.from_properties(config.log_defaults)
+        configure(config.logging_config())
     except KafkaError as exc:
         print(f"kbroker: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # log.file cannot be opened
+        print(f"kbroker: log.file: {exc}", file=sys.stderr)
         return 2
     server = KafkaServer(config)
     stop = threading.Event()

@@ -78,6 +78,14 @@ REASSIGN_TICK_S = 5.0  # while a move is under way, try to complete it at least 
 TP = tuple[str, int]
 
 
+def _ids(brokers: list[int]) -> str:
+    return ("broker " if len(brokers) == 1 else "brokers ") + ", ".join(map(str, brokers))
+
+
+def _leader_name(leader: int) -> str:
+    return "none" if leader == zkdata.NO_LEADER else str(leader)
+
+
 class _ZkReassignmentStore:
     """ZkClient as a :class:`~kbroker.cluster.reassignment.ReassignmentStore`, every step
     fenced by this controller's ``/controller_epoch`` version."""
@@ -185,6 +193,7 @@ class Controller:
             self._active = False
             try:
                 if self._zk.controller_id() == self.broker_id:
+                    log.info("broker %d: resigning as controller (epoch %d): shutting down", self.broker_id, self.epoch)
                     self._zk.kazoo.delete(zkdata.CONTROLLER)
             except Exception:  # pragma: no cover - best effort at shutdown
                 log.exception("could not resign as controller")
@@ -266,7 +275,9 @@ class Controller:
             try:
                 self._handle(event)
             except ControllerMovedError:
-                log.warning("broker %d: controller moved; resigning", self.broker_id)
+                log.warning(
+                    "broker %d: controller moved (a newer epoch than %d exists); resigning", self.broker_id, self.epoch
+                )
                 self._active = False
                 self._generation += 1
             except Exception as exc:
@@ -285,11 +296,20 @@ class Controller:
             if event[1] is None:
                 self._elect()
             elif zkdata.decode_controller(event[1]) != self.broker_id and self._active:
-                log.info("broker %d: no longer controller", self.broker_id)
+                log.info(
+                    "broker %d: no longer controller (epoch %d): broker %d is",
+                    self.broker_id,
+                    self.epoch,
+                    zkdata.decode_controller(event[1]),
+                )
                 self._active = False
                 self._generation += 1
             return
         if kind == "session_lost":
+            if self._active:
+                log.warning(
+                    "broker %d: ZooKeeper session lost; no longer controller (epoch %d)", self.broker_id, self.epoch
+                )
             self._active = False
             self._generation += 1
             return
@@ -425,7 +445,9 @@ class Controller:
                 self._zk.create_partition_state(topic, p, state, self._epoch_zk_version)
             except NodeExistsError:
                 continue
-            log.info("%s-%d: created, leader %d isr %s", topic, p, state.leader, state.isr)
+            log.info(
+                "%s-%d: leader %d elected, reason: new partition; epoch 0 isr %s", topic, p, state.leader, state.isr
+            )
 
     def _delete_topic(self, topic: str) -> None:
         self._zk.delete_topic_znodes(topic, self._epoch_zk_version)
@@ -458,31 +480,45 @@ class Controller:
                 # A follower died: drop it from the ISR (epoch bump, as a controller
                 # driven ISR change).
                 isr = [b for b in state.isr if b in live] or [state.leader]
-                self._write(topic, p, state, state.leader, isr)
+                gone = [b for b in state.isr if b not in live]
+                self._write(topic, p, state, state.leader, isr, f"broker failure: {_ids(gone)} not alive")
                 continue
             candidates = [r for r in replicas if r in live and r in state.isr]
             if candidates:
                 leader = candidates[0]
                 isr = [b for b in state.isr if b in live]
-                self._write(topic, p, state, leader, isr)
+                if state.leader == zkdata.NO_LEADER:
+                    why = f"offline partition: in-sync replica {leader} is back"
+                else:
+                    why = f"broker failure: leader {state.leader} not alive"
+                self._write(topic, p, state, leader, isr, why)
                 continue
             if unclean is None:
                 unclean = self._unclean(topic)
             alive = [r for r in replicas if r in live]
             if unclean and alive:
-                log.warning("%s-%d: unclean leader election of %d", topic, p, alive[0])
-                self._write(topic, p, state, alive[0], [alive[0]])
+                log.warning("%s-%d: unclean leader election of %d: no in-sync replica is alive", topic, p, alive[0])
+                self._write(topic, p, state, alive[0], [alive[0]], "unclean election (data may be lost)")
             elif state.leader != zkdata.NO_LEADER:
                 # Offline: no live ISR member. Keep the last ISR member so that it can
                 # lead again when it returns; never shrink the ISR to nothing.
                 isr = [state.leader] if state.leader in state.isr or not state.isr else state.isr[:1]
-                self._write(topic, p, state, zkdata.NO_LEADER, isr)
+                self._write(topic, p, state, zkdata.NO_LEADER, isr, f"broker failure: leader {state.leader} not alive")
                 if self._seen.intersection(state.isr):
-                    log.error("%s-%d: offline, no in-sync replica is alive", topic, p)
+                    log.error(
+                        "%s-%d: offline, reason: leader %d lost and no in-sync replica is alive", topic, p, state.leader
+                    )
                 else:  # e.g. the cluster is starting and the ISR has not registered yet
-                    log.info("%s-%d: offline until an in-sync replica %s registers", topic, p, state.isr)
+                    log.info(
+                        "%s-%d: offline, reason: leader %d not alive; waiting for in-sync replica %s",
+                        topic,
+                        p,
+                        state.leader,
+                        state.isr,
+                    )
 
-    def _write(self, topic: str, p: int, old: LeaderAndIsr, leader: int, isr: list[int]) -> None:
+    def _write(self, topic: str, p: int, old: LeaderAndIsr, leader: int, isr: list[int], reason: str) -> None:
+        """Write the partition's new leader and ISR (epoch + 1) and log it with ``reason``."""
         new = LeaderAndIsr(leader, old.leader_epoch + 1, isr, self.epoch, old.zk_version)
         try:
             self._zk.update_partition_state(topic, p, new, self._epoch_zk_version)
@@ -493,7 +529,23 @@ class Controller:
             if fresh is not None and found is not None:
                 self._reconcile_topic(topic, {p: found[0][p]}, self._live())
             return
-        log.info("%s-%d: leader %d epoch %d isr %s", topic, p, leader, new.leader_epoch, isr)
+        isr_change = f", ISR {old.isr} -> {isr}" if isr != old.isr else f", isr {isr}"
+        if leader == old.leader:
+            log.info(
+                "%s-%d: ISR change %s -> %s, reason: %s; leader %d epoch %d",
+                topic,
+                p,
+                old.isr,
+                isr,
+                reason,
+                leader,
+                new.leader_epoch,
+            )
+        elif leader != zkdata.NO_LEADER:  # (no leader: the caller says why)
+            log.info(
+                "%s-%d: leader %d elected (was %s), reason: %s; epoch %d%s",
+                topic, p, leader, _leader_name(old.leader), reason, new.leader_epoch, isr_change,
+            )  # fmt: skip
 
     def _elect_preferred(self, partitions: list[tuple[str, int]] | None) -> None:
         live = self._live()
@@ -511,7 +563,7 @@ class Controller:
                     continue
                 preferred = replicas[0]
                 if state.leader != preferred and preferred in live and preferred in state.isr:
-                    self._write(topic, p, state, preferred, state.isr)
+                    self._write(topic, p, state, preferred, state.isr, "preferred replica election")
 
     def request_preferred_election(self, partitions: list[tuple[str, int]] | None = None) -> None:
         """Move leadership back to each partition's first replica where it is in sync."""
@@ -631,11 +683,11 @@ class Controller:
                 if state.leader == broker_id:
                     candidates = [r for r in replicas if r in live and r in isr]
                     if candidates:
-                        self._write(topic, p, state, candidates[0], isr)
+                        self._write(topic, p, state, candidates[0], isr, f"controlled shutdown of broker {broker_id}")
                     elif len(replicas) > 1:  # as Kafka: a single replica has nowhere to go
                         remaining.append((topic, p))
                 elif broker_id in state.isr and isr:
-                    self._write(topic, p, state, state.leader, isr)
+                    self._write(topic, p, state, state.leader, isr, f"controlled shutdown of broker {broker_id}")
         log.info(
             "controlled shutdown of broker %d: %d partition(s) left without another leader", broker_id, len(remaining)
         )

@@ -68,6 +68,10 @@ class ClusterSnapshot:
         return state.leader if state else zkdata.NO_LEADER
 
 
+def _broker_or_none(broker_id: int) -> str:
+    return f"broker {broker_id}" if broker_id >= 0 else "none"
+
+
 PartitionListener = Callable[[str, int, list[int], LeaderAndIsr | None, dict[str, str], str | None], None]
 """(topic, partition, replicas, state or None if not yet elected, topic config, topic id)."""
 TopicDeletedListener = Callable[[str], None]
@@ -230,6 +234,7 @@ class MetadataCache:
         snap = self.snapshot()
         if brokers == snap.brokers:
             return
+        self._log_membership(snap.brokers, brokers)
         self._publish(replace(snap, brokers=brokers))
         for listener in self._broker_listeners:
             listener()
@@ -240,6 +245,33 @@ class MetadataCache:
         snap = self.snapshot()
         if cid != snap.controller_id:
             self._publish(replace(snap, controller_id=cid))
+            if cid >= 0:
+                epoch, _ = self._zk.controller_epoch()
+                log.info(
+                    "controller change: broker %d (epoch %d), was %s", cid, epoch, _broker_or_none(snap.controller_id)
+                )
+            elif snap.controller_id >= 0:
+                log.info("controller change: broker %d resigned or was lost; no controller yet", snap.controller_id)
+
+    @staticmethod
+    def _log_membership(old: dict[int, BrokerInfo], new: dict[int, BrokerInfo]) -> None:
+        """One line per broker registered or lost (every broker logs what it sees)."""
+        if not old:
+            log.info("live brokers: %s", ", ".join(f"{b} at {new[b].address}" for b in sorted(new)) or "none")
+            return
+        for b in sorted(old.keys() - new.keys()):
+            log.warning("broker %d lost (was at %s): its registration in ZooKeeper ended", b, old[b].address)
+        for b in sorted(new.keys() - old.keys()):
+            log.info("broker %d registered at %s (broker epoch %d)", b, new[b].address, new[b].epoch)
+        for b in sorted(old.keys() & new.keys()):
+            if old[b].epoch != new[b].epoch:
+                log.info(
+                    "broker %d re-registered at %s (broker epoch %d, was %d)",
+                    b,
+                    new[b].address,
+                    new[b].epoch,
+                    old[b].epoch,
+                )
 
     def _read_topics(self, *, resync: bool) -> None:
         current = {zkdata.decode_segment(c) for c in self._children(zkdata.BROKER_TOPICS)}

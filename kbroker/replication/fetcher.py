@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 
+from kbroker.log_setup import RateLimiter
 from kbroker.purgatory import Purgatory
 from kbroker.replication.partition import Partition
 from kbroker.replication.quota import ReplicationQuota
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 MAX_TRUNCATION_ROUNDS = 10
+ERROR_LOG_INTERVAL_S = 10.0
+"""A fetcher logs its leader's connection errors at most once per this many seconds."""
 
 
 @dataclass
@@ -131,8 +135,13 @@ class ReplicaFetcher(threading.Thread):
         max_bytes: int,
         purgatory: Purgatory,
         quota: ReplicationQuota | None = None,
+        error_log: RateLimiter | None = None,
     ) -> None:
         super().__init__(name=f"replica-fetcher-{leader_id}", daemon=True)
+        self._error_log = error_log if error_log is not None else RateLimiter(ERROR_LOG_INTERVAL_S)
+        """Rate limit of the connection-error warnings, keyed by (leader id, address)."""
+        self._failing_since: float | None = None
+        self._failures = 0
         self._quota = quota if quota is not None else ReplicationQuota("follower")
         self.broker_id = broker_id
         self.leader_id = leader_id
@@ -186,12 +195,46 @@ class ReplicaFetcher(threading.Thread):
                     self._truncate(truncating)
                 ready = [s for s in states if not s.truncating]
                 backoff = self._fetch(ready) if ready else 0.2
+                self._reached()
             except KafkaError as exc:
-                log.debug("fetch from broker %d failed: %s", self.leader_id, exc)
+                self._unreachable(exc)
                 backoff = 0.5
             except Exception:
                 log.exception("replica fetcher for leader %d", self.leader_id)
                 backoff = 1.0
+
+    def _unreachable(self, exc: KafkaError) -> None:
+        """A call to the leader failed: WARNING, at most once per leader every 10 s."""
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+        held_back = self._error_log.allow((self.leader_id, self.leader.address))
+        if held_back is None:
+            return
+        more = f" ({held_back} more since the last report)" if held_back else ""
+        log.warning(
+            "replica fetcher: cannot reach leader %d at %s for %d partition(s): %s%s",
+            self.leader_id,
+            self.leader.address,
+            len(self.partitions()),
+            exc,
+            more,
+        )
+
+    def _reached(self) -> None:
+        """A call to the leader succeeded: INFO once if it had been failing."""
+        if self._failing_since is None:
+            return
+        log.info(
+            "replica fetcher: leader %d at %s reachable again after %d failed attempt(s) over %.1f s",
+            self.leader_id,
+            self.leader.address,
+            self._failures,
+            time.monotonic() - self._failing_since,
+        )
+        self._error_log.reset((self.leader_id, self.leader.address))
+        self._failing_since = None
+        self._failures = 0
 
     def _truncate(self, states: list[_FetchState]) -> None:
         req = log_pb2.OffsetForLeaderEpochRequest(replica_id=self.broker_id)
@@ -351,6 +394,8 @@ class ReplicaFetcherManager:
         quota: ReplicationQuota | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self._error_log = RateLimiter(ERROR_LOG_INTERVAL_S)
+        """Shared by the fetcher threads: one that replaces another keeps the rate limit."""
         self.quota = quota if quota is not None else ReplicationQuota("follower")
         self._endpoint = endpoint
         self._address_of = address_of
@@ -383,6 +428,7 @@ class ReplicaFetcherManager:
                     max_bytes=self._max_bytes,
                     purgatory=self._purgatory,
                     quota=self.quota,
+                    error_log=self._error_log,
                 )
                 self._fetchers[leader_id] = f
                 f.start()
