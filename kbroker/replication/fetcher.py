@@ -412,7 +412,8 @@ class ReplicaFetcherManager:
         self.unfollow(tp)
         address = self._address_of(leader_id)
         if address is None:
-            log.warning("%s-%d: leader %d has no known address; not fetching yet", *tp, leader_id)
+            # Its registration is gone (lost: the controller elects another) or not seen yet.
+            log.info("%s-%d: leader %d is not registered; not fetching until it is or another leads", *tp, leader_id)
             return
         with self._lock:
             f = self._fetchers.get(leader_id)
