@@ -161,6 +161,9 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
+    metrics_port: int = -1
+    """Port of the Prometheus ``/metrics`` endpoint (kbroker.metrics) on the inter-broker
+    listener's host; -1 = off (the default), 0 = a free port."""
     log_defaults: dict[str, str] = field(default_factory=dict)
     """Topic-level default configs (topic key names), from the ``log.*`` keys."""
     log_cleaner_enable: bool = True
@@ -309,6 +312,7 @@ for _key, _attr, _min in (
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", 0),
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),
+    ("metrics.port", "metrics_port", -1),
     ("log.cleaner.threads", "log_cleaner_threads", 1),
     ("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", 0),
     ("log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", 1024),

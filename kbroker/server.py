@@ -43,6 +43,7 @@ from kbroker.config import BrokerConfig, build_config, load_properties
 from kbroker.dynamic_config import DynamicBrokerConfig, DynamicConfigApplier
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.log_setup import LoggingConfig, configure
+from kbroker.metrics import BrokerMetrics, BrokerState, BrokerStateCollector
 from kbroker.replication.fetcher import insecure_channel
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.security import zk_acl
@@ -90,6 +91,10 @@ class KafkaServer:
         self.hurry = threading.Event()
         """Set by a second SIGTERM/SIGINT: skip what can be skipped of the shutdown."""
         self._grpc: GrpcServer | None = None
+        self.metrics = BrokerMetrics()
+        """This broker's Prometheus registry (served when metrics.port >= 0)."""
+        self.metrics_port = -1
+        """The bound port of the metrics endpoint, -1 when off."""
         self.logs: LogManager | None = None
         self.broker_epoch = -1
 
@@ -169,8 +174,10 @@ class KafkaServer:
             )
             self.authorizer.start()
 
+        services: list[BrokerService] = []
+
         def servicer(offload: Callable[..., Awaitable[Any]]) -> BrokerService:
-            return BrokerService(
+            service = BrokerService(
                 cfg.broker_id,
                 lambda: self.cluster_id,
                 self.replicas,
@@ -185,7 +192,10 @@ class KafkaServer:
                 credentials=self.credentials,
                 sasl=sasl.get,
                 authorizer=self.authorizer,
+                metrics=self.metrics,
             )
+            services.append(service)
+            return service
 
         self._grpc = GrpcServer(
             servicer,
@@ -194,6 +204,7 @@ class KafkaServer:
             workers=cfg.grpc_workers,
             max_request_bytes=cfg.socket_request_max_bytes,
             queued_max_request_bytes=cfg.queued_max_request_bytes,
+            metrics=self.metrics,
         )
         self.ports = self._grpc.start()
         self.port = self.ports[cfg.inter_broker_listener_name]
@@ -215,7 +226,42 @@ class KafkaServer:
             )
         )
         self.dynamic.start()
+        self._serve_metrics(services[0])
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
+
+    def _serve_metrics(self, service: BrokerService) -> None:
+        """Register the scrape-time gauges; serve /metrics if metrics.port >= 0."""
+        replicas, groups = self.replicas, self.groups
+        self.metrics.registry.register(
+            BrokerStateCollector(
+                BrokerState(
+                    partitions=replicas.partitions,
+                    min_insync_replicas=lambda topic: replicas.topic_config(topic).min_insync_replicas,
+                    controller_active=lambda: self.controller.is_active,
+                    offline_partitions=self._offline_partitions,
+                    zk_state=lambda: str(self.zk.kazoo.state),
+                    purgatory_sizes=lambda: {**service.parked, "Rebalance": groups.waiters.waiting()},
+                    committed_offsets=groups.committed_offsets,
+                )
+            )
+        )
+        if self.config.metrics_port < 0:
+            return
+        inter = self.config.listener(self.config.inter_broker_listener_name)
+        host = inter.bind_host if inter is not None else ""
+        self.metrics_port = self.metrics.serve(host, self.config.metrics_port)
+        log.info(
+            "broker %d metrics: http://%s:%d/metrics", self.config.broker_id, self.config.advertised, self.metrics_port
+        )
+
+    def _offline_partitions(self) -> int:
+        snap = self.metadata.snapshot()
+        return sum(
+            1
+            for info in snap.topics.values()
+            for state in info.states.values()
+            if state.leader < 0 or state.leader not in snap.brokers
+        )
 
     def _log_manager(self) -> LogManager:
         if self.logs is None:
@@ -379,6 +425,7 @@ class KafkaServer:
         if self.config.controlled_shutdown and not self.hurry.is_set():
             self._controlled_shutdown()
         self.groups.shutdown()
+        self.metrics.stop_serving()
         if self._grpc is not None:
             self._grpc.stop(0.0 if self.hurry.is_set() else 2.0)
         zk_up = self.zk.kazoo.connected and not self.hurry.is_set()

@@ -37,6 +37,7 @@ from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
+from kbroker.metrics import BrokerMetrics, count_records, error_name
 from kbroker.replication.replica_manager import (
     FetchResult,
     FetchSpec,
@@ -167,7 +168,11 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         credentials: CredentialStore,
         sasl: Callable[[str], SaslAuthenticator | None] = lambda listener: None,
         authorizer: AclAuthorizer | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
+        self._metrics = metrics
+        self.parked = {"Produce": 0, "Fetch": 0}
+        """Produce (acks=all) and long-poll Fetch calls waiting now (the purgatory sizes)."""
         self._offload = offload
         self._credentials = credentials
         self._sasl = sasl
@@ -231,7 +236,16 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             if missing:
                 await self._offload(lambda: self._create_missing(self._access.creatable(missing)))
         # No await before this: appends are queued in the order requests arrived.
-        results = await self._replicas.append_async(acks, timeout_ms, entries)
+        parked = acks == -1
+        if parked:
+            self.parked["Produce"] += 1
+        try:
+            results = await self._replicas.append_async(acks, timeout_ms, entries)
+        finally:
+            if parked:
+                self.parked["Produce"] -= 1
+        if self._metrics is not None:
+            self._count_produce(entries, results)
         resp = log_pb2.ProduceResponse()
         for t in request.topics:
             tr = resp.topics.add(name=t.name)
@@ -252,6 +266,17 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                     log_start_offset=r.log_start_offset,
                 )
         return resp
+
+    def _count_produce(self, entries: list[tuple[tuple[str, int], bytes]], results: dict[Any, Any]) -> None:
+        assert self._metrics is not None
+        for tp, records in entries:
+            r = results[tp]
+            if r.error is not None:
+                self._metrics.request("Produce").error(error_name(r.error))
+                continue
+            c = self._metrics.topic(tp[0])
+            c.messages_in.inc(count_records(records))
+            c.bytes_in.inc(len(records))
 
     def _create_missing(self, topics: set[str]) -> None:
         """auto.create.topics.enable: create unknown topics with the broker defaults."""
@@ -291,13 +316,21 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             await _abort(context, dup)
         refused = self._fetch_refusals(replica_id, specs)
         allowed = [s for s in specs if s.topic not in refused] if refused else specs
-        results = await self._replicas.fetch_async(
-            self._offload, replica_id, min(max_wait_ms, MAX_FETCH_WAIT_MS), min_bytes, max_bytes, allowed
-        )
+        parked = max_wait_ms > 0 and min_bytes > 0
+        if parked:
+            self.parked["Fetch"] += 1
+        try:
+            results = await self._replicas.fetch_async(
+                self._offload, replica_id, min(max_wait_ms, MAX_FETCH_WAIT_MS), min_bytes, max_bytes, allowed
+            )
+        finally:
+            if parked:
+                self.parked["Fetch"] -= 1
         if refused:
             done = iter(results)
             results = [FetchResult(refused[s.topic]) if s.topic in refused else next(done) for s in specs]
         resp = log_pb2.FetchResponse()
+        metrics = self._metrics
         by_topic: dict[str, Any] = {}
         for spec, r in zip(specs, results, strict=True):
             tr = by_topic.get(spec.topic)
@@ -310,8 +343,13 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 pr.log_start_offset = r.read.log_start_offset
                 pr.log_end_offset = r.read.log_end_offset
                 pr.records = r.read.records
+                if metrics is not None and r.read.records:
+                    c = metrics.topic(spec.topic)
+                    (c.bytes_out if replica_id == CONSUMER else c.replication_bytes_out).inc(len(r.read.records))
             else:
                 pr.high_watermark = pr.log_start_offset = pr.log_end_offset = -1
+                if metrics is not None and r.error is not None:
+                    metrics.request("Fetch").error(error_name(r.error))
         return resp
 
     def _fetch_refusals(self, replica_id: int, specs: list[FetchSpec]) -> dict[str, BrokerResponseError]:

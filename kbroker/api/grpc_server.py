@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 
 from kbroker.api.call_context import CallContext, bind, unbind
+from kbroker.metrics import BrokerMetrics
 from kbroker.security.listeners import EndPoint
 from kbroker.security.tls import add_listener_port
 from kclient.errors import BrokerResponseError, KafkaError
@@ -74,11 +75,13 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Wraps every unary handler of one listener: name the caller (or refuse the call),
     refuse a request while the byte budget is spent, and answer an undecodable one
     without gRPC's traceback. The wrappers are made once per method (this runs for every
-    call)."""
+    call). With ``metrics``, each call counts once: requests, latency, and its gRPC
+    status when it fails (kbroker.metrics)."""
 
-    def __init__(self, budget: InFlightBytes, authenticate: Authenticate) -> None:
+    def __init__(self, budget: InFlightBytes, authenticate: Authenticate, metrics: BrokerMetrics | None = None) -> None:
         self._budget = budget
         self._authenticate = authenticate
+        self._metrics = metrics
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -99,6 +102,8 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         budget = self._budget
         authenticate = self._authenticate
         decode = handler.request_deserializer
+        stats = self._metrics.request(method.rsplit("/", 1)[-1]) if self._metrics is not None else None
+        clock = time.perf_counter
 
         def sized_decode(data: bytes) -> tuple[Any, int]:
             try:
@@ -107,6 +112,19 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 return _Undecodable(method, len(data), exc), len(data)
 
         async def behaviour(request: tuple[Any, int], context: grpc.aio.ServicerContext) -> Any:
+            if stats is None:
+                return await guarded(request, context)
+            start = clock()
+            try:
+                return await guarded(request, context)
+            except BaseException:
+                code = context.code()
+                stats.error(code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN")
+                raise
+            finally:
+                stats.done((clock() - start) * 1000.0)
+
+        async def guarded(request: tuple[Any, int], context: grpc.aio.ServicerContext) -> Any:
             message, size = request
             try:
                 call = authenticate(method, context)
@@ -181,7 +199,9 @@ class GrpcServer:
         workers: int,
         max_request_bytes: int,
         queued_max_request_bytes: int,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._make_servicer = make_servicer
         self._listeners = listeners
         self._security_props = security_props or {}
@@ -207,7 +227,8 @@ class GrpcServer:
         return await self._loop.run_in_executor(self._pool, partial(ctx.run, fn, *args, **kwargs))
 
     async def _start(self, endpoint: EndPoint, authenticate: Authenticate) -> int:
-        server = grpc.aio.server(options=self._options, interceptors=[_Guard(self._budget, authenticate)])
+        guard = _Guard(self._budget, authenticate, self._metrics)
+        server = grpc.aio.server(options=self._options, interceptors=[guard])
         if self._servicer is None:
             self._servicer = self._make_servicer(self.offload)
         broker_pb2_grpc.add_BrokerServicer_to_server(self._servicer, server)

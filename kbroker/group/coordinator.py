@@ -79,6 +79,8 @@ class GroupCoordinator:
         self._max_session = max_session_timeout_ms
         self._lock = threading.Lock()
         self._groups: dict[str, Group] = {}
+        self._committed: dict[str, dict[TopicPartition, int]] = {}
+        """Offsets committed through this coordinator (for kafka_consumergroup_lag)."""
         self.waiters = Purgatory()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._reap, name="group-reaper", daemon=True)
@@ -266,6 +268,18 @@ class GroupCoordinator:
         g = self._group(group_id)
         g.check_commit(member_id, generation)
         self._store.commit(group_id, offsets)
+        with self._lock:
+            self._committed.setdefault(group_id, {}).update((tp, c.offset) for tp, c in offsets.items())
+
+    def committed_offsets(self) -> dict[str, dict[TopicPartition, int]]:
+        """Group -> partition -> offset, as committed through this coordinator since it
+        started, for the groups it still coordinates (a copy)."""
+        with self._lock:
+            committed = {g: dict(o) for g, o in self._committed.items()}
+        if not committed:
+            return committed
+        brokers = sorted(self._metadata.snapshot().brokers)
+        return {g: o for g, o in committed.items() if coordinator_for(g, brokers) == self.broker_id}
 
     def describe(self, group_id: str) -> tuple[Group, GroupState, list[Member]]:
         g = self._group(group_id)
@@ -285,6 +299,7 @@ class GroupCoordinator:
         g.kill()
         with self._lock:
             self._groups.pop(group_id, None)
+            self._committed.pop(group_id, None)
 
     def local_state(self, group_id: str) -> str:
         with self._lock:

@@ -97,6 +97,9 @@ class Partition:
         # state is seen again (Kafka's "maximal ISR").
         self._maybe_in_isr: set[int] = set()
         self._led_since_ms = 0.0
+        self.isr_shrinks = 0
+        """ISR shrinks / expansions made here as leader (read by kbroker.metrics)."""
+        self.isr_expands = 0
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index}, leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr})"
@@ -253,6 +256,7 @@ class Partition:
             return
         new_isr = [r for r in self.replicas if r in self.isr or r == replica_id]
         if self._write_isr(new_isr):
+            self.isr_expands += 1
             log.info("%s-%d: ISR expanded to %s (broker %d caught up)", self.topic, self.index, new_isr, replica_id)
 
     def _epoch_start_offset(self) -> int:
@@ -280,6 +284,7 @@ class Partition:
                 return False
             new_isr = [r for r in self.isr if r not in out]
             if self._write_isr(new_isr):
+                self.isr_shrinks += 1
                 log.warning("%s-%d: ISR shrunk to %s (lagging: %s)", self.topic, self.index, new_isr, out)
                 return self._maybe_increment_hw()
             return False
