@@ -115,3 +115,23 @@ def test_log_level_flag_filters(zk_connect: str, tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert " INFO " not in err and " DEBUG " not in err, err
+
+
+def test_a_paused_broker_logs_its_session_loss(cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(2, **FAST)
+    paused, other = cluster.brokers[0], cluster.brokers[1]
+    offsets = {b.broker_id: b.log_path.stat().st_size for b in (paused, other)}
+    paused.pause()
+    try:
+        time.sleep(5.0)  # past zookeeper.session.timeout.ms (3 s)
+    finally:
+        paused.resume()
+    wait_until(
+        lambda: "re-registered after the session loss" in _new_log(cluster, 0, offsets[0]), 20, "re-registration"
+    )
+    own = _new_log(cluster, 0, offsets[0])
+    assert re.search(r"WARNING .*broker 0: ZooKeeper session lost \(expired\)", own), own
+    assert own.index("ZooKeeper session lost") < own.index("re-registered after the session loss")
+    wait_until(lambda: "broker 0 registered at" in _new_log(cluster, 1, offsets[1]), 10, "broker 1 sees it back")
+    seen = _new_log(cluster, 1, offsets[1])
+    assert seen.index("broker 0 lost (was at") < seen.index("broker 0 registered at"), seen
