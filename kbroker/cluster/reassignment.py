@@ -157,6 +157,15 @@ def plan_completion(current: Moves, state: LeaderAndIsr | None, live: set[int], 
 # --- the state machine ---------------------------------------------------------------
 
 
+def _log_election(topic: str, p: int, old: LeaderAndIsr | None, new: LeaderAndIsr | None) -> None:
+    """The controller's "leader elected" line, when a reassignment step moves leadership."""
+    if old is not None and new is not None and new.leader != old.leader and new.leader >= 0:
+        log.info(
+            "%s-%d: leader %d elected (was %d), reason: reassignment; epoch %d, ISR %s -> %s",
+            topic, p, new.leader, old.leader, new.leader_epoch, old.isr, new.isr,
+        )  # fmt: skip
+
+
 class ReassignmentStore(Protocol):
     """What the manager reads and writes; the controller's adapter fences every write."""
 
@@ -231,7 +240,8 @@ class ReassignmentManager:
         result: dict[int, str | None] = {}
         for p, target in sorted(targets.items()):
             current = Moves.of(znode, p)
-            step = plan_update(current, self._store.partition_state(topic, p), target, live, self._epoch)
+            old = self._store.partition_state(topic, p)
+            step = plan_update(current, old, target, live, self._epoch)
             if isinstance(step, Refusal):
                 result[p] = step.reason
                 continue
@@ -246,6 +256,7 @@ class ReassignmentManager:
                 topic, p, current.origin if current.reassigning else current.replicas, target,
                 step.moves.replicas, step.moves.adding, step.moves.removing,
             )  # fmt: skip
+            _log_election(topic, p, old, step.state)
         # A request entry whose step leaves the partition idle (a cancel, a reorder) is done.
         done = {(topic, p) for p, why in result.items() if why is None and not znode.reassigning(p)}
         drop = done | (drop_entries or set())
@@ -366,7 +377,8 @@ class ReassignmentManager:
                 continue
             znode, version = found
             current = Moves.of(znode, p)
-            step = plan_completion(current, self._store.partition_state(topic, p), live, self._epoch)
+            old = self._store.partition_state(topic, p)
+            step = plan_completion(current, old, live, self._epoch)
             if step is None or step.state is None:
                 continue
             request = self._request_without_done(topic, p, current.target)
@@ -377,6 +389,7 @@ class ReassignmentManager:
                 "%s-%d: reassignment complete, replicas %s, leader %d epoch %d",
                 topic, p, step.moves.replicas, step.state.leader, step.state.leader_epoch,
             )  # fmt: skip
+            _log_election(topic, p, old, step.state)
             done.append((topic, p))
         return done
 
