@@ -245,6 +245,7 @@ class KafkaServer:
                 )
             )
         )
+        self.metadata.on_topic_deleted(self.metrics.forget_topic)  # a deleted topic's series go
         if self.config.metrics_port < 0:
             return
         inter = self.config.listener(self.config.inter_broker_listener_name)

@@ -507,6 +507,19 @@ class Consumer:
             return pa.RecordBatch.from_pylist([], schema=schema)
         return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
 
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's ``metrics()``: ``{"consumer-fetch-manager-metrics": {name: value}}``
+        with records-consumed-rate/-total, bytes-consumed-rate/-total, fetch-latency-avg/-max
+        (ms), fetch-size-avg/-max, fetch-total, records-per-poll-avg and records-lag-max (the
+        largest high watermark - position over the assigned partitions now). Rates are per
+        second over the last 30-60 s. ``raw`` is accepted and ignored."""
+        lags = [
+            st.high_watermark - st.position
+            for st in self._subs.partitions.values()
+            if st.position is not None and st.high_watermark >= 0
+        ]
+        return self._fetcher.metrics.snapshot(float(max(lags, default=0)))
+
     def _poll(
         self, timeout_ms: int, max_records: int | None, drain: Callable[[int], dict[TopicPartition, _T]]
     ) -> dict[TopicPartition, _T]:

@@ -29,6 +29,7 @@ from kclient.errors import (
     OffsetOutOfRangeError,
     for_code,
 )
+from kclient.producer.metrics import Sensor
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import (
     ColumnBuffers,
@@ -58,6 +59,7 @@ class _Request:
     address: str
     future: Any
     partitions: dict[TopicPartition, int]
+    sent: float = 0.0
 
 
 class _Chunk:
@@ -116,6 +118,32 @@ def _slice(c: RecordColumns, i: int, j: int) -> RecordColumns:
 Decoded = list[ConsumerRecord] | ColumnBuffers | RecordColumns
 
 
+class FetchMetrics:
+    """What the fetcher counts, per response and per drain (application thread only)."""
+
+    def __init__(self) -> None:
+        self.records_consumed = Sensor()
+        self.bytes_consumed = Sensor()
+        self.fetch_latency_ms = Sensor()
+
+    def snapshot(self, records_lag_max: float) -> dict[str, dict[str, float]]:
+        return {
+            "consumer-fetch-manager-metrics": {
+                "records-consumed-total": self.records_consumed.total,
+                "records-consumed-rate": self.records_consumed.rate(),
+                "records-per-poll-avg": self.records_consumed.avg(),
+                "bytes-consumed-total": self.bytes_consumed.total,
+                "bytes-consumed-rate": self.bytes_consumed.rate(),
+                "fetch-size-avg": self.bytes_consumed.avg(),
+                "fetch-size-max": self.bytes_consumed.max,
+                "fetch-total": float(self.fetch_latency_ms.count),
+                "fetch-latency-avg": self.fetch_latency_ms.avg(),
+                "fetch-latency-max": self.fetch_latency_ms.max,
+                "records-lag-max": records_lag_max,
+            }
+        }
+
+
 class Fetcher:
     """Fetches and offset lookups for the assigned partitions, each failing per partition.
 
@@ -151,6 +179,7 @@ class Fetcher:
         self._completed: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._backoff_s = cfg["retry_backoff_ms"] / 1000.0
         self._retry_at: dict[TopicPartition, tuple[float, int]] = {}  # partition -> (retry at, failures)
+        self.metrics = FetchMetrics()
 
     # --- buffer -------------------------------------------------------------------
 
@@ -282,6 +311,8 @@ class Fetcher:
                 # batches), as Kafka's CompletedFetch moves to the last batch's next offset.
                 st.position = end
             buffer.popleft()
+        if n:
+            self.metrics.records_consumed.record(n)
         return pieces
 
     # --- backoff --------------------------------------------------------------------
@@ -304,7 +335,7 @@ class Fetcher:
         if kind == "fetch":
             timeout += request.max_wait_ms / 1000.0
         future = getattr(self._transport.stub(address), method).future(request, timeout=timeout)
-        pending = _Request(kind, address, future, partitions)
+        pending = _Request(kind, address, future, partitions, time.monotonic())
         if kind == "fetch":
             self._fetches[address] = pending
         else:
@@ -413,6 +444,7 @@ class Fetcher:
 
     def _complete(self, req: _Request) -> None:
         if req.kind == "fetch":
+            self.metrics.fetch_latency_ms.record((time.monotonic() - req.sent) * 1000.0)
             if self._fetches.get(req.address) is req:
                 del self._fetches[req.address]
         elif req in self._listing:
@@ -461,6 +493,7 @@ class Fetcher:
                     self._retry_at.pop(tp, None)
 
     def _handle_fetch(self, req: _Request, resp: log_pb2.FetchResponse) -> None:
+        fetched = 0
         for t in resp.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.index)
@@ -487,3 +520,5 @@ class Fetcher:
                 records = p.records  # each read of a bytes field is a copy
                 if records:
                     self._buffer.append(_Chunk(tp, records, fetch_offset))
+                    fetched += len(records)
+        self.metrics.bytes_consumed.record(fetched)

@@ -287,6 +287,15 @@ class Producer:
                 runs.append(self._send_chunk(topic, p, parts, chunk, size, values, keys, headers, timestamps, base_ts))
         return FutureBatchMetadata(topic, n, runs)
 
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's ``metrics()``: ``{"producer-metrics": {name: value}}`` with
+        record-send-rate/-total, record-retry-*, record-error-*, batch-size-avg/-max,
+        outgoing-byte-*, request-*, request-latency-avg/-max (ms), requests-in-flight.
+        Rates are per second over the last 30-60 s. ``raw`` is accepted and ignored."""
+        with self._accumulator.lock:
+            in_flight = sum(self._sender.requests_in_flight.values())
+        return self._sender.metrics.snapshot(in_flight)
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait for every outcome."""
         acc = self._accumulator

@@ -56,6 +56,7 @@ from kclient.errors import (
 from kclient.metadata import ClusterMetadata
 from kclient.producer.accumulator import RecordAccumulator
 from kclient.producer.batch import ProducerBatch
+from kclient.producer.metrics import ProducerMetrics
 from kclient.producer.sequences import Sequences, fetch_producer_id
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.transport import Transport
@@ -98,6 +99,7 @@ class Sender:
         self.max_in_flight = max_in_flight
         self.on_metadata = on_metadata
         self.requests_in_flight: dict[str, int] = {}
+        self.metrics = ProducerMetrics()
         self.aborted = False
         """close() ran out of time: batches still undelivered fail."""
         self._needs_metadata = threading.Event()
@@ -196,12 +198,17 @@ class Sender:
     def _send(self, addr: str, batches: list[ProducerBatch]) -> None:
         req = log_pb2.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms)
         topics: dict[str, Any] = {}
+        sent: list[tuple[int, int, bool]] = []
         for b in batches:
             b.attempts += 1
             t = topics.get(b.tp.topic)
             if t is None:
                 t = topics[b.tp.topic] = req.topics.add(name=b.tp.topic)
-            t.partitions.add(index=b.tp.partition, records=b.payload())
+            payload = b.payload()
+            t.partitions.add(index=b.tp.partition, records=payload)
+            sent.append((b.count, len(payload), b.attempts > 1))
+        self.metrics.request_sent(sent)
+        start = time.monotonic()
         try:
             call = self.transport.stub(addr).Produce.future(req, timeout=self.request_timeout_s + 5)
         except KafkaError as exc:
@@ -209,7 +216,7 @@ class Sender:
             for b in batches:
                 self._failed(b, exc)
             return
-        call.add_done_callback(lambda c: self._on_response(c, batches, addr))
+        call.add_done_callback(lambda c: self._on_response(c, batches, addr, start))
 
     def _request_done(self, addr: str, completed: Sequence[ProducerBatch] = ()) -> None:
         """The request to ``addr`` is answered; ``completed`` (their results set) are released.
@@ -225,7 +232,8 @@ class Sender:
                 acc.complete_locked(b)
             acc.cond.notify_all()
 
-    def _on_response(self, call: Any, batches: list[ProducerBatch], addr: str) -> None:
+    def _on_response(self, call: Any, batches: list[ProducerBatch], addr: str, start: float) -> None:
+        self.metrics.response((time.monotonic() - start) * 1000.0)
         try:
             resp = call.result()
         except grpc.RpcError as exc:
@@ -311,5 +319,6 @@ class Sender:
                     seqs.streams[b.tp].producer_id,
                     seqs.streams[b.tp].epoch,
                 )
+        self.metrics.failed(b.count)
         b.fail(err)
         acc.complete(b)

@@ -52,6 +52,12 @@ def test_counters_and_gauges_move_with_the_cluster(cluster_factory: Callable[...
         for i in range(10):
             p.send("m", value=b"v%d" % i)
         p.flush()
+        sent = p.metrics()["producer-metrics"]
+        assert sent["record-send-total"] == 10
+        assert sent["request-total"] >= 1
+        assert sent["request-latency-avg"] > 0
+        assert sent["batch-size-avg"] > 0
+        assert sent["record-error-total"] == 0
     with Consumer(bootstrap_servers=c.bootstrap, group_id=group, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition("m", 0)])
         got: list[object] = []
@@ -60,6 +66,11 @@ def test_counters_and_gauges_move_with_the_cluster(cluster_factory: Callable[...
             for records in consumer.poll(timeout_ms=500).values():
                 got.extend(records)
         assert len(got) == 10
+        fetched = consumer.metrics()["consumer-fetch-manager-metrics"]
+        assert fetched["records-consumed-total"] == 10
+        assert fetched["bytes-consumed-total"] > 0
+        assert fetched["fetch-latency-avg"] > 0
+        assert fetched["records-lag-max"] == 0
         consumer.commit()
     with Producer(bootstrap_servers=c.bootstrap, acks="all") as p:
         for _ in range(4):
