@@ -8,11 +8,13 @@ import time
 import urllib.request
 from collections.abc import Callable
 
+import grpc
 import pytest
 
 from kbroker.group.coordinator import coordinator_for
 from kbroker.local.cluster import BrokerProcess, LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +80,11 @@ def test_counters_and_gauges_move_with_the_cluster(cluster_factory: Callable[...
         p.flush()
 
     lead = c.brokers[leader]
+    with grpc.insecure_channel(lead.address) as channel:  # a refused call counts as an error
+        with pytest.raises(grpc.RpcError):
+            broker_pb2_grpc.BrokerStub(channel).Fetch(log_pb2.FetchRequest(max_bytes=-1), timeout=10)
     s = scrape(lead)
+    assert s['kafka_network_requestmetrics_errors_total{error="INVALID_ARGUMENT",request="Fetch"}'] == 1
     assert s['kafka_server_brokertopicmetrics_messagesin_total{topic="m"}'] == 14
     assert s['kafka_server_brokertopicmetrics_bytesin_total{topic="m"}'] > 14
     assert s['kafka_server_brokertopicmetrics_bytesout_total{topic="m"}'] > 0
