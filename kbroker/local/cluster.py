@@ -26,6 +26,8 @@ from kbroker.local.zookeeper import tail
 
 READY = re.compile(rb"kbroker (\d+) listening on (\S+)(?: (\S+))?")
 """The broker's ready line: its inter-broker address, then every listener as NAME://host:port."""
+METRICS = re.compile(rb"broker \d+ metrics: (http://\S+/metrics)")
+"""The line a broker with ``metrics.port`` logs before it is ready."""
 
 
 class BrokerProcess:
@@ -51,6 +53,8 @@ class BrokerProcess:
         """The inter-broker listener's address (host:port)."""
         self.listeners: dict[str, str] = {}
         """Every listener's advertised address by name (PLAINTEXT, SSL, ...)."""
+        self.metrics_url = ""
+        """``http://host:port/metrics`` when the broker serves Prometheus metrics."""
         self._log_offset = 0
 
     def command(self) -> list[str]:
@@ -96,9 +100,12 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_offset)
-                m = READY.search(f.read())
+                text = f.read()
+            m = READY.search(text)
             if m:
                 self.address = m.group(2).decode()
+                metrics = METRICS.search(text)
+                self.metrics_url = metrics.group(1).decode() if metrics else ""
                 for item in (m.group(3) or b"").decode().split(","):
                     name, sep, where = item.partition("://")
                     if sep:

@@ -114,7 +114,10 @@ def listener_names(overrides: dict[str, str]) -> list[str]:
 
 
 def with_ports(overrides: dict[str, str], ports: dict[str, int]) -> dict[str, str]:
-    return {**overrides, "listeners": ",".join(f"{name}://{HOST}:{port}" for name, port in ports.items())}
+    """The broker's settings: its listeners on these ports, and Prometheus metrics on a
+    free port (the broker logs the URL; ``metrics`` in ``.run/cluster.json``)."""
+    listeners = ",".join(f"{name}://{HOST}:{port}" for name, port in ports.items())
+    return {"metrics.port": "0", **overrides, "listeners": listeners}
 
 
 def _port(address: str) -> int:
@@ -149,6 +152,7 @@ def broker_entry(b: BrokerProcess) -> dict[str, Any]:
         "running": True,
         "address": b.address,
         "listeners": dict(b.listeners) or {"PLAINTEXT": b.address},
+        "metrics": b.metrics_url,
         "data": str(b.data_dir),
         "log": str(b.log_path),
     }
@@ -326,7 +330,7 @@ def start(root: Path, brokers: int, secure: bool = False) -> int:
     print(f"ZooKeeper: {zk_connect}   (log {server.log_path})")
     for b in procs:
         where = b.listeners.get(client_listener, b.address)
-        print(f"broker {b.broker_id}: {where}   (data {b.data_dir}, log {b.log_path})")
+        print(f"broker {b.broker_id}: {where}   (metrics {b.metrics_url or '-'}, data {b.data_dir}, log {b.log_path})")
     print(f"cluster ready in {time.monotonic() - began:.1f} s")
     bootstrap = state["bootstrap"]
     failed = False
