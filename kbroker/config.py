@@ -21,6 +21,7 @@ from typing import Any
 from kbroker.log_setup import DEFAULT_FILE_BACKUPS, DEFAULT_FILE_MAX_BYTES, LoggingConfig, parse_level
 from kbroker.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
+    PER_LISTENER_KEYS,
     EndPoint,
     build_listener_config,
     listener_config,
@@ -444,19 +445,7 @@ def _security_setter(out: dict[str, Any], key: str, value: str) -> None:
     out.setdefault("security_props", {})[key] = _check_security_value(key, value)
 
 
-for _key in (
-    "ssl.keystore.type",
-    "ssl.keystore.location",
-    "ssl.keystore.certificate.chain",
-    "ssl.keystore.key",
-    "ssl.key.password",
-    "ssl.truststore.type",
-    "ssl.truststore.location",
-    "ssl.truststore.certificates",
-    "ssl.client.auth",
-    "sasl.enabled.mechanisms",
-    "sasl.jaas.config",
-):
+for _key in PER_LISTENER_KEYS:  # the ssl.* and sasl.* keys, plain or per listener
     _SETTERS[_key] = _security_setter
 
 
