@@ -223,9 +223,9 @@ def test_a_refused_batch_restarts_the_partition_sequence(
     on_response, restamp = Sender._on_response, batch_module.restamp
     restamped: list[object] = []
 
-    def slow_response(self: Sender, call: object, group: list, addr: str) -> None:
+    def slow_response(self: Sender, call: object, group: list, addr: str, *rest: object) -> None:
         time.sleep(0.2)
-        on_response(self, call, group, addr)
+        on_response(self, call, group, addr, *rest)
 
     def counting_restamp(payload: bytes, stamp: tuple[int, int, int]) -> bytes:
         restamped.append(stamp)
