@@ -25,7 +25,7 @@ def produce(cluster: LocalCluster, topic: str, partitions: int) -> dict[int, lis
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, partitions, 1)])
     sent: list[tuple[Any, tuple[bytes | None, bytes, int]]] = []
-    with Producer(bootstrap_servers=cluster.bootstrap, acks=1, linger_ms=2, batch_size=16384) as p:
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=2, batch_size=16384) as p:
         for i in range(N):
             key = None if i % 10 == 0 else f"k{i}".encode()
             value = f"v{i}".encode() + b"x" * 90
@@ -136,7 +136,7 @@ def test_poll_buffers_mixed_with_poll_columns_returns_exactly_the_produced_recor
     topic = f"buffers-{compression}"
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 1, 1)])
-    with Producer(bootstrap_servers=cluster.bootstrap, acks=1, batch_size=4096, compression_type=compression) as p:
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all", batch_size=4096, compression_type=compression) as p:
         values = [None if i % 7 == 3 else b"v%d" % i for i in range(N)]
         keys = [None if i % 5 == 0 else b"k%d" % i for i in range(N)]
         headers = [[("h", b"%d" % i)] if i % 11 == 0 else [] for i in range(N)]
