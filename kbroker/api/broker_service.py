@@ -114,10 +114,10 @@ def _no_duplicates(pairs: list[tuple[str, int]]) -> BrokerResponseError | None:
 def _advertised(b: zkdata.BrokerInfo) -> tuple[str, int] | None:
     """Where a client of the listener serving this call reaches broker ``b``: the address
     ``b`` advertises for that listener (its inter-broker one outside any RPC)."""
-    listener = current().listener
-    if not listener:
+    call = current()
+    if not call.listener:
         return b.host, b.port
-    e = b.endpoint(listener)
+    e = b.door_endpoint(call.door, call.listener)
     return (e.host, e.port) if e is not None else None
 
 

@@ -41,6 +41,8 @@ class CallContext:
     listener: str
     security_protocol: str
     client_host: str = ""
+    door: str = "grpc"
+    """Which protocol the call came through: ``"grpc"`` or ``"kafka"`` (kafka.listeners)."""
 
 
 INTERNAL = CallContext(ANONYMOUS, "", "PLAINTEXT")

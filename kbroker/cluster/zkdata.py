@@ -214,6 +214,9 @@ class BrokerInfo:
     epoch: int = -1
     """The registration znode's czxid (Kafka's broker epoch, KIP-380); -1 if unknown."""
     endpoints: tuple[EndPoint, ...] = ()
+    kafka_endpoints: tuple[EndPoint, ...] = ()
+    """Its Kafka-protocol listeners (``kafka.advertised.listeners``), in the znode's
+    ``kafka_endpoints`` (a kbroker field; Kafka's readers ignore unknown fields)."""
 
     def __post_init__(self) -> None:
         if not self.endpoints:
@@ -221,13 +224,18 @@ class BrokerInfo:
 
     @classmethod
     def of(
-        cls, broker_id: int, endpoints: tuple[EndPoint, ...], inter_broker_listener: str, rack: str | None = None
+        cls,
+        broker_id: int,
+        endpoints: tuple[EndPoint, ...],
+        inter_broker_listener: str,
+        rack: str | None = None,
+        kafka_endpoints: tuple[EndPoint, ...] = (),
     ) -> BrokerInfo:
         """A registration whose host/port are those of ``inter_broker_listener``."""
         inter = next((e for e in endpoints if e.listener_name == inter_broker_listener.upper()), None)
         if inter is None:
             raise ValueError(f"no endpoint for the inter-broker listener {inter_broker_listener}")
-        return cls(broker_id, inter.host, inter.port, rack, endpoints=endpoints)
+        return cls(broker_id, inter.host, inter.port, rack, endpoints=endpoints, kafka_endpoints=kafka_endpoints)
 
     @property
     def address(self) -> str:
@@ -237,6 +245,13 @@ class BrokerInfo:
         """The advertised endpoint of listener ``listener_name`` (case-insensitive), if any."""
         want = listener_name.upper()
         return next((e for e in self.endpoints if e.listener_name == want), None)
+
+    def door_endpoint(self, door: str, listener_name: str) -> EndPoint | None:
+        """The advertised endpoint of ``listener_name`` on ``door`` ("grpc" or "kafka")."""
+        if door != "kafka":
+            return self.endpoint(listener_name)
+        want = listener_name.upper()
+        return next((e for e in self.kafka_endpoints if e.listener_name == want), None)
 
 
 def encode_broker(info: BrokerInfo) -> bytes:
@@ -254,6 +269,9 @@ def encode_broker(info: BrokerInfo) -> bytes:
     }
     if info.rack is not None:
         body["rack"] = info.rack
+    if info.kafka_endpoints:
+        body["kafka_endpoints"] = [e.connection_string() for e in info.kafka_endpoints]
+        body["kafka_listener_security_protocol_map"] = {e.listener_name: e.security_protocol for e in info.kafka_endpoints}
     return _dumps(body)
 
 
@@ -267,6 +285,11 @@ def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:
         create_end_point(text, {**{p: p for p in SECURITY_PROTOCOLS}, **protocols})
         for text in body.get("endpoints") or ()
     )
+    kafka_protocols: dict[str, str] = body.get("kafka_listener_security_protocol_map") or {}
+    kafka_endpoints = tuple(
+        create_end_point(text, {**{p: p for p in SECURITY_PROTOCOLS}, **kafka_protocols})
+        for text in body.get("kafka_endpoints") or ()
+    )
     host, port = body.get("host"), body.get("port")
     if (host is None or port is None or int(port) < 0) and endpoints:
         host, port = endpoints[0].host, endpoints[0].port
@@ -278,6 +301,7 @@ def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:
         timestamp_ms=int(body.get("timestamp", 0)),
         epoch=epoch,
         endpoints=endpoints,
+        kafka_endpoints=kafka_endpoints,
     )
 
 
