@@ -456,6 +456,11 @@ class NoReassignmentInProgressError(BrokerResponseError):
     description = "No partition reassignment is in progress."
 
 
+class GroupSubscribedToTopicError(BrokerResponseError):
+    errno = 86
+    description = "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."
+
+
 class InvalidRecordError(BrokerResponseError):
     errno = 87
     description = "This record has failed the validation on broker and hence will be rejected."

@@ -95,7 +95,7 @@ class DescribeTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicDescription, _Mapping]]] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
-    __slots__ = ("name", "error_code", "error_message", "partitions", "configs")
+    __slots__ = ("name", "error_code", "error_message", "partitions", "configs", "topic_id")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -108,12 +108,14 @@ class TopicDescription(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     error_code: _common_pb2.ErrorCode
     error_message: str
     partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.PartitionMetadata]
     configs: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_metadata_pb2.PartitionMetadata, _Mapping]]] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    topic_id: str
+    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_metadata_pb2.PartitionMetadata, _Mapping]]] = ..., configs: _Optional[_Mapping[str, str]] = ..., topic_id: _Optional[str] = ...) -> None: ...
 
 class CreatePartitionsRequest(_message.Message):
     __slots__ = ("topics", "timeout_ms", "validate_only")

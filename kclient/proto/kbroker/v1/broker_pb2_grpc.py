@@ -61,6 +61,11 @@ class BrokerStub:
                 request_serializer=kbroker_dot_v1_dot_log__pb2.OffsetForLeaderEpochRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_log__pb2.OffsetForLeaderEpochResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/kbroker.v1.Broker/DeleteRecords',
+                request_serializer=kbroker_dot_v1_dot_log__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_log__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
         self.Metadata = channel.unary_unary(
                 '/kbroker.v1.Broker/Metadata',
                 request_serializer=kbroker_dot_v1_dot_metadata__pb2.MetadataRequest.SerializeToString,
@@ -161,6 +166,11 @@ class BrokerStub:
                 request_serializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/kbroker.v1.Broker/OffsetDelete',
+                request_serializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
         self.ControlledShutdown = channel.unary_unary(
                 '/kbroker.v1.Broker/ControlledShutdown',
                 request_serializer=kbroker_dot_v1_dot_cluster__pb2.ControlledShutdownRequest.SerializeToString,
@@ -235,6 +245,12 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OffsetForLeaderEpoch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRecords(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -362,6 +378,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetDelete(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ControlledShutdown(self, request, context):
         """Served by the controller only (NOT_CONTROLLER elsewhere).
         """
@@ -446,6 +468,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.OffsetForLeaderEpoch,
                     request_deserializer=kbroker_dot_v1_dot_log__pb2.OffsetForLeaderEpochRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_log__pb2.OffsetForLeaderEpochResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=kbroker_dot_v1_dot_log__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_log__pb2.DeleteRecordsResponse.SerializeToString,
             ),
             'Metadata': grpc.unary_unary_rpc_method_handler(
                     servicer.Metadata,
@@ -546,6 +573,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_group__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteResponse.SerializeToString,
             ),
             'ControlledShutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.ControlledShutdown,
@@ -706,6 +738,33 @@ class Broker:
             '/kbroker.v1.Broker/OffsetForLeaderEpoch',
             kbroker_dot_v1_dot_log__pb2.OffsetForLeaderEpochRequest.SerializeToString,
             kbroker_dot_v1_dot_log__pb2.OffsetForLeaderEpochResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DeleteRecords',
+            kbroker_dot_v1_dot_log__pb2.DeleteRecordsRequest.SerializeToString,
+            kbroker_dot_v1_dot_log__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1246,6 +1305,33 @@ class Broker:
             '/kbroker.v1.Broker/DeleteGroups',
             kbroker_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
             kbroker_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/OffsetDelete',
+            kbroker_dot_v1_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
+            kbroker_dot_v1_dot_group__pb2.OffsetDeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,
