@@ -428,24 +428,24 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
 
     # --- metadata ------------------------------------------------------------------
 
-    def _metadata_of(self, topics: list[str]) -> metadata_pb2.MetadataResponse:
-        """Kafka's Metadata rules: all topics lists the ones the caller may DESCRIBE; a named
-        topic it may not answers TOPIC_AUTHORIZATION_FAILED (existing or not), and so does a
-        missing one it may not create (CREATE on the Cluster or the topic) when
-        auto-creation is on."""
+    def metadata_of(
+        self, topics: list[str] | None, allow_auto_create: bool = True
+    ) -> metadata_pb2.MetadataResponse:
+        """Kafka's Metadata rules: all topics (``[]``) lists the ones the caller may
+        DESCRIBE; a named topic it may not answers TOPIC_AUTHORIZATION_FAILED (existing or
+        not), and so does a missing one it may not create (CREATE on the Cluster or the
+        topic) when auto-creation is on (and the caller allows it). ``None``: brokers only."""
+        if topics is None:
+            return self._metadata_response(self._metadata.snapshot())
         refused = self._access.refused_topics(Op.DESCRIBE, topics)
-        if self._auto_create and topics:
+        if self._auto_create and allow_auto_create and topics:
             known = self._metadata.snapshot().topics
             missing = {t for t in topics if t not in refused and t not in known and _topic_name_error(t) is None}
             creatable = self._access.creatable(missing)
             refused.update((t, self._access.topic_error(Op.CREATE, t)) for t in missing - creatable)
             self._create_missing(creatable)
         snap = self._metadata.snapshot()
-        resp = metadata_pb2.MetadataResponse(cluster_id=self._cluster_id(), controller_id=snap.controller_id)
-        for b in sorted(snap.brokers.values(), key=lambda b: b.broker_id):
-            where = _advertised(b)
-            if where is not None:  # a broker without this listener is left out, as in Kafka
-                resp.brokers.add(node_id=b.broker_id, host=where[0], port=where[1], rack=b.rack or "")
+        resp = self._metadata_response(snap)
         if not topics:
             topics = sorted(snap.topics)
             if self._access.enabled:
@@ -465,16 +465,29 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             tm.partitions.extend(partition_metadata(snap, name, self._replicas.fenced_partition))
         return resp
 
+    def metadata_is_stale(self) -> bool:
+        """Cut off from ZooKeeper and from followers: this broker's view is stale; clients
+        should ask another broker."""
+        return self._replicas.any_fenced()
+
+    def _metadata_response(self, snap: ClusterSnapshot) -> metadata_pb2.MetadataResponse:
+        """The cluster id, the controller and the brokers, as the caller reaches them."""
+        resp = metadata_pb2.MetadataResponse(cluster_id=self._cluster_id(), controller_id=snap.controller_id)
+        for b in sorted(snap.brokers.values(), key=lambda b: b.broker_id):
+            where = _advertised(b)
+            if where is not None:  # a broker without this listener is left out, as in Kafka
+                resp.brokers.add(node_id=b.broker_id, host=where[0], port=where[1], rack=b.rack or "")
+        return resp
+
     async def Metadata(
         self, request: metadata_pb2.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> metadata_pb2.MetadataResponse:
-        if self._replicas.any_fenced():
-            # Cut off from ZooKeeper and from followers: this view is stale; ask another broker.
+        if self.metadata_is_stale():
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,
                 f"broker {self._broker_id} is cut off from ZooKeeper; its metadata is stale: ask another broker",
             )
-        return await self._offload(self._metadata_of, list(request.topics))  # type: ignore[no-any-return]
+        return await self._offload(self.metadata_of, list(request.topics))  # type: ignore[no-any-return]
 
     # --- admin ---------------------------------------------------------------------
 
@@ -568,6 +581,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 d.error_message = f"topic {name!r} does not exist"
                 continue
             d.partitions.extend(partition_metadata(snap, name))
+            d.topic_id = info.topic_id or ""
             if self._access.topic(Op.DESCRIBE_CONFIGS, name, quiet=True):
                 d.configs.update(info.config)
         return resp
@@ -1025,6 +1039,40 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             result = resp.results.add(group_id=gid)
             if not self._refuse_group(result, Op.DELETE, gid):
                 _answer(result, partial(self._groups.delete, gid))
+        return resp
+
+    @blocking
+    def OffsetDelete(self, request: group_pb2.OffsetDeleteRequest) -> group_pb2.OffsetDeleteResponse:
+        """Kafka 2.8's handleOffsetDeleteRequest: DELETE on the group (refused: the whole
+        request answers GROUP_AUTHORIZATION_FAILED), READ on each topic (refused: its
+        partitions answer TOPIC_AUTHORIZATION_FAILED), unknown partitions
+        UNKNOWN_TOPIC_OR_PARTITION; the rest goes to the coordinator. A group-level error
+        is the whole answer (no topics)."""
+        resp = group_pb2.OffsetDeleteResponse()
+        if self._refuse_group(resp, Op.DELETE, request.group_id):
+            return resp
+        snap = self._metadata.snapshot()
+        refused = self._access.refused_topics(Op.READ, (t.name for t in request.topics))
+        results: dict[tuple[str, int], BrokerResponseError | None] = {}
+        for t in request.topics:
+            info = snap.topics.get(t.name)
+            for p in t.partitions:
+                if t.name in refused:
+                    results[(t.name, p)] = refused[t.name]
+                elif info is None or p not in info.assignment:
+                    results[(t.name, p)] = UnknownTopicOrPartitionError(f"{t.name}-{p} does not exist")
+        wanted = [(t.name, p) for t in request.topics for p in t.partitions if (t.name, p) not in results]
+        deleted = _answer(resp, lambda: self._groups.delete_offsets(request.group_id, wanted))
+        if deleted is None:
+            return resp
+        results.update(deleted)
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                pr = tr.partitions.add(index=p)
+                err = results.get((t.name, p))
+                if err is not None:
+                    _set_error(pr, err)
         return resp
 
 

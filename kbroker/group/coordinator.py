@@ -21,19 +21,21 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.zkdata import CommittedOffset
+from kbroker.group import offsets
 from kbroker.group.group import Group, GroupState, JoinResult, Member
 from kbroker.purgatory import Purgatory
 from kclient.errors import (
     BrokerResponseError,
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
@@ -70,9 +72,12 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 3000,
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1800000,
+        erase_offsets: Callable[[str, Collection[TopicPartition]], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self._store = store
+        self._erase_offsets = erase_offsets or partial(offsets.erase_offsets, store)
+        """Deletes a group's committed offsets (OffsetDelete)."""
         self._metadata = metadata
         self._initial_delay_s = initial_rebalance_delay_ms / 1000.0
         self._min_session = min_session_timeout_ms
@@ -295,11 +300,62 @@ class GroupCoordinator:
             raise NonEmptyGroupError(f"group {group_id!r} has {len(members)} active member(s)")
         if not self._store.exists(group_id):
             raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
-        self._store.delete_group(group_id)
+        self._drop(g)
+
+    def _drop(self, g: Group) -> None:
+        """Remove an empty group from ZooKeeper and from here (it is Dead)."""
+        self._store.delete_group(g.group_id)
         g.kill()
         with self._lock:
-            self._groups.pop(group_id, None)
-            self._committed.pop(group_id, None)
+            self._groups.pop(g.group_id, None)
+            self._committed.pop(g.group_id, None)
+
+    def delete_offsets(
+        self, group_id: str, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """OffsetDelete (Kafka's GroupCoordinator.handleDeleteOffsets): remove the group's
+        committed offsets of ``partitions``; per partition None (deleted, or nothing was
+        committed) or GroupSubscribedToTopicError while an active member subscribes to
+        its topic.
+
+        Raises for the whole group: NotCoordinatorError / InvalidGroupIdError;
+        GroupIdNotFoundError when the group has neither members nor committed offsets;
+        NonEmptyGroupError when it has members of another protocol type than "consumer".
+        An empty group left without offsets is deleted (Kafka: it turns Dead).
+        """
+        g = self._group(group_id)
+        with g.cond:  # no member joins (and subscribes) between the check and the delete
+            if g.state == GroupState.DEAD:
+                raise NotCoordinatorError(f"group {group_id!r} moved to another coordinator")
+            members = bool(g.members)
+            if not members and not (self._store.exists(group_id) and self._store.fetch(group_id)):
+                raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+            if members and g.protocol_type not in ("", "consumer"):
+                raise NonEmptyGroupError(
+                    f"group {group_id!r} has active members of protocol type {g.protocol_type!r}"
+                )
+            subscribed = g.subscribed_topics() if members else set()
+            out: dict[TopicPartition, BrokerResponseError | None] = {
+                tp: GroupSubscribedToTopicError(
+                    f"group {group_id!r} is actively subscribed to topic {tp[0]!r}: "
+                    + GroupSubscribedToTopicError.description
+                )
+                if tp[0] in subscribed
+                else None
+                for tp in partitions
+            }
+            doomed = [tp for tp, err in out.items() if err is None]
+            if doomed:
+                self._erase_offsets(group_id, doomed)
+                with self._lock:
+                    committed = self._committed.get(group_id, {})
+                    for tp in doomed:
+                        committed.pop(tp, None)
+                log.info("group %s: deleted the committed offsets of %d partition(s)", group_id, len(doomed))
+                if not g.members and not self._store.fetch(group_id):
+                    log.info("group %s: empty and without offsets; removed", group_id)
+                    self._drop(g)
+            return out
 
     def local_state(self, group_id: str) -> str:
         with self._lock:

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from google.protobuf.message import DecodeError
+
 from kclient.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -41,6 +43,7 @@ from kclient.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
+from kclient.proto.kbroker.v1 import group_pb2
 
 
 class GroupState(StrEnum):
@@ -370,6 +373,21 @@ class Group:
         with self.cond:
             self.state = GroupState.DEAD
             self._changed()
+
+    def subscribed_topics(self) -> set[str]:
+        """The topics the members subscribe to (the consumer protocol's subscriptions in
+        every protocol each member offers; empty for another protocol type)."""
+        with self.cond:
+            if self.protocol_type not in ("", "consumer"):
+                return set()
+            topics: set[str] = set()
+            for m in self.members.values():
+                for _, metadata in m.protocols:
+                    try:
+                        topics.update(group_pb2.ConsumerSubscription.FromString(metadata).topics)
+                    except DecodeError:
+                        continue
+            return topics
 
     def describe(self) -> tuple[GroupState, list[Member]]:
         with self.cond:
