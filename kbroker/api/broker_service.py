@@ -39,6 +39,7 @@ from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.metrics import BrokerMetrics, count_records, error_name
 from kbroker.replication.replica_manager import (
+    DeleteRecordsResult,
     FetchResult,
     FetchSpec,
     OffsetResult,
@@ -310,7 +311,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 if part_max <= 0:
                     await _abort(context, InvalidFetchSizeError(f"{t.name}-{p.index}: partition_max_bytes must be > 0"))
                 epoch = opt(p, "current_leader_epoch", -1)
-                specs.append(FetchSpec(t.name, p.index, p.fetch_offset, part_max, epoch))
+                start = opt(p, "log_start_offset", -1)
+                specs.append(FetchSpec(t.name, p.index, p.fetch_offset, part_max, epoch, start))
         dup = _no_duplicates([(s.topic, s.partition) for s in specs])
         if dup is not None:
             await _abort(context, dup)
@@ -417,6 +419,51 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 found = _answer(pr, partial(self._epoch_end, t.name, p, replica_id))
                 if found is not None:
                     pr.leader_epoch, pr.end_offset = found
+        return resp
+
+    async def DeleteRecords(
+        self, request: log_pb2.DeleteRecordsRequest, context: grpc.aio.ServicerContext
+    ) -> log_pb2.DeleteRecordsResponse:
+        """Kafka's handleDeleteRecordsRequest: DELETE on each topic (refused: its partitions
+        answer TOPIC_AUTHORIZATION_FAILED), unknown partitions UNKNOWN_TOPIC_OR_PARTITION;
+        the leader moves the rest and answers once the ISR followed (the wait parks in the
+        purgatory, no thread held)."""
+        timeout_ms = opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)
+        if timeout_ms < 0:
+            await _abort(context, InvalidRequestError(f"timeout_ms must be >= 0, got {timeout_ms}"))
+        dup = _no_duplicates([(t.name, p.index) for t in request.topics for p in t.partitions])
+        if dup is not None:
+            await _abort(context, dup)
+        snap = self._metadata.snapshot()
+        refused = self._access.refused_topics(Op.DELETE, (t.name for t in request.topics))
+        results: dict[tuple[str, int], DeleteRecordsResult] = {}
+        offsets: dict[tuple[str, int], int] = {}
+        for t in request.topics:
+            info = snap.topics.get(t.name)
+            for p in t.partitions:
+                tp = (t.name, p.index)
+                if t.name in refused:
+                    results[tp] = DeleteRecordsResult(refused[t.name])
+                elif info is None or p.index not in info.assignment:
+                    results[tp] = DeleteRecordsResult(
+                        UnknownTopicOrPartitionError(f"{t.name}-{p.index} does not exist")
+                    )
+                else:
+                    offsets[tp] = p.offset
+        if offsets:
+            results.update(await self._replicas.delete_records_async(self._offload, timeout_ms, offsets))
+        resp = log_pb2.DeleteRecordsResponse()
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                r = results[(t.name, p.index)]
+                code, msg = _code(r.error)
+                tr.partitions.add(
+                    index=p.index,
+                    low_watermark=r.low_watermark if r.error is None else -1,
+                    error_code=code,  # type: ignore[arg-type]
+                    error_message=msg,
+                )
         return resp
 
     def _epoch_end(self, topic: str, p: log_pb2.OffsetForLeaderEpochPartition, replica_id: int) -> tuple[int, int]:

@@ -324,7 +324,7 @@ class ReplicaFetcher(threading.Thread):
                     self._partition_error(st, for_code(r.error_code)(r.error_message), r)
                     continue
                 try:
-                    st.partition.append_as_follower(r.records, r.high_watermark, st.leader_epoch)
+                    st.partition.append_as_follower(r.records, r.high_watermark, st.leader_epoch, r.log_start_offset)
                     st.in_sync = st.partition.log.log_end_offset >= r.high_watermark
                     if self._quota.is_throttled(t.name, r.index):
                         throttled_bytes += len(r.records)

@@ -13,6 +13,11 @@ Invariants (Kafka's ``Partition``):
   ``isr_writer`` (a compare-and-set of the partition state znode). The ISR always
   holds the leader.
 * On a follower, HW = min(leader's HW, own LEO).
+* DeleteRecords moves the leader's log start offset up to at most the HW; followers
+  follow the leader's log start offset (capped by their LEO) from fetch responses and
+  report theirs in their fetch requests; the low watermark is the smallest log start
+  offset over the ISR. ``on_log_start_moved`` is called (without the lock) whenever
+  either moves it, so the new start can be checkpointed.
 
 Thread safety: every method takes the partition's lock. ``isr_writer`` is called with
 it held (it does one ZooKeeper round trip). Callers must not hold it while notifying
@@ -35,6 +40,7 @@ from kclient.errors import (
     NotEnoughReplicasError,
     NotLeaderForPartitionError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     UnknownLeaderEpochError,
 )
 
@@ -42,6 +48,10 @@ log = logging.getLogger(__name__)
 
 IsrWriter = Callable[["Partition", LeaderAndIsr], int | None]
 """Write a leader-driven ISR change; returns the new znode version or None if refused."""
+
+
+def _ignore(_: Partition) -> None:
+    pass
 
 
 def _now_ms() -> float:
@@ -54,6 +64,8 @@ class FollowerState:
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     last_fetch_leader_leo: int = -1
+    log_start_offset: int = -1
+    """As the follower reported it in its last fetch; -1 unknown."""
 
 
 @dataclass
@@ -76,9 +88,18 @@ class Partition:
     """A replica of ``topic``-``index`` hosted here."""
 
     def __init__(
-        self, topic: str, index: int, broker_id: int, log: Log, *, high_watermark: int = 0, isr_writer: IsrWriter
+        self,
+        topic: str,
+        index: int,
+        broker_id: int,
+        log: Log,
+        *,
+        high_watermark: int = 0,
+        isr_writer: IsrWriter,
+        on_log_start_moved: Callable[[Partition], None] = _ignore,
     ) -> None:
         self.topic = topic
+        self._on_log_start_moved = on_log_start_moved
         self.index = index
         self.broker_id = broker_id
         self.log = log
@@ -219,8 +240,11 @@ class Partition:
                 )
             return True
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, current_leader_epoch: int) -> bool:
-        """A follower fetched from ``fetch_offset``: its LEO. Returns True if the HW moved."""
+    def record_follower_fetch(
+        self, replica_id: int, fetch_offset: int, current_leader_epoch: int, log_start_offset: int = -1
+    ) -> bool:
+        """A follower fetched from ``fetch_offset`` (its LEO) with its log start offset
+        (-1: not reported). Returns True if the HW or the follower's log start moved."""
         with self._lock:
             self._require_leader()
             self.check_epoch(current_leader_epoch)
@@ -245,8 +269,11 @@ class Partition:
             f.last_fetch_leader_leo = leo
             f.last_fetch_ms = now
             f.log_end_offset = fetch_offset
+            start_moved = log_start_offset > f.log_start_offset
+            if log_start_offset >= 0:
+                f.log_start_offset = log_start_offset
             self._maybe_expand_isr(replica_id, f)
-            return self._maybe_increment_hw()
+            return self._maybe_increment_hw() or start_moved
 
     def _maybe_expand_isr(self, replica_id: int, f: FollowerState) -> None:
         if replica_id in self.isr or f.log_end_offset < self.high_watermark:
@@ -320,6 +347,46 @@ class Partition:
         self.zk_version = version
         return True
 
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords as leader: move the log start offset up to ``offset`` (-1: the
+        HW); segments entirely below it are deleted. Returns the offset asked for
+        (the HW for -1): the low watermark to wait for.
+
+        Raises NotLeaderForPartitionError off the leader, OffsetOutOfRangeError for an
+        offset above the HW or below -1, PolicyViolationError when the topic's
+        cleanup.policy lacks ``delete`` (compact only)."""
+        with self._lock:
+            self._require_leader()
+            if not self.log.config.delete_enabled:
+                raise PolicyViolationError(
+                    f"Records of partition {self.topic}-{self.index} can not be deleted due to the configured policy"
+                )
+            target = self.high_watermark if offset == -1 else offset
+            if target < 0:
+                raise OffsetOutOfRangeError(f"The offset {target} for partition {self.topic}-{self.index} is not valid")
+            if target > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"Cannot increment the log start offset to {target} of partition {self.topic}-{self.index} "
+                    f"since it is larger than the high watermark {self.high_watermark}"
+                )
+            moved = self.log.maybe_increment_log_start_offset(target)
+        if moved:
+            log.info("%s-%d: log start offset moved to %d (DeleteRecords)", self.topic, self.index, target)
+            self._on_log_start_moved(self)
+        return target
+
+    def low_watermark(self) -> int:
+        """The smallest log start offset over the ISR (leader only; -1 while an in-sync
+        follower has not reported its own)."""
+        with self._lock:
+            self._require_leader()
+            low = self.log.log_start_offset
+            for r in self.isr:
+                if r != self.broker_id:
+                    f = self.followers.get(r)
+                    low = min(low, f.log_start_offset if f else -1)
+            return low
+
     def available_to(self, replica_id: int, offset: int, current_leader_epoch: int = -1) -> bool:
         """Is there anything at or after ``offset`` for this reader (a consumer sees below
         the HW, a follower up to the LEO)? Raises what :meth:`read` would raise."""
@@ -384,12 +451,21 @@ class Partition:
                 f"leader {self.leader}); dropping a fetch result for epoch {leader_epoch}"
             )
 
-    def append_as_follower(self, records: bytes, leader_hw: int, leader_epoch: int) -> None:
+    def append_as_follower(
+        self, records: bytes, leader_hw: int, leader_epoch: int, leader_log_start_offset: int = -1
+    ) -> None:
+        """Append the leader's batches; take its HW and its log start offset (each capped
+        by this log's end)."""
         with self._lock:
             self._check_follower(leader_epoch)
             if records:
                 self.log.append_as_follower(records)
             self.high_watermark = max(min(leader_hw, self.log.log_end_offset), 0)
+            start = min(leader_log_start_offset, self.log.log_end_offset)
+            moved = start > self.log.log_start_offset and self.log.maybe_increment_log_start_offset(start)
+        if moved:
+            log.info("%s-%d: log start offset moved to %d (the leader's)", self.topic, self.index, start)
+            self._on_log_start_moved(self)
 
     def truncate_to(self, offset: int, leader_epoch: int) -> None:
         with self._lock:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +84,8 @@ class FetchSpec:
     offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    log_start_offset: int = -1
+    """A follower's own log start offset (-1: not reported)."""
 
 
 def fetch_keys(specs: list[FetchSpec]) -> list[TopicPartition]:
@@ -102,6 +104,20 @@ class OffsetResult:
     offset: int = -1
     timestamp: int = -1
     leader_epoch: int = -1
+
+
+@dataclass
+class DeleteRecordsResult:
+    error: BrokerResponseError | None = None
+    low_watermark: int = -1
+
+
+@dataclass
+class PendingDeletes:
+    """DeleteRecords partitions waiting for the ISR's log start offsets: partition and
+    the low watermark to reach."""
+
+    partitions: dict[TopicPartition, tuple[Partition, int]] = field(default_factory=dict)
 
 
 def as_response_error(exc: Exception) -> BrokerResponseError:
@@ -214,6 +230,16 @@ class ReplicaManager:
                 self.checkpoint_high_watermarks()
                 last_checkpoint = time.monotonic()
 
+    def _log_start_moved(self, p: Partition) -> None:
+        """DeleteRecords (or the leader's) moved ``p``'s log start offset: checkpoint it
+        at once (log-start-offset-checkpoint), so a restart does not bring records back,
+        and wake what waits on the partition (DeleteRecords, a follower's fetch)."""
+        try:
+            self._logs.checkpoint()
+        except OSError:
+            log.exception("%s-%d: cannot checkpoint the log start offset", p.topic, p.index)
+        self.purgatory.progress((p.topic, p.index))
+
     def checkpoint_high_watermarks(self) -> None:
         offsets = {(p.topic, p.index): p.high_watermark for p in self.partitions()}
         try:
@@ -284,7 +310,15 @@ class ReplicaManager:
                 self._logs.delete(topic, index)
             plog = self._logs.get_or_create(topic, index, log_config)
             hw = self._saved_hw.get((topic, index), 0)
-            p = Partition(topic, index, self.broker_id, plog, high_watermark=hw, isr_writer=self._write_isr)
+            p = Partition(
+                topic,
+                index,
+                self.broker_id,
+                plog,
+                high_watermark=hw,
+                isr_writer=self._write_isr,
+                on_log_start_moved=self._log_start_moved,
+            )
             plog.cleaner_upper_bound = p.committed_offset
             with self._lock:
                 self._partitions[(topic, index)] = p
@@ -566,7 +600,7 @@ class ReplicaManager:
         for i, spec in enumerate(specs):
             try:
                 p = self.partition(spec.topic, spec.partition)
-                if p.record_follower_fetch(replica_id, spec.offset, spec.current_leader_epoch):
+                if p.record_follower_fetch(replica_id, spec.offset, spec.current_leader_epoch, spec.log_start_offset):
                     self.purgatory.progress((spec.topic, spec.partition))
             except Exception as exc:
                 errors[i] = as_response_error(exc)
@@ -626,6 +660,8 @@ class ReplicaManager:
         for spec in specs:
             try:
                 p = self.partition(spec.topic, spec.partition)
+                if replica_id >= 0 and 0 <= spec.log_start_offset < p.log.log_start_offset <= spec.offset:
+                    return True  # the follower learns the new log start offset (DeleteRecords) now
                 if p.available_to(replica_id, spec.offset, spec.current_leader_epoch) and not (
                     replica_id >= 0
                     and self.leader_quota.is_throttled(spec.topic, spec.partition)
@@ -660,6 +696,89 @@ class ReplicaManager:
             if r.read is not None:
                 total += len(r.read.records)
         return total >= max(min_bytes, 1)
+
+    # --- delete records ------------------------------------------------------------
+
+    def delete_records(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, DeleteRecordsResult], PendingDeletes]:
+        """DeleteRecords as leader: move each partition's log start offset (-1: to the HW).
+        The partitions whose ISR has not reached the new start yet are returned as
+        :class:`PendingDeletes`, to be parked in the purgatory and finished by
+        :meth:`finish_deletes`; the others are answered with their low watermark."""
+        results: dict[TopicPartition, DeleteRecordsResult] = {}
+        pending = PendingDeletes()
+        for tp, offset in offsets.items():
+            try:
+                p = self.partition(*tp)
+                if self.fenced(p):
+                    raise self._fenced_error(p)
+                target = p.delete_records(offset)
+                low = p.low_watermark()
+                if low >= target:
+                    results[tp] = DeleteRecordsResult(None, low)
+                else:
+                    pending.partitions[tp] = (p, target)
+            except Exception as exc:
+                results[tp] = DeleteRecordsResult(as_response_error(exc))
+        return results, pending
+
+    @staticmethod
+    def deletes_ready(pending: PendingDeletes) -> bool:
+        """Has every pending partition's low watermark reached its target (or failed)?"""
+        for p, target in pending.partitions.values():
+            try:
+                if p.low_watermark() < target:
+                    return False
+            except Exception:
+                continue
+        return True
+
+    @staticmethod
+    def finish_deletes(
+        pending: PendingDeletes, results: dict[TopicPartition, DeleteRecordsResult], timeout_ms: int
+    ) -> None:
+        """Fill in each pending partition's outcome (after the wait): its low watermark, or
+        REQUEST_TIMED_OUT, or the error that ended its leadership."""
+        for tp, (p, target) in pending.partitions.items():
+            try:
+                low = p.low_watermark()
+                if low >= target:
+                    results[tp] = DeleteRecordsResult(None, low)
+                else:
+                    results[tp] = DeleteRecordsResult(
+                        RequestTimedOutError(
+                            f"{tp[0]}-{tp[1]}: the in-sync replicas did not reach log start offset {target} "
+                            f"within {timeout_ms} ms (low watermark {low})"
+                        )
+                    )
+            except Exception as exc:
+                results[tp] = DeleteRecordsResult(as_response_error(exc))
+
+    def delete_records_and_wait(
+        self, timeout_ms: int, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, DeleteRecordsResult]:
+        """:meth:`delete_records` and the wait for the ISR, blocking this thread (tests, tools)."""
+        results, pending = self.delete_records(offsets)
+        if pending.partitions:
+            w = self.purgatory.watch(pending.partitions, lambda: self.deletes_ready(pending))
+            try:
+                w.wait(max(timeout_ms, 0) / 1000.0)
+            finally:
+                self.purgatory.cancel(w)
+            self.finish_deletes(pending, results, timeout_ms)
+        return results
+
+    async def delete_records_async(
+        self, offload: Offload, timeout_ms: int, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, DeleteRecordsResult]:
+        """:meth:`delete_records` on the request pool, then the wait for the ISR parked in
+        the purgatory (Kafka's DelayedDeleteRecords; no thread held)."""
+        results, pending = await offload(self.delete_records, offsets)
+        if pending.partitions:
+            await self._park(list(pending.partitions), lambda: self.deletes_ready(pending), timeout_ms)
+            self.finish_deletes(pending, results, timeout_ms)
+        return results  # type: ignore[no-any-return]
 
     # --- list offsets --------------------------------------------------------------
 
