@@ -17,12 +17,14 @@ from kclient.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    LeaderNotAvailableError,
     NotControllerError,
     NotCoordinatorError,
+    UnknownTopicOrPartitionError,
     for_code,
 )
 from kclient.metadata import ClusterMetadata
-from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, reassignment_pb2
+from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, log_pb2, reassignment_pb2
 from kclient.retry import retry
 from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
@@ -44,6 +46,16 @@ class TopicDescription:
     name: str
     partitions: list[PartitionMetadata]
     configs: dict[str, str]
+    topic_id: str = ""
+    """Kafka 2.8's TopicId (22 characters of URL-safe base64); "" when the topic has none."""
+
+
+class DeletedRecords(NamedTuple):
+    """One partition's DeleteRecords outcome: its new low watermark (the log start offset
+    every in-sync replica reached), or the error (low watermark -1)."""
+
+    low_watermark: int
+    error: KafkaError | None = None
 
 
 class _OffsetAndMetadata(NamedTuple):
@@ -172,7 +184,7 @@ class AdminClient(AdminSecurityMixin):
                 )
                 for p in t.partitions
             ]
-            out.append(TopicDescription(t.name, parts, dict(t.configs)))
+            out.append(TopicDescription(t.name, parts, dict(t.configs), t.topic_id))
         return out
 
     def elect_leaders(
@@ -318,6 +330,105 @@ class AdminClient(AdminSecurityMixin):
             resp = self._at_coordinator(gid, "DeleteGroups", req, lambda r: r.results[0].error_code)
             (r,) = resp.results
             out[gid] = for_code(r.error_code)(r.error_message or f"group {gid!r}") if r.error_code else None
+        return out
+
+    def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, Exception | None]:
+        """Delete the group's committed offsets of ``partitions`` (Kafka's
+        ``deleteConsumerGroupOffsets``, OffsetDelete; kafka-python's ``delete_group_offsets``).
+
+        Returns, per partition, ``None`` when deleted (or nothing was committed), else its
+        error: ``GroupSubscribedToTopicError`` while an active member subscribes to the
+        topic, ``UnknownTopicOrPartitionError``, ``TopicAuthorizationFailedError``. Raises
+        what fails the whole group: ``GroupIdNotFoundError`` (no members, no offsets),
+        ``NonEmptyGroupError``, ``GroupAuthorizationFailedError``.
+        """
+        req = group_pb2.OffsetDeleteRequest(group_id=group_id)
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp[0], []).append(tp[1])
+        for topic, ps in sorted(by_topic.items()):
+            req.topics.add(name=topic, partitions=sorted(set(ps)))
+        resp = self._at_coordinator(group_id, "OffsetDelete", req, lambda r: r.error_code)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or f"group {group_id!r}")
+        return {
+            TopicPartition(t.name, p.index): for_code(p.error_code)(p.error_message) if p.error_code else None
+            for t in resp.topics
+            for p in t.partitions
+        }
+
+    delete_group_offsets = delete_consumer_group_offsets
+
+    def delete_records(
+        self,
+        records_to_delete: Mapping[TopicPartition, int],
+        timeout_ms: int | None = None,
+        raise_errors: bool = True,
+    ) -> dict[TopicPartition, DeletedRecords]:
+        """Delete every record below the given offset of each partition (kafka-python's
+        ``delete_records``, Kafka's ``deleteRecords``): the partition's log start offset
+        moves there; offset ``-1`` means its high watermark.
+
+        Each partition goes to its leader (found again while leadership moves, until the
+        admin timeout); the leader answers once every in-sync replica has the new start,
+        or after ``timeout_ms`` with ``RequestTimedOutError``. Returns
+        :class:`DeletedRecords` per partition; with ``raise_errors`` the first failed
+        partition's error is raised instead (``OffsetOutOfRangeError`` above the high
+        watermark, ``UnknownTopicOrPartitionError``, ``PolicyViolationError`` for a
+        compact-only topic, ``TopicAuthorizationFailedError``).
+        """
+        timeout = timeout_ms or self._timeout_ms
+        deadline = time.monotonic() + max(timeout, self._timeout_ms) / 1000.0
+        todo = {TopicPartition(tp[0], tp[1]): int(offset) for tp, offset in records_to_delete.items()}
+        out: dict[TopicPartition, DeletedRecords] = {}
+        while todo:
+            retry_now: dict[TopicPartition, KafkaError] = {}
+            self._metadata.refresh(all_topics=True, deadline=deadline)  # never auto-creates a topic
+            by_leader: dict[str, dict[TopicPartition, int]] = {}
+            for tp, offset in todo.items():
+                parts = self._metadata.partitions_for(tp.topic)
+                address = self._metadata.leader_address(tp)
+                if parts is None or tp.partition not in parts:
+                    code = self._metadata.topic_error(tp.topic) if parts is None else 0
+                    cls = for_code(code) if code else UnknownTopicOrPartitionError
+                    out[tp] = DeletedRecords(-1, cls(f"{tp.topic}-{tp.partition} does not exist"))
+                elif address is None:
+                    retry_now[tp] = LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
+                else:
+                    by_leader.setdefault(address, {})[tp] = offset
+            for address, offsets in by_leader.items():
+                req = log_pb2.DeleteRecordsRequest(timeout_ms=timeout)
+                for topic in sorted({tp.topic for tp in offsets}):
+                    t = req.topics.add(name=topic)
+                    for tp, offset in sorted(offsets.items()):
+                        if tp.topic == topic:
+                            t.partitions.add(index=tp.partition, offset=offset)
+                try:
+                    resp = self._transport.call(address, "DeleteRecords", req, timeout / 1000.0 + 5)
+                except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                    retry_now.update(dict.fromkeys(offsets, exc))
+                    continue
+                for t in resp.topics:
+                    for r in t.partitions:
+                        tp = TopicPartition(t.name, r.index)
+                        err: KafkaError | None = for_code(r.error_code)(r.error_message) if r.error_code else None
+                        if err is not None and err.invalid_metadata:
+                            retry_now[tp] = err
+                        else:
+                            out[tp] = DeletedRecords(r.low_watermark if err is None else -1, err)
+            todo = {tp: todo[tp] for tp in retry_now}
+            if todo and time.monotonic() + _COORDINATOR_RETRY_BACKOFF_S >= deadline:
+                out.update((tp, DeletedRecords(-1, err)) for tp, err in retry_now.items())
+                break
+            if todo:
+                self._metadata.request_update()
+                time.sleep(_COORDINATOR_RETRY_BACKOFF_S)
+        if raise_errors:
+            failed = next((r.error for _, r in sorted(out.items()) if r.error is not None), None)
+            if failed is not None:
+                raise failed
         return out
 
     def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
