@@ -1,4 +1,4 @@
-"""``kctl groups list|describe|delete|reset-offsets``, as ``kafka-consumer-groups.sh`` does them.
+"""``kctl groups list|describe|delete|delete-offsets|reset-offsets``, as ``kafka-consumer-groups.sh`` does them.
 
 Consumer groups live on the brokers (their coordinator), so every verb needs
 ``--bootstrap-server``. Output (columns padded to the widest cell, ``-`` when unknown)::
@@ -19,6 +19,12 @@ Consumer groups live on the brokers (their coordinator), so every verb needs
     groups describe --state GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS
                             (the coordinator as ``host:port  (id)``)
     groups delete           Deletion of requested consumer groups ('G') was successful.
+    groups delete-offsets   Request succeed for deleting offsets with topic T group G
+                            (or: Error: Encounter some partition level error, see the follow-up details:)
+                            (blank line)
+                            TOPIC PARTITION STATUS   (Kafka's %-30s %-15s %-15s columns) one row per
+                            partition: Successful, or Error: <message> (GROUP_SUBSCRIBED_TO_TOPIC while
+                            an active member subscribes to the topic); exit 1 if any row failed
     groups reset-offsets    GROUP TOPIC PARTITION NEW-OFFSET  the plan (dry run, the default,
                             under a ``DRY RUN`` notice on stderr) or what was committed (--execute);
                             with --export Kafka's CSV instead: ``topic,partition,offset`` lines
@@ -80,7 +86,9 @@ DURATION_FORMAT = "PnDTnHnMnS"
 
 
 def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.ArgumentParser) -> None:
-    groups = nouns.add_parser("groups", help="consumer groups: list, describe (offsets and lag), delete, reset offsets")
+    groups = nouns.add_parser(
+        "groups", help="consumer groups: list, describe (offsets and lag), delete, delete or reset offsets"
+    )
     verbs = groups.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     lister = verbs.add_parser("list", parents=[connection], help="consumer group ids, one per line")
@@ -102,6 +110,23 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     delete = verbs.add_parser("delete", parents=[connection], help="delete groups without members and their offsets")
     delete.add_argument("--group", action="append", required=True, help="the group (repeatable)")
     delete.set_defaults(handler=delete_groups)
+
+    erase = verbs.add_parser(
+        "delete-offsets",
+        parents=[connection],
+        help="delete a group's committed offsets of some topics or partitions",
+        description="kafka-consumer-groups.sh --delete-offsets: remove the group's committed offsets of the "
+        "partitions given. Refused for a topic an active member of the group subscribes to.",
+    )
+    erase.add_argument("--group", required=True, help="the group")
+    erase.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="TOPIC[:P[,P...]]",
+        help="a topic (every partition) or some of its partitions (repeatable)",
+    )
+    erase.set_defaults(handler=delete_offsets)
 
     reset = verbs.add_parser(
         "reset-offsets",
@@ -372,6 +397,64 @@ def delete_groups(args: argparse.Namespace) -> int:
         raise failed[0][1]
     if failed:
         raise CliError(f"{len(failed)} group(s) could not be deleted: " + "; ".join(f"{e}" for _, e in failed))
+    return 0
+
+
+# --- delete-offsets ------------------------------------------------------------------
+
+DELETE_OFFSETS_FORMAT = "%-30s %-15s %-15s"
+"""kafka-consumer-groups.sh --delete-offsets' table row."""
+
+
+def _status(err: Exception | None) -> str:
+    """Kafka's STATUS cell: ``Successful`` or ``Error: <the error's message>`` (a broker
+    error code's own description, as the Java client shows it)."""
+    if err is None:
+        return "Successful"
+    return f"Error: {getattr(err, 'description', '') or err}"
+
+
+def delete_offsets_lines(
+    group: str, topics: Sequence[str], results: dict[TopicPartition, Exception | None]
+) -> list[str]:
+    """kafka-consumer-groups.sh's output: a first line when every partition succeeded,
+    then a blank line and the TOPIC PARTITION STATUS table (partition -1: ``Not Provided``,
+    for an unknown topic)."""
+    failed = any(err is not None for err in results.values())
+    out = [
+        "Error: Encounter some partition level error, see the follow-up details:"
+        if failed
+        else f"Request succeed for deleting offsets with topic {', '.join(topics)} group {group}",
+        "",
+        (DELETE_OFFSETS_FORMAT % ("TOPIC", "PARTITION", "STATUS")).rstrip(),
+    ]
+    for tp, err in sorted(results.items(), key=lambda kv: kv[0].topic + str(kv[0].partition)):
+        partition = str(tp.partition) if tp.partition >= 0 else "Not Provided"
+        out.append((DELETE_OFFSETS_FORMAT % (tp.topic, partition, _status(err))).rstrip())
+    return out
+
+
+def delete_offsets(args: argparse.Namespace) -> int:
+    (group,) = _groups([args.group])
+    specs = [parse_topic_spec(s) for s in args.topic]
+    with open_group_admin(args.zookeeper, args.bootstrap_server, client_configs(args)) as admin:
+        results: dict[TopicPartition, Exception | None] = {}
+        wanted = [TopicPartition(t, p) for t, parts in specs if parts is not None for p in parts]
+        whole = sorted({t for t, parts in specs if parts is None})
+        if whole:
+            known = {d.name: d for d in admin.describe_topics(None)}
+            for topic in whole:
+                if topic in known:
+                    wanted.extend(TopicPartition(topic, p.partition) for p in known[topic].partitions)
+                else:
+                    results[TopicPartition(topic, -1)] = UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        if wanted:
+            results.update(admin.delete_consumer_group_offsets(group, wanted))
+    for line in delete_offsets_lines(group, [s.strip() for s in args.topic], results):
+        print(line)
+    failed = sum(1 for err in results.values() if err is not None)
+    if failed:
+        raise CliError(f"the offsets of {failed} partition(s) of group {group!r} were not deleted (see STATUS)")
     return 0
 
 

@@ -35,6 +35,7 @@ from kbroker.cli import (
     brokers,
     configs,
     console,
+    delete_records,
     dump_log,
     groups,
     leaders,
@@ -131,6 +132,7 @@ def build_parser() -> KctlArgumentParser:
     users.add_parser(nouns, admin_flags)
     zk_security.add_parser(nouns, admin_flags)
     log_dirs.add_parser(nouns, client_flags)
+    delete_records.add_parser(nouns, client_flags)
     console.add_parsers(nouns, client_flags)
     perf.add_parser(nouns, client_flags)
     dump_log.add_parser(nouns)
