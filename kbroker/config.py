@@ -25,6 +25,7 @@ from kbroker.security.listeners import (
     EndPoint,
     build_listener_config,
     listener_config,
+    parse_listeners,
     split_listener_key,
 )
 from kbroker.security.zk_acl import ZkCredential, ZkCredentialError
@@ -68,6 +69,8 @@ LISTENER_KEYS = (
     "listener.security.protocol.map",
     "inter.broker.listener.name",
     "security.inter.broker.protocol",
+    "kafka.listeners",
+    "kafka.advertised.listeners",
 )
 """Checked together once every key is read (:func:`_finish_listeners`)."""
 
@@ -183,6 +186,12 @@ class BrokerConfig:
     """The bound listeners; empty -> one PLAINTEXT listener at listen_host:listen_port."""
     advertised_listeners: tuple[EndPoint, ...] = ()
     """What the broker registers (advertised.listeners); empty -> the listeners."""
+    kafka_listeners: tuple[EndPoint, ...] = ()
+    """The Kafka-protocol listeners (``kafka.listeners``, Kafka's listener syntax and the
+    same ``listener.security.protocol.map``); empty: the door is closed."""
+    kafka_advertised_listeners: tuple[EndPoint, ...] = ()
+    """What the broker registers for the Kafka door (``kafka.advertised.listeners``);
+    empty -> kafka_listeners."""
     inter_broker_listener_name: str = "PLAINTEXT"
     listener_security_protocol_map: dict[str, str] = field(
         default_factory=lambda: dict(item.split(":") for item in DEFAULT_PROTOCOL_MAP.split(","))
@@ -389,10 +398,49 @@ def _finish_listeners(out: dict[str, Any]) -> None:
         advertised = tuple(replace(e, host=legacy_host) for e in advertised)
     out["listeners"] = cfg.listeners
     out["advertised_listeners"] = advertised
+    _finish_kafka_listeners(out, raw, cfg.protocol_map, legacy_host)
     out["inter_broker_listener_name"] = cfg.inter_broker_listener_name
     out["listener_security_protocol_map"] = dict(cfg.protocol_map)
     inter = cfg.inter_broker
     out["listen_host"], out["listen_port"] = inter.bind_host, inter.port
+
+
+def _finish_kafka_listeners(
+    out: dict[str, Any], raw: Mapping[str, str], pmap: Mapping[str, str], legacy_host: str | None
+) -> None:
+    """``kafka.listeners`` / ``kafka.advertised.listeners``: the Kafka-protocol door, in
+    Kafka's listener syntax, checked as ``listeners`` is. Their ports must differ from the
+    gRPC listeners' (both doors bind)."""
+    value = raw.get("kafka.listeners")
+    if value is None:
+        if "kafka.advertised.listeners" in raw:
+            raise InvalidConfigError("kafka.advertised.listeners is set but kafka.listeners is not")
+        return
+    bound = parse_listeners(value, pmap, key="kafka.listeners")
+    taken = {e.port for e in out["listeners"] if e.port}
+    clash = [e for e in bound if e.port and e.port in taken]
+    if clash:
+        raise InvalidConfigError(
+            f"kafka.listeners: port {clash[0].port} is already a gRPC listener's (listeners); "
+            "each door needs its own port"
+        )
+    advertised_raw = raw.get("kafka.advertised.listeners")
+    if advertised_raw is None:
+        advertised = tuple(replace(e, host=legacy_host) if legacy_host else e for e in bound)
+    else:
+        advertised = parse_listeners(advertised_raw, pmap, key="kafka.advertised.listeners", distinct_ports=False)
+        names = {e.listener_name for e in bound}
+        extra = [e.listener_name for e in advertised if e.listener_name not in names]
+        if extra:
+            raise InvalidConfigError(
+                f"kafka.advertised.listeners names {','.join(extra)}, which kafka.listeners does not define"
+            )
+    if any(e.host == "0.0.0.0" for e in advertised):
+        raise InvalidConfigError(
+            "kafka.advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address."
+        )
+    out["kafka_listeners"] = bound
+    out["kafka_advertised_listeners"] = advertised
 
 
 DEFAULT_SASL_MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512"

@@ -32,6 +32,8 @@ from kazoo.protocol.states import KazooState
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.call_context import ListenerAuthenticator
 from kbroker.api.grpc_server import GrpcServer
+from kbroker.api.kafka.door import kafka_door
+from kbroker.api.kafka.server import KafkaProtocolServer
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
@@ -49,7 +51,7 @@ from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.security import zk_acl
 from kbroker.security.authorizer import AclAuthorizer
 from kbroker.security.credentials import CredentialStore
-from kbroker.security.listeners import with_bound_ports
+from kbroker.security.listeners import EndPoint, with_bound_ports
 from kbroker.security.sasl import SaslAuthenticator, SessionStore
 from kbroker.security.tls import broker_channel_credentials
 from kbroker.storage.log_config import LogConfig
@@ -91,6 +93,11 @@ class KafkaServer:
         self.hurry = threading.Event()
         """Set by a second SIGTERM/SIGINT: skip what can be skipped of the shutdown."""
         self._grpc: GrpcServer | None = None
+        self._kafka: KafkaProtocolServer | None = None
+        self.kafka_ports: dict[str, int] = {}
+        """Bound port of each Kafka-protocol listener (kafka.listeners)."""
+        self.kafka_endpoints: tuple[EndPoint, ...] = ()
+        """The advertised Kafka-protocol listeners with their bound ports."""
         self.metrics = BrokerMetrics()
         """This broker's Prometheus registry (served when metrics.port >= 0)."""
         self.metrics_port = -1
@@ -210,6 +217,7 @@ class KafkaServer:
         self.port = self.ports[cfg.inter_broker_listener_name]
         self.endpoints = with_bound_ports(cfg.advertised_listeners, self.ports)
         """The advertised listeners with their bound ports (what the broker registers)."""
+        self._start_kafka_door(services[0])
 
         self._register()
         self.zk.add_state_listener(self._session_state)
@@ -228,6 +236,20 @@ class KafkaServer:
         self.dynamic.start()
         self._serve_metrics(services[0])
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
+
+    def _start_kafka_door(self, service: BrokerService) -> None:
+        """Serve Kafka's binary protocol on ``kafka.listeners`` (none: the door stays shut)."""
+        cfg, grpc_server = self.config, self._grpc
+        if not cfg.kafka_listeners or grpc_server is None:
+            return
+        door = kafka_door(service, max_request_bytes=cfg.socket_request_max_bytes, metrics=self.metrics)
+        self._kafka = door
+        for e in cfg.kafka_listeners:
+            try:
+                self.kafka_ports[e.listener_name] = grpc_server.call(door.start(e))
+            except OSError as exc:
+                raise KafkaError(f"cannot listen on kafka listener {e.connection_string()}: {exc}") from exc
+        self.kafka_endpoints = with_bound_ports(cfg.kafka_advertised_listeners, self.kafka_ports)
 
     def _serve_metrics(self, service: BrokerService) -> None:
         """Register the scrape-time gauges; serve /metrics if metrics.port >= 0."""
@@ -338,7 +360,9 @@ class KafkaServer:
 
     def _register(self) -> None:
         cfg = self.config
-        info = BrokerInfo.of(cfg.broker_id, self.endpoints, cfg.inter_broker_listener_name, cfg.rack)
+        info = BrokerInfo.of(
+            cfg.broker_id, self.endpoints, cfg.inter_broker_listener_name, cfg.rack, self.kafka_endpoints
+        )
         self.broker_epoch = self.zk.register_broker(info)
         self._registered.set()
 
@@ -428,6 +452,11 @@ class KafkaServer:
         self.groups.shutdown()
         self.metrics.stop_serving()
         if self._grpc is not None:
+            if self._kafka is not None:
+                try:
+                    self._grpc.call(self._kafka.stop(), 5.0)
+                except Exception:
+                    log.warning("the Kafka-protocol listeners did not stop cleanly", exc_info=True)
             self._grpc.stop(0.0 if self.hurry.is_set() else 2.0)
         zk_up = self.zk.kazoo.connected and not self.hurry.is_set()
         if not self.zk.kazoo.connected:
@@ -521,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     # One write, so that no log line from another thread lands inside it.
     listeners = ",".join(e.connection_string() for e in server.endpoints)
+    if server.kafka_endpoints:
+        listeners += " kafka " + ",".join(e.connection_string() for e in server.kafka_endpoints)
     sys.stdout.write(f"kbroker {config.broker_id} listening on {config.advertised}:{server.port} {listeners}\n")
     sys.stdout.flush()
     while not stop.wait(1.0):

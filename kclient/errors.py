@@ -316,6 +316,11 @@ class IllegalSaslStateError(BrokerResponseError):
     description = "Request is not valid given the current SASL state."
 
 
+class UnsupportedVersionError(BrokerResponseError):
+    errno = 35
+    description = "The version of API is not supported."
+
+
 class TopicAlreadyExistsError(BrokerResponseError):
     errno = 36
     description = "Topic with this name already exists."

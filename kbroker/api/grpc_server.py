@@ -28,10 +28,10 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -48,6 +48,8 @@ Authenticate = Callable[[str, Any], CallContext]
 BrokerResponseError (SASL_AUTHENTICATION_FAILED) to refuse the call."""
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class InFlightBytes:
@@ -251,6 +253,10 @@ class GrpcServer:
                 raise KafkaError(f"cannot listen on {where}")
             self.ports[endpoint.listener_name] = port
         return dict(self.ports)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = 30.0) -> T:
+        """Run ``coro`` on the server's loop (from another thread) and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     def stop(self, grace_s: float) -> None:
         """Stop accepting calls, give running ones ``grace_s``, then cancel the rest."""

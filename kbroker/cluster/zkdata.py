@@ -271,7 +271,9 @@ def encode_broker(info: BrokerInfo) -> bytes:
         body["rack"] = info.rack
     if info.kafka_endpoints:
         body["kafka_endpoints"] = [e.connection_string() for e in info.kafka_endpoints]
-        body["kafka_listener_security_protocol_map"] = {e.listener_name: e.security_protocol for e in info.kafka_endpoints}
+        body["kafka_listener_security_protocol_map"] = {
+            e.listener_name: e.security_protocol for e in info.kafka_endpoints
+        }
     return _dumps(body)
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from kbroker.local.netns import Host, Network
 from kbroker.local.zookeeper import tail
 
-READY = re.compile(rb"kbroker (\d+) listening on (\S+)(?: (\S+))?")
-"""The broker's ready line: its inter-broker address, then every listener as NAME://host:port."""
+READY = re.compile(rb"kbroker (\d+) listening on (\S+)(?: (\S+))?(?: kafka (\S+))?")
+"""The broker's ready line: its inter-broker address, then every listener as NAME://host:port,
+then (with kafka.listeners) ``kafka`` and every Kafka-protocol listener."""
 METRICS = re.compile(rb"broker \d+ metrics: (http://\S+/metrics)")
 """The line a broker with ``metrics.port`` logs before it is ready."""
 
@@ -53,6 +54,8 @@ class BrokerProcess:
         """The inter-broker listener's address (host:port)."""
         self.listeners: dict[str, str] = {}
         """Every listener's advertised address by name (PLAINTEXT, SSL, ...)."""
+        self.kafka_listeners: dict[str, str] = {}
+        """Every Kafka-protocol listener's advertised address by name (kafka.listeners)."""
         self.metrics_url = ""
         """``http://host:port/metrics`` when the broker serves Prometheus metrics."""
         self._log_offset = 0
@@ -106,10 +109,11 @@ class BrokerProcess:
                 self.address = m.group(2).decode()
                 metrics = METRICS.search(text)
                 self.metrics_url = metrics.group(1).decode() if metrics else ""
-                for item in (m.group(3) or b"").decode().split(","):
-                    name, sep, where = item.partition("://")
-                    if sep:
-                        self.listeners[name] = where
+                for group, found in ((3, self.listeners), (4, self.kafka_listeners)):
+                    for item in (m.group(group) or b"").decode().split(","):
+                        name, sep, where = item.partition("://")
+                        if sep:
+                            found[name] = where
                 return self.address
             if not self.running():
                 raise RuntimeError(f"broker {self.broker_id} exited with {self.returncode()}:\n{self.log_tail()}")
@@ -195,6 +199,12 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers.values() if b.running() and b.address)
+
+    def kafka_bootstrap(self, listener: str = "PLAINTEXT") -> str:
+        """The Kafka-protocol bootstrap list of the running brokers (kafka.listeners)."""
+        return ",".join(
+            b.kafka_listeners[listener] for b in self.brokers.values() if b.running() and listener in b.kafka_listeners
+        )
 
     def stop(self) -> None:
         for b in self.brokers.values():

@@ -42,6 +42,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_TIMESTAMP: _ClassVar[ErrorCode]
     UNSUPPORTED_SASL_MECHANISM: _ClassVar[ErrorCode]
     ILLEGAL_SASL_STATE: _ClassVar[ErrorCode]
+    UNSUPPORTED_VERSION: _ClassVar[ErrorCode]
     TOPIC_ALREADY_EXISTS: _ClassVar[ErrorCode]
     INVALID_PARTITIONS: _ClassVar[ErrorCode]
     INVALID_REPLICATION_FACTOR: _ClassVar[ErrorCode]
@@ -110,6 +111,7 @@ CLUSTER_AUTHORIZATION_FAILED: ErrorCode
 INVALID_TIMESTAMP: ErrorCode
 UNSUPPORTED_SASL_MECHANISM: ErrorCode
 ILLEGAL_SASL_STATE: ErrorCode
+UNSUPPORTED_VERSION: ErrorCode
 TOPIC_ALREADY_EXISTS: ErrorCode
 INVALID_PARTITIONS: ErrorCode
 INVALID_REPLICATION_FACTOR: ErrorCode

@@ -1,0 +1,325 @@
+"""Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, Metadata, InitProducerId and
+DescribeCluster on the Kafka door: Kafka's request -> the servicer's protobuf request ->
+the same handler as gRPC -> Kafka's response. Record batches pass through untouched
+(both doors carry Kafka's RecordBatch v2 bytes).
+
+Versions: Produce 3-9 and Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on
+are not served), ListOffsets 1-7, OffsetForLeaderEpoch 0-4, Metadata 0-12,
+InitProducerId 0-4, DescribeCluster 0. Fetch sessions (KIP-227) are not kept: every
+fetch is answered in full with session id 0 ("no session"), which clients accept; a
+request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kbroker.api.broker_service import BrokerService
+from kbroker.api.kafka.codec import build, millis, response_class
+from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
+from kbroker.api.kafka.service_call import RequestRefused, ServiceContext
+from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
+INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
+FETCH_SESSION_ID_NOT_FOUND = 70
+NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+class LogApis:
+    """The log and metadata APIs over one :class:`BrokerService`."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    def apis(self) -> list[Api]:
+        return [
+            Api(PRODUCE, "Produce", 3, 9, self.produce),
+            Api(FETCH, "Fetch", 4, 12, self.fetch),
+            Api(LIST_OFFSETS, "ListOffsets", 1, 7, self.list_offsets),
+            Api(METADATA, "Metadata", 0, 12, self.metadata),
+            Api(INIT_PRODUCER_ID, "InitProducerId", 0, 4, self.init_producer_id),
+            Api(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 0, 4, self.offset_for_leader_epoch),
+            Api(DESCRIBE_CLUSTER, "DescribeCluster", 0, 0, self.describe_cluster),
+        ]
+
+    def _context(self, req: KafkaRequest) -> ServiceContext:
+        return ServiceContext(req.connection.client_host)
+
+    # --- Produce --------------------------------------------------------------------
+
+    async def produce(self, req: KafkaRequest) -> Any:
+        p = req.payload
+        proto = log_pb2.ProduceRequest(acks=int(p.acks), timeout_ms=millis(p.timeout))
+        for t in p.topic_data:
+            pt = proto.topics.add(name=t.name)
+            for part in t.partition_data:
+                pt.partitions.add(index=int(part.index), records=bytes(part.records or b""))
+        try:
+            resp = await self._service.Produce(proto, self._context(req))  # type: ignore[arg-type]
+        except RequestRefused as exc:
+            if p.acks == 0:
+                return None
+            return self._produce_response(req, proto, exc)
+        if p.acks == 0:
+            return None  # Kafka sends nothing back for acks=0
+        return build(
+            response_class(PRODUCE, req.version),
+            {
+                "responses": [
+                    {
+                        "name": t.name,
+                        "partition_responses": [
+                            {
+                                "index": r.index,
+                                "error_code": r.error_code,
+                                "error_message": r.error_message or None,
+                                "base_offset": r.base_offset,
+                                "log_append_time": r.log_append_time_ms,
+                                "log_start_offset": r.log_start_offset,
+                            }
+                            for r in t.partitions
+                        ],
+                    }
+                    for t in resp.topics
+                ],
+            },
+        )
+
+    def _produce_response(self, req: KafkaRequest, proto: log_pb2.ProduceRequest, exc: RequestRefused) -> Any:
+        return build(
+            response_class(PRODUCE, req.version),
+            {
+                "responses": [
+                    {
+                        "name": t.name,
+                        "partition_responses": [
+                            {
+                                "index": part.index,
+                                "error_code": exc.errno,
+                                "error_message": exc.message,
+                                "base_offset": -1,
+                                "log_append_time": -1,
+                                "log_start_offset": -1,
+                            }
+                            for part in t.partitions
+                        ],
+                    }
+                    for t in proto.topics
+                ]
+            },
+        )
+
+    # --- Fetch ----------------------------------------------------------------------
+
+    async def fetch(self, req: KafkaRequest) -> Any:
+        p = req.payload
+        cls = response_class(FETCH, req.version)
+        session_id = int(getattr(p, "session_id", 0))
+        if session_id != 0:
+            return build(cls, {"error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0})
+        proto = log_pb2.FetchRequest(
+            replica_id=int(p.replica_id),
+            max_wait_ms=millis(p.max_wait),
+            min_bytes=int(p.min_bytes),
+            max_bytes=int(getattr(p, "max_bytes", 0x7FFFFFFF)),
+        )
+        for t in p.topics:
+            ft = proto.topics.add(name=t.topic)
+            for part in t.partitions:
+                ft.partitions.add(
+                    index=int(part.partition),
+                    fetch_offset=int(part.fetch_offset),
+                    partition_max_bytes=int(part.partition_max_bytes),
+                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+                )
+        try:
+            resp = await self._service.Fetch(proto, self._context(req))  # type: ignore[arg-type]
+        except RequestRefused as exc:
+            return build(cls, {"error_code": exc.errno, "session_id": 0})
+        return build(
+            cls,
+            {
+                "error_code": 0,
+                "session_id": 0,
+                "responses": [
+                    {
+                        "topic": t.name,
+                        "partitions": [
+                            {
+                                "partition_index": r.index,
+                                "error_code": r.error_code,
+                                "high_watermark": r.high_watermark,
+                                "last_stable_offset": r.high_watermark,  # no transactions
+                                "log_start_offset": r.log_start_offset,
+                                "preferred_read_replica": -1,
+                                "records": r.records,
+                            }
+                            for r in t.partitions
+                        ],
+                    }
+                    for t in resp.topics
+                ],
+            },
+        )
+
+    # --- offsets ----------------------------------------------------------------------
+
+    async def list_offsets(self, req: KafkaRequest) -> Any:
+        p = req.payload
+        proto = log_pb2.ListOffsetsRequest(replica_id=int(p.replica_id))
+        for t in p.topics:
+            lt = proto.topics.add(name=t.name)
+            for part in t.partitions:
+                lt.partitions.add(
+                    index=int(part.partition_index),
+                    timestamp=int(part.timestamp),
+                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+                )
+        cls = response_class(LIST_OFFSETS, req.version)
+        try:
+            resp = await self._service.ListOffsets(proto, self._context(req))  # type: ignore[arg-type]
+        except RequestRefused as exc:
+            errno = exc.errno
+            return build(cls, _per_partition(proto.topics, lambda i: {"partition_index": i, "error_code": errno}))
+        return build(
+            cls,
+            {
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {
+                                "partition_index": r.index,
+                                "error_code": r.error_code,
+                                "timestamp": r.timestamp,
+                                "offset": r.offset,
+                                "leader_epoch": r.leader_epoch,
+                            }
+                            for r in t.partitions
+                        ],
+                    }
+                    for t in resp.topics
+                ]
+            },
+        )
+
+    async def offset_for_leader_epoch(self, req: KafkaRequest) -> Any:
+        p = req.payload
+        proto = log_pb2.OffsetForLeaderEpochRequest(replica_id=int(getattr(p, "replica_id", -1)))
+        if proto.replica_id == -2:  # Kafka's "a debugging consumer" default
+            proto.replica_id = -1
+        for t in p.topics:
+            ot = proto.topics.add(name=t.topic)
+            for part in t.partitions:
+                ot.partitions.add(
+                    index=int(part.partition),
+                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+                    leader_epoch=int(part.leader_epoch),
+                )
+        resp = await self._service.OffsetForLeaderEpoch(proto, self._context(req))  # type: ignore[arg-type]
+        return build(
+            response_class(OFFSET_FOR_LEADER_EPOCH, req.version),
+            {
+                "topics": [
+                    {
+                        "topic": t.name,
+                        "partitions": [
+                            {
+                                "partition": r.index,
+                                "error_code": r.error_code,
+                                "leader_epoch": r.leader_epoch,
+                                "end_offset": r.end_offset,
+                            }
+                            for r in t.partitions
+                        ],
+                    }
+                    for t in resp.topics
+                ]
+            },
+        )
+
+    # --- metadata -----------------------------------------------------------------------
+
+    async def metadata(self, req: KafkaRequest) -> Any:
+        p = req.payload
+        service = self._service
+        if service.metadata_is_stale():
+            raise CloseConnection()  # as gRPC's UNAVAILABLE: the client asks another broker
+        wanted = None if p.topics is None else [t.name for t in p.topics if t.name is not None]
+        if req.version == 0 and wanted == []:
+            wanted = None  # v0: an empty list means every topic
+        allow = bool(getattr(p, "allow_auto_topic_creation", True))
+        if wanted is None:
+            names: list[str] | None = []
+        elif not wanted:
+            names = None  # v1+: an empty list asks for no topic (brokers only)
+        else:
+            names = wanted
+        resp = await service._offload(service.metadata_of, names, allow)
+        return build(
+            response_class(METADATA, req.version),
+            {
+                "brokers": [
+                    {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None} for b in resp.brokers
+                ],
+                "cluster_id": resp.cluster_id,
+                "controller_id": resp.controller_id,
+                "topics": [
+                    {
+                        "error_code": t.error_code,
+                        "name": t.name,
+                        "topic_id": NO_TOPIC_ID,
+                        "is_internal": False,
+                        "partitions": [
+                            {
+                                "error_code": m.error_code,
+                                "partition_index": m.index,
+                                "leader_id": m.leader_id,
+                                "leader_epoch": m.leader_epoch,
+                                "replica_nodes": list(m.replica_nodes),
+                                "isr_nodes": list(m.isr_nodes),
+                                "offline_replicas": list(m.offline_replicas),
+                            }
+                            for m in t.partitions
+                        ],
+                    }
+                    for t in resp.topics
+                ],
+            },
+        )
+
+    async def describe_cluster(self, req: KafkaRequest) -> Any:
+        service = self._service
+        resp = await service._offload(service.metadata_of, None)
+        return build(
+            response_class(DESCRIBE_CLUSTER, req.version),
+            {
+                "error_code": 0,
+                "cluster_id": resp.cluster_id,
+                "controller_id": resp.controller_id,
+                "brokers": [
+                    {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
+                    for b in resp.brokers
+                ],
+            },
+        )
+
+    # --- producer ids ---------------------------------------------------------------------
+
+    async def init_producer_id(self, req: KafkaRequest) -> Any:
+        p = req.payload
+        proto = cluster_pb2.InitProducerIdRequest(
+            transactional_id=p.transactional_id or "", transaction_timeout_ms=millis(p.transaction_timeout)
+        )
+        resp = await self._service.InitProducerId(proto, self._context(req))  # type: ignore[arg-type]
+        return build(
+            response_class(INIT_PRODUCER_ID, req.version),
+            {"error_code": resp.error_code, "producer_id": resp.producer_id, "producer_epoch": resp.producer_epoch},
+        )
+
+
+def _per_partition(topics: Any, partition: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+    return {"topics": [{"name": t.name, "partitions": [partition(p.index) for p in t.partitions]} for t in topics]}

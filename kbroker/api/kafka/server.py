@@ -1,0 +1,261 @@
+"""The Kafka-protocol door: TCP listeners (``kafka.listeners``) on the gRPC server's
+event loop, serving Kafka's binary protocol with the same servicer.
+
+Wire handling, per connection:
+
+- frames are ``int32 size`` + request; a size above ``socket.request.max.bytes`` or below
+  a header, or an unreadable header or payload, closes that connection only (one WARNING
+  line, rate-limited) — never the listener or another connection;
+- requests are pipelined: each one read becomes a task at once (tasks start in arrival
+  order, so appends are queued in the order produced), and responses are written in
+  request order by one writer task. At most ``MAX_IN_FLIGHT`` requests are outstanding
+  per connection; beyond that the connection is not read (back-pressure through TCP);
+- Produce with acks=0 gets no response, as in Kafka;
+- an API key or version not served gets UNSUPPORTED_VERSION (ApiVersions of an unknown
+  version: a v0 answer listing what is served), never a dropped connection;
+- on a SASL listener nothing but ApiVersions, SaslHandshake and SaslAuthenticate is
+  served until the connection authenticated (Kafka's rule), and those are handled one
+  at a time.
+
+Each request runs with a :class:`~kbroker.api.call_context.CallContext` naming the
+connection's principal and listener with ``door="kafka"``, so authorization and the
+advertised addresses (``kafka_endpoints`` of the broker znodes) follow the connection.
+
+Thread safety: everything runs on the gRPC server's loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbroker.api.call_context import CallContext, bind, unbind
+from kbroker.api.kafka.codec import Header, MalformedRequest, encode_response, read_header, read_request
+from kbroker.metrics import BrokerMetrics
+from kbroker.security.listeners import EndPoint
+from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
+from kclient.errors import KafkaError
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 64
+"""Requests outstanding on one connection before it stops being read."""
+
+SASL_STAGE_KEYS = frozenset({17, 18, 36})
+"""SaslHandshake, ApiVersions, SaslAuthenticate: served before authentication."""
+
+
+@dataclass
+class Connection:
+    """One client connection's state (its principal changes once, after SASL)."""
+
+    endpoint: EndPoint
+    client_host: str
+    principal: KafkaPrincipal = ANONYMOUS
+    authenticated: bool = False
+    sasl: dict[str, Any] = field(default_factory=dict)
+    """The SASL exchange in progress (mechanism, exchange id), owned by the SASL APIs."""
+
+    def call(self) -> CallContext:
+        e = self.endpoint
+        return CallContext(self.principal, e.listener_name, e.security_protocol, self.client_host, door="kafka")
+
+
+@dataclass(frozen=True)
+class KafkaRequest:
+    header: Header
+    payload: Any
+    connection: Connection
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+Handler = Callable[[KafkaRequest], Awaitable[Any]]
+"""Serves one request: the response entity (a kio dataclass), or None for no response."""
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Handler
+
+
+class CloseConnection(Exception):
+    """Raised by a handler that cannot answer: the connection is closed (Kafka does this
+    for a broker that must not serve, e.g. one cut off from ZooKeeper)."""
+
+
+Unsupported = Callable[[Header], bytes]
+"""Builds the whole UNSUPPORTED_VERSION response frame for a request not served."""
+
+
+class KafkaProtocolServer:
+    """Serves ``apis`` on each Kafka-protocol listener (port 0 picks a free one)."""
+
+    def __init__(
+        self,
+        apis: dict[int, Api],
+        unsupported: Unsupported,
+        *,
+        max_request_bytes: int,
+        ssl_context: Callable[[EndPoint], ssl.SSLContext | None] = lambda e: None,
+        tls_principal: Callable[[asyncio.StreamWriter], KafkaPrincipal] = lambda w: ANONYMOUS,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
+        self._apis = apis
+        self._unsupported = unsupported
+        self._max_request_bytes = max_request_bytes
+        self._ssl_context = ssl_context
+        self._tls_principal = tls_principal
+        self._metrics = metrics
+        self._servers: list[asyncio.base_events.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._last_warning = 0.0
+
+    async def start(self, endpoint: EndPoint) -> int:
+        """Listen on ``endpoint``; the bound port."""
+        ctx = self._ssl_context(endpoint)
+        if endpoint.uses_tls and ctx is None:
+            raise KafkaError(
+                f"kafka listener {endpoint.listener_name}: no TLS context for {endpoint.security_protocol}"
+            )
+        if endpoint.uses_sasl and 17 not in self._apis:
+            raise KafkaError(f"kafka listener {endpoint.listener_name}: SASL is not served on this door")
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._connections.add(task)
+            try:
+                await self._serve(endpoint, reader, writer)
+            finally:
+                self._connections.discard(task)
+
+        server = await asyncio.start_server(
+            accept, endpoint.bind_host or None, endpoint.port, ssl=ctx, reuse_address=True
+        )
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        for s in self._servers:
+            s.close()
+        for task in list(self._connections):
+            task.cancel()
+        for s in self._servers:
+            with contextlib.suppress(Exception):
+                await s.wait_closed()
+
+    def _warn(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= 10.0:
+            self._last_warning = now
+            log.warning(message, *args)
+
+    async def _serve(self, endpoint: EndPoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("", 0)
+        conn = Connection(endpoint, str(peer[0]))
+        if endpoint.uses_tls:
+            conn.principal = self._tls_principal(writer)
+        conn.authenticated = not endpoint.uses_sasl
+        replies: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        sender = asyncio.ensure_future(self._send(replies, writer))
+        try:
+            while not sender.done():
+                try:
+                    head = await reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                size = int.from_bytes(head, "big", signed=True)
+                if size < 8 or size > self._max_request_bytes:
+                    self._warn(
+                        "kafka listener %s: closed %s: a request frame of %d bytes (socket.request.max.bytes=%d)",
+                        endpoint.listener_name,
+                        conn.client_host,
+                        size,
+                        self._max_request_bytes,
+                    )
+                    break
+                try:
+                    frame = await reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                try:
+                    header, start = read_header(frame)
+                except MalformedRequest as exc:
+                    self._warn("kafka listener %s: closed %s: %s", endpoint.listener_name, conn.client_host, exc)
+                    break
+                task = asyncio.ensure_future(self._dispatch(conn, header, frame, start))
+                if not conn.authenticated:
+                    await asyncio.wait([task])  # the SASL stage is served one request at a time
+                await replies.put(task)
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                replies.put_nowait(None)
+            if not sender.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(sender), 30)
+                except (TimeoutError, asyncio.CancelledError):
+                    sender.cancel()
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _send(
+        self, replies: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            task = await replies.get()
+            if task is None:
+                return
+            try:
+                data = await task
+            except CloseConnection:
+                return
+            except Exception:
+                log.exception("kafka-protocol request failed; closing the connection")
+                return
+            if data is not None:
+                writer.write(data)
+                try:
+                    await writer.drain()
+                except ConnectionError:
+                    return
+
+    async def _dispatch(self, conn: Connection, header: Header, frame: bytes, start: int) -> bytes | None:
+        api = self._apis.get(header.api_key)
+        if api is None or not api.min_version <= header.api_version <= api.max_version:
+            return self._unsupported(header)
+        if not conn.authenticated and header.api_key not in SASL_STAGE_KEYS:
+            self._warn(
+                "kafka listener %s: closed %s: %s before SASL authentication",
+                conn.endpoint.listener_name,
+                conn.client_host,
+                api.name,
+            )
+            raise CloseConnection()
+        try:
+            payload = read_request(header.api_key, header.api_version, frame, start)
+        except MalformedRequest as exc:
+            self._warn("kafka listener %s: closed %s: %s", conn.endpoint.listener_name, conn.client_host, exc)
+            raise CloseConnection() from exc
+        stats = self._metrics.request(api.name) if self._metrics is not None else None
+        began = time.perf_counter()
+        token = bind(conn.call())
+        try:
+            response = await api.handle(KafkaRequest(header, payload, conn))
+        finally:
+            unbind(token)
+            if stats is not None:
+                stats.done((time.perf_counter() - began) * 1000.0)
+        return None if response is None else encode_response(header.correlation_id, response)
