@@ -47,7 +47,7 @@ class ApiTable:
             return encode_response(header.correlation_id, v0)
         try:
             cls = response_class(header.api_key, header.api_version)
-        except Exception:
+            return encode_response(header.correlation_id, build(cls, {"error_code": UNSUPPORTED_VERSION}))
+        except Exception:  # an API or version kio has no schema for
             body = header.correlation_id.to_bytes(4, "big", signed=True) + UNSUPPORTED_VERSION.to_bytes(2, "big")
             return len(body).to_bytes(4, "big") + body
-        return encode_response(header.correlation_id, build(cls, {"error_code": UNSUPPORTED_VERSION}))

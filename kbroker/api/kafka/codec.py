@@ -38,6 +38,9 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
+from kbroker.api.kafka.length_guard import LengthError, check_header
+from kbroker.api.kafka.length_guard import check as check_lengths
+
 API_VERSIONS_KEY = 18
 
 
@@ -63,6 +66,10 @@ def read_header(frame: bytes) -> tuple[Header, int]:
     version = int.from_bytes(frame[2:4], "big", signed=True)
     schema = RequestHeaderV2 if request_is_flexible(key, version) else RequestHeaderV1
     try:
+        check_header(frame, schema is RequestHeaderV2)
+    except LengthError as exc:
+        raise MalformedRequest(f"unreadable request header: {exc}") from exc
+    try:
         h, size = entity_reader(schema)(frame, 0)
     except Exception as exc:
         raise MalformedRequest(f"unreadable request header: {exc}") from exc
@@ -83,6 +90,10 @@ def request_is_flexible(api_key: int, version: int) -> bool:
 def read_request(api_key: int, version: int, frame: bytes, start: int) -> Any:
     """The request payload at ``frame[start:]`` (a kio dataclass of that version)."""
     schema = load_request_schema(api_key, version)
+    try:
+        check_lengths(schema, frame, start)  # before kio sizes anything from the frame
+    except LengthError as exc:
+        raise MalformedRequest(f"{schema.__name__} v{version}: {exc}") from exc
     try:
         payload, size = entity_reader(schema)(frame, start)
     except Exception as exc:
@@ -150,6 +161,8 @@ def _zero(t: Any, nullable: bool) -> Callable[[], Any]:
             return int
         if issubclass(t, uuid.UUID):
             return lambda: uuid.UUID(int=0)
+        if issubclass(t, datetime.datetime):
+            return lambda: datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
     return lambda: None
 
 

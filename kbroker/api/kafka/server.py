@@ -214,23 +214,28 @@ class KafkaProtocolServer:
     async def _send(
         self, replies: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter
     ) -> None:
-        while True:
-            task = await replies.get()
-            if task is None:
-                return
-            try:
-                data = await task
-            except CloseConnection:
-                return
-            except Exception:
-                log.exception("kafka-protocol request failed; closing the connection")
-                return
-            if data is not None:
-                writer.write(data)
-                try:
-                    await writer.drain()
-                except ConnectionError:
+        """Write the responses in request order; close the connection when done (a request
+        that must close it, or the reader's end), which also ends the reading loop."""
+        try:
+            while True:
+                task = await replies.get()
+                if task is None:
                     return
+                try:
+                    data = await task
+                except CloseConnection:
+                    return
+                except Exception:
+                    log.exception("kafka-protocol request failed; closing the connection")
+                    return
+                if data is not None:
+                    writer.write(data)
+                    try:
+                        await writer.drain()
+                    except ConnectionError:
+                        return
+        finally:
+            writer.close()
 
     async def _dispatch(self, conn: Connection, header: Header, frame: bytes, start: int) -> bytes | None:
         api = self._apis.get(header.api_key)
