@@ -331,9 +331,7 @@ class GroupCoordinator:
             if not members and not (self._store.exists(group_id) and self._store.fetch(group_id)):
                 raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
             if members and g.protocol_type not in ("", "consumer"):
-                raise NonEmptyGroupError(
-                    f"group {group_id!r} has active members of protocol type {g.protocol_type!r}"
-                )
+                raise NonEmptyGroupError(f"group {group_id!r} has active members of protocol type {g.protocol_type!r}")
             subscribed = g.subscribed_topics() if members else set()
             out: dict[TopicPartition, BrokerResponseError | None] = {
                 tp: GroupSubscribedToTopicError(

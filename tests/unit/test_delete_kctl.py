@@ -38,8 +38,7 @@ def test_delete_offsets_table_with_partition_errors() -> None:
     )
     assert lines[0] == "Error: Encounter some partition level error, see the follow-up details:"
     assert lines[3] == (
-        "nope                           Not Provided    "
-        "Error: This server does not host this topic-partition."
+        "nope                           Not Provided    Error: This server does not host this topic-partition."
     )
     assert lines[4] == (
         "t                              0               Error: Deleting offsets of a topic is forbidden while the "
