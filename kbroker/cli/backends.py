@@ -381,7 +381,7 @@ class AdminBackend(Backend):
             for p in sorted(d.partitions, key=lambda p: p.partition):
                 _, adding, removing = moving.get(TopicPartition(d.name, p.partition), ([], [], []))
                 parts.append(PartitionView(p.partition, p.leader, list(p.replicas), list(p.isr), adding, removing))
-            out.append(TopicView(d.name, parts, dict(d.configs)))
+            out.append(TopicView(d.name, parts, dict(d.configs), topic_id=d.topic_id or None))
         return sorted(out, key=lambda t: t.name)
 
     def min_insync_replicas(self, topics: Sequence[TopicView]) -> dict[str, int]:

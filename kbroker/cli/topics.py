@@ -32,13 +32,11 @@ the topic's override, else 1.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 from kbroker.cli.backends import NO_LEADER, Backend, PartitionView, TopicView, open_backend
 from kbroker.cli.common import UsageError, client_configs, parse_key_values, parse_replica_assignment
-from kclient import AdminClient
 from kclient.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 
@@ -246,17 +244,6 @@ def describe_lines(
     return out
 
 
-def with_topic_ids(backend: Backend, topics: list[TopicView]) -> list[TopicView]:
-    """``topics`` with their TopicId over --bootstrap-server too: the gRPC DescribeTopics
-    answer carries it (``TopicDescription.topic_id``); the admin backend's views do not
-    pass it on yet, so it is asked here (a no-op once they do)."""
-    admin = getattr(backend, "_admin", None)
-    if not isinstance(admin, AdminClient) or all(t.topic_id for t in topics):
-        return topics
-    ids = {d.name: d.topic_id for d in admin.describe_topics([t.name for t in topics])}
-    return [t if t.topic_id else dataclasses.replace(t, topic_id=ids.get(t.name) or None) for t in topics]
-
-
 def describe_topics(args: argparse.Namespace) -> int:
     names = None
     if args.topic is not None:
@@ -268,7 +255,7 @@ def describe_topics(args: argparse.Namespace) -> int:
     if args.topics_with_overrides and partition_filter:
         raise UsageError("--topics-with-overrides cannot be combined with a partition filter")
     with _backend(args) as backend:
-        topics = with_topic_ids(backend, backend.describe_topics(names))
+        topics = backend.describe_topics(names)
         live = {b.broker_id for b in backend.brokers()[0]} if args.unavailable_partitions else set()
         by_isr = args.under_min_isr_partitions or args.at_min_isr_partitions
         min_isr = backend.min_insync_replicas(topics) if by_isr else {}
