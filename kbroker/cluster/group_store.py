@@ -32,7 +32,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
@@ -220,6 +220,29 @@ class GroupStore:
             except ValueError:
                 continue
         return out
+
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
+        """Delete ``group``'s committed offsets of ``partitions`` (those that exist) in one
+        transaction (OffsetDelete, KIP-496). The per-topic parent znodes stay."""
+        wanted = list(partitions)
+        for attempt in (0, 1):
+            found = self.fetch(group, wanted)
+            if not found:
+                return
+            tx = self.kazoo.transaction()
+            for topic, p in sorted(found):
+                tx.delete(zkdata.group_offset_path(group, topic, p))
+            results = tx.commit()
+            with self._lock:
+                self._existing.pop(group, None)  # rescanned at the next commit
+            failure = next(
+                (r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None
+            )
+            if failure is None:
+                return
+            if attempt == 1 or not isinstance(failure, NoNodeError):
+                raise failure
+            # Another coordinator's delete won a race: look again.
 
     def _scan(self, group: str) -> set[TopicPartition]:
         found: set[TopicPartition] = set()

@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.zkdata import CommittedOffset
-from kbroker.group import offsets
 from kbroker.group.group import Group, GroupState, JoinResult, Member
 from kbroker.purgatory import Purgatory
 from kclient.errors import (
@@ -72,12 +71,9 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 3000,
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1800000,
-        erase_offsets: Callable[[str, Collection[TopicPartition]], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self._store = store
-        self._erase_offsets = erase_offsets or partial(offsets.erase_offsets, store)
-        """Deletes a group's committed offsets (OffsetDelete)."""
         self._metadata = metadata
         self._initial_delay_s = initial_rebalance_delay_ms / 1000.0
         self._min_session = min_session_timeout_ms
@@ -344,7 +340,7 @@ class GroupCoordinator:
             }
             doomed = [tp for tp, err in out.items() if err is None]
             if doomed:
-                self._erase_offsets(group_id, doomed)
+                self._store.delete_offsets(group_id, doomed)
                 with self._lock:
                     committed = self._committed.get(group_id, {})
                     for tp in doomed:

@@ -45,7 +45,7 @@ class FakeStore:
         wanted = list(have) if partitions is None else list(partitions)
         return {tp: have[tp] for tp in wanted if tp in have}
 
-    def erase(self, group: str, partitions: Collection[TP]) -> None:
+    def delete_offsets(self, group: str, partitions: Collection[TP]) -> None:
         for tp in partitions:
             self.offsets.get(group, {}).pop(tp, None)
 
@@ -82,7 +82,6 @@ def coordinator(store: FakeStore, brokers: list[int] | None = None) -> GroupCoor
         1,
         store,  # type: ignore[arg-type]
         FakeMetadata(brokers or [1]),  # type: ignore[arg-type]
-        erase_offsets=store.erase,
     )
 
 
