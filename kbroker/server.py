@@ -242,7 +242,13 @@ class KafkaServer:
         cfg, grpc_server = self.config, self._grpc
         if not cfg.kafka_listeners or grpc_server is None:
             return
-        door = kafka_door(service, max_request_bytes=cfg.socket_request_max_bytes, metrics=self.metrics)
+        door = kafka_door(
+            service,
+            max_request_bytes=cfg.socket_request_max_bytes,
+            metrics=self.metrics,
+            config=cfg,
+            sessions=self.sessions,
+        )
         self._kafka = door
         for e in cfg.kafka_listeners:
             try:

@@ -199,15 +199,15 @@ class ServerTls:
         self._lock = threading.Lock()
         self._stamp = _stamp(config.files)
         self.material = load_key_material(config)
-        if config.client_auth == "requested":
-            log.warning(
-                "listener %s: ssl.client.auth=requested is served as none: grpc's Python API can only require a "
-                "client certificate or not ask for one; clients authenticate with SASL or are User:ANONYMOUS",
-                listener,
-            )
 
     def credentials(self) -> grpc.ServerCredentials:
         """Credentials for ``server.add_secure_port``; one object per port."""
+        if self.config.client_auth == "requested":
+            log.warning(
+                "listener %s: ssl.client.auth=requested is served as none: grpc's Python API can only require a "
+                "client certificate or not ask for one; clients authenticate with SASL or are User:ANONYMOUS",
+                self.listener,
+            )
         return grpc.dynamic_ssl_server_credentials(
             _certificate_configuration(self.material),
             self._fetch,
@@ -216,6 +216,13 @@ class ServerTls:
 
     def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
         """gRPC's certificate configuration fetcher: ``None`` keeps the current one."""
+        material = self.reload()
+        return None if material is None else _certificate_configuration(material)
+
+    def reload(self) -> KeyMaterial | None:
+        """The new key material if the files changed and load, else ``None`` (keep the
+        current one). Called before every new TLS handshake (gRPC's fetcher, the Kafka
+        door's ClientHello callback)."""
         stamp = _stamp(self.config.files)
         with self._lock:
             if stamp == self._stamp:
@@ -229,7 +236,7 @@ class ServerTls:
             self.material = material
             self.reloads += 1
         log.info("listener %s: reloaded TLS key and trust stores", self.listener)
-        return _certificate_configuration(material)
+        return material
 
 
 def add_listener_port(server: grpc.aio.Server, endpoint: EndPoint, props: Mapping[str, str]) -> int:
@@ -277,4 +284,10 @@ def mtls_principal(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:
         cert = x509.load_pem_x509_certificate(bytes(pems[0]))
     except ValueError:
         return None
+    return certificate_principal(cert)
+
+
+def certificate_principal(cert: x509.Certificate) -> str:
+    """``User:<subject DN, RFC 2253 order>`` of a verified peer certificate (Kafka's
+    ``DefaultKafkaPrincipalBuilder``), for both doors."""
     return f"User:{cert.subject.rfc4514_string()}"

@@ -1,20 +1,61 @@
 """Assembles the Kafka door of one broker: the API modules over its servicer, served on
-its ``kafka.listeners``."""
+its ``kafka.listeners`` (TLS and SASL per listener, with the gRPC listeners' settings)."""
 
 from __future__ import annotations
 
 from kbroker.api.broker_service import BrokerService
+from kbroker.api.kafka.admin_apis import AdminApis
 from kbroker.api.kafka.apis import ApiTable
 from kbroker.api.kafka.log_apis import LogApis
+from kbroker.api.kafka.security_apis import SaslLookup, SecurityApis
 from kbroker.api.kafka.server import KafkaProtocolServer
+from kbroker.api.kafka.tls import listener_contexts, peer_principal
+from kbroker.config import BrokerConfig
 from kbroker.metrics import BrokerMetrics
+from kbroker.security.sasl import SaslAuthenticator, SessionStore
 
 
-def api_table(service: BrokerService) -> ApiTable:
+def api_table(service: BrokerService, sasl: SaslLookup = lambda listener: None) -> ApiTable:
     """Every API the door serves (ApiVersions lists exactly these)."""
-    return ApiTable([*LogApis(service).apis()])
+    return ApiTable(
+        [
+            *LogApis(service).apis(),
+            *AdminApis(service).apis(),
+            *SecurityApis(service, sasl).apis(),
+        ]
+    )
 
 
-def kafka_door(service: BrokerService, *, max_request_bytes: int, metrics: BrokerMetrics | None) -> KafkaProtocolServer:
-    table = api_table(service)
-    return KafkaProtocolServer(table.apis, table.unsupported, max_request_bytes=max_request_bytes, metrics=metrics)
+def kafka_door(
+    service: BrokerService,
+    *,
+    max_request_bytes: int,
+    metrics: BrokerMetrics | None,
+    config: BrokerConfig | None = None,
+    sessions: SessionStore | None = None,
+) -> KafkaProtocolServer:
+    """The door over ``service``; ``config`` gives the listeners' TLS stores and SASL
+    mechanisms (none: plaintext listeners only), ``sessions`` the broker's SASL session
+    store (so a credential change seen while an exchange runs refuses it, as on gRPC)."""
+    tls = listener_contexts(config.kafka_listeners, config.security_props) if config is not None else {}
+    sasl: dict[str, SaslAuthenticator] = {}
+    if config is not None:
+        store = sessions if sessions is not None else SessionStore(config.connections_max_reauth_ms)
+        sasl = {
+            e.listener_name: SaslAuthenticator(
+                enabled_mechanisms=config.sasl_enabled_mechanisms(e.listener_name),
+                lookup=service._credentials.lookup,
+                sessions=store,
+            )
+            for e in config.kafka_listeners
+            if e.uses_sasl
+        }
+    table = api_table(service, sasl.get)
+    return KafkaProtocolServer(
+        table.apis,
+        table.unsupported,
+        max_request_bytes=max_request_bytes,
+        ssl_context=lambda e: tls[e.listener_name].context if e.listener_name in tls else None,
+        tls_principal=peer_principal,
+        metrics=metrics,
+    )

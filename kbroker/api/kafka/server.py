@@ -61,6 +61,9 @@ class Connection:
     authenticated: bool = False
     sasl: dict[str, Any] = field(default_factory=dict)
     """The SASL exchange in progress (mechanism, exchange id), owned by the SASL APIs."""
+    session_expiry: float | None = None
+    """When the SASL session ends (``time.monotonic``); a request after it closes the
+    connection unless the client re-authenticated first (KIP-368)."""
 
     def call(self) -> CallContext:
         e = self.endpoint
@@ -238,6 +241,13 @@ class KafkaProtocolServer:
             writer.close()
 
     async def _dispatch(self, conn: Connection, header: Header, frame: bytes, start: int) -> bytes | None:
+        if conn.session_expiry is not None and time.monotonic() >= conn.session_expiry:
+            self._warn(
+                "kafka listener %s: closed %s: its SASL session expired (connections.max.reauth.ms)",
+                conn.endpoint.listener_name,
+                conn.client_host,
+            )
+            raise CloseConnection()
         api = self._apis.get(header.api_key)
         if api is None or not api.min_version <= header.api_version <= api.max_version:
             return self._unsupported(header)
