@@ -516,7 +516,7 @@ def _inter_broker_mechanism(out: dict[str, Any], key: str, value: str) -> None:
 
 @_setter("connections.max.reauth.ms")
 def _reauth(out: dict[str, Any], key: str, value: str) -> None:
-    out["connections_max_reauth_ms"] = _int(key, value, 0)
+    out["connections_max_reauth_ms"] = _int(key, value, 1)
 
 
 @_setter("authorizer.class.name")

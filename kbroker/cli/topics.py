@@ -99,7 +99,7 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
     delete.set_defaults(handler=delete_topic)
 
     alter = verbs.add_parser(
-        "alter", parents=[connection], help="add partitions (or, with --zookeeper, change configs)"
+        "alter", parents=[connection], help="add partitions or set config overrides (--config KEY=VALUE)"
     )
     alter.add_argument("--topic", required=True)
     alter.add_argument("--partitions", type=int, help="the new, larger, partition count")
