@@ -6,6 +6,7 @@ from __future__ import annotations
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.kafka.admin_apis import AdminApis
 from kbroker.api.kafka.apis import ApiTable
+from kbroker.api.kafka.group_apis import GroupApis
 from kbroker.api.kafka.log_apis import LogApis
 from kbroker.api.kafka.security_apis import SaslLookup, SecurityApis
 from kbroker.api.kafka.server import KafkaProtocolServer
@@ -20,6 +21,7 @@ def api_table(service: BrokerService, sasl: SaslLookup = lambda listener: None) 
     return ApiTable(
         [
             *LogApis(service).apis(),
+            *GroupApis(service).apis(),
             *AdminApis(service).apis(),
             *SecurityApis(service, sasl).apis(),
         ]

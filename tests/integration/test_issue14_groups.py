@@ -1,0 +1,309 @@
+"""Consumer groups through the Kafka-protocol door, with real clients on real brokers:
+confluent-kafka (librdkafka), kafka-python and kcat groups; a group mixing a kclient
+(gRPC) member and a librdkafka member, with either one leading; offsets committed
+through one door read through the other; AdminClient's group listing and description."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from kbroker.local.cluster import LocalCluster
+from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from tests.integration.test_kctl import kctl, ok
+
+ck = pytest.importorskip("confluent_kafka")
+ck_admin = pytest.importorskip("confluent_kafka.admin")
+
+pytestmark = pytest.mark.integration
+
+GROUPS = {
+    "kafka.listeners": "PLAINTEXT://127.0.0.1:0",
+    "group.initial.rebalance.delay.ms": "100",
+    "group.min.session.timeout.ms": "1000",
+}
+T0 = 1_700_000_000_000
+KCAT_SETTINGS = ("-X", "auto.offset.reset=earliest", "-X", "session.timeout.ms=6000")
+
+
+@pytest.fixture
+def door(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
+    return cluster_factory(2, **GROUPS)
+
+
+def _create(cluster: LocalCluster, name: str, partitions: int) -> None:
+    with AdminClient(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+
+
+def _produce(cluster: LocalCluster, topic: str, values: Iterable[int], partitions: int) -> None:
+    """value i goes to partition i % partitions with timestamp T0 + i."""
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
+        futures = [producer.send(topic, str(i).encode(), partition=i % partitions, timestamp_ms=T0 + i) for i in values]
+        for f in futures:
+            f.get(30)
+
+
+def _committed(cluster: LocalCluster, group: str) -> dict[tuple[str, int], int]:
+    with AdminClient(cluster.bootstrap) as admin:
+        return {(tp.topic, tp.partition): om.offset for tp, om in admin.list_consumer_group_offsets(group).items()}
+
+
+def _ck_consumer(cluster: LocalCluster, group: str, **extra: Any) -> Any:
+    return ck.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap(),
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            **extra,
+        }
+    )
+
+
+def _ck_poll(c: Any, timeout_s: float = 0.2) -> list[Any]:
+    return [m for m in c.consume(100, timeout_s) if m.error() is None]
+
+
+def _ck_assigned(c: Any) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+
+def _until(what: str, check: Callable[[], bool], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+
+
+# --- confluent-kafka ---------------------------------------------------------------------
+
+
+def test_confluent_group_of_two_rebalances_and_reads_every_record_once(door: LocalCluster) -> None:
+    _create(door, "rb", 4)
+    _produce(door, "rb", range(200), 4)
+    read: dict[str, list[tuple[int, int, int]]] = {"c1": [], "c2": []}
+
+    def revoked(name: str) -> Callable[[Any, Any], None]:
+        def on_revoke(consumer: Any, partitions: Any) -> None:
+            try:
+                consumer.commit(asynchronous=False)  # what was read is committed before it moves
+            except ck.KafkaException as exc:
+                if exc.args[0].code() != ck.KafkaError._NO_OFFSET:  # nothing new since the last commit
+                    raise
+
+        return on_revoke
+
+    c1 = _ck_consumer(door, "ckg")
+    c1.subscribe(["rb"], on_revoke=revoked("c1"))
+
+    def consume(name: str, c: Any) -> None:
+        batch = _ck_poll(c)
+        for m in batch:
+            read[name].append((m.partition(), m.offset(), int(m.value())))
+        if batch:
+            c.commit(asynchronous=False)
+
+    _until("c1 reads half", lambda: consume("c1", c1) or len(read["c1"]) >= 100)
+    assert _ck_assigned(c1) == {("rb", p) for p in range(4)}
+
+    c2 = _ck_consumer(door, "ckg")
+    c2.subscribe(["rb"], on_revoke=revoked("c2"))
+
+    def split() -> bool:
+        consume("c1", c1)
+        consume("c2", c2)
+        a1, a2 = _ck_assigned(c1), _ck_assigned(c2)
+        return bool(a1) and bool(a2) and not a1 & a2 and a1 | a2 == {("rb", p) for p in range(4)}
+
+    _until("the partitions split between the two", split)
+    _produce(door, "rb", range(200, 300), 4)
+    _until(
+        "every record read", lambda: (consume("c1", c1), consume("c2", c2)) and len(read["c1"]) + len(read["c2"]) >= 300
+    )
+    time.sleep(1)
+    consume("c1", c1)
+    consume("c2", c2)
+    values = [v for r in read.values() for _, _, v in r]
+    assert sorted(values) == list(range(300))  # each once across the group
+    assert {p for p, _, _ in read["c2"]} <= {p for _, p in _ck_assigned(c2)}
+
+    # committed() reads back what was committed: the next offset of every partition
+    ends = {p: 75 for p in range(4)}
+    committed = c1.committed([ck.TopicPartition("rb", p) for p in range(4)], timeout=30)
+    assert {tp.partition: tp.offset for tp in committed} == ends
+    assert _committed(door, "ckg") == {("rb", p): 75 for p in range(4)}  # the same offsets over gRPC
+
+    # offsets_for_times: value i has timestamp T0 + i and sits at offset i // 4 of partition i % 4
+    found = c1.offsets_for_times([ck.TopicPartition("rb", 1, T0 + 42)], timeout=30)
+    assert found[0].offset == 11  # value 45 (offset 11) is the first of partition 1 at or after T0+42
+    c2.close()
+    c1.close()
+
+    # seek: a standalone (assigned) consumer jumps back and reads from there
+    c3 = _ck_consumer(door, "seeker")
+    c3.assign([ck.TopicPartition("rb", 2, 0)])
+    first: list[Any] = []
+    _until("the first record", lambda: bool(first.extend(_ck_poll(c3, 1.0)) or first))
+    c3.seek(ck.TopicPartition("rb", 2, 70))
+    after: list[Any] = []
+    _until(
+        "a record after the seek", lambda: bool(after.extend(m for m in _ck_poll(c3, 1.0) if m.offset() >= 70) or after)
+    )
+    assert (after[0].offset(), int(after[0].value())) == (70, 70 * 4 + 2)
+    c3.close()
+
+
+# --- kafka-python and kcat -------------------------------------------------------------------
+
+
+def test_kafka_python_group_commits_offsets_that_kclient_and_kctl_see(door: LocalCluster) -> None:
+    kafka = pytest.importorskip("kafka")
+    _create(door, "kp", 2)
+    _produce(door, "kp", range(50), 2)
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=door.kafka_bootstrap().split(","),
+        group_id="kpg",
+        client_id="kp-member",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+    try:
+        consumer.subscribe(["kp"])
+        got: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 50 and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                got.extend(int(r.value) for r in records)
+        assert sorted(got) == list(range(50))
+        consumer.commit()
+        assert consumer.committed(kafka.TopicPartition("kp", 0)) == 25
+
+        # the member, seen over gRPC: its Kafka-binary subscription/assignment were
+        # stored as protobuf, so kctl decodes them
+        b = f"--bootstrap-server {door.bootstrap}"
+        members = ok(kctl(b, "groups describe --group kpg --members --verbose"))
+        row = next(line.split() for line in members.splitlines() if line.startswith("kpg "))
+        assert "kp-member" in row and row[-1] == "kp(0,1)", members
+    finally:
+        consumer.close()
+    with Consumer(bootstrap_servers=door.bootstrap, group_id="kpg") as kc:
+        assert [kc.committed(TopicPartition("kp", p)) for p in range(2)] == [25, 25]
+    described = ok(kctl(f"--bootstrap-server {door.bootstrap}", "groups describe --group kpg --offsets"))
+    rows = [line.split() for line in described.splitlines() if line.startswith("kpg ")]
+    assert [r[1:5] for r in rows] == [["kp", "0", "25", "25"], ["kp", "1", "25", "25"]], described
+
+
+def test_kcat_balanced_consumer_reads_the_topic_and_commits(door: LocalCluster) -> None:
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    _create(door, "kc", 3)
+    _produce(door, "kc", range(60), 3)
+    out = subprocess.run(
+        ["kcat", "-b", door.kafka_bootstrap(), "-G", "kcatg", "kc", "-e", "-f", "%s\n", *KCAT_SETTINGS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert sorted(int(v) for v in out.stdout.split()) == list(range(60))
+    assert _committed(door, "kcatg") == {("kc", p): 20 for p in range(3)}
+
+
+# --- mixed groups ----------------------------------------------------------------------------
+
+
+def test_a_mixed_group_splits_partitions_and_shares_offsets_across_the_doors(door: LocalCluster) -> None:
+    _create(door, "mx", 4)
+    everything = {("mx", p) for p in range(4)}
+    kc = Consumer(
+        bootstrap_servers=door.bootstrap,
+        group_id="mixed",
+        client_id="grpc-member",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        partition_assignment_strategy=("roundrobin",),
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+    kc.subscribe(["mx"])
+    kc.poll(500)  # kclient joins first: it leads and assigns to the librdkafka member
+    c = _ck_consumer(door, "mixed", **{"partition.assignment.strategy": "roundrobin", "client.id": "kafka-member"})
+    c.subscribe(["mx"])
+    got: dict[str, list[tuple[int, int]]] = {"grpc": [], "kafka": []}
+
+    def poll_both() -> None:
+        for tp, records in kc.poll(200).items():
+            got["grpc"].extend((tp.partition, int(r.value)) for r in records)
+        got["kafka"].extend((m.partition(), int(m.value())) for m in _ck_poll(c))
+
+    def split() -> bool:
+        poll_both()
+        a, b = {(tp.topic, tp.partition) for tp in kc.assignment()}, _ck_assigned(c)
+        return bool(a) and bool(b) and not a & b and a | b == everything
+
+    _until("the mixed group splits the partitions", split)
+    grpc_parts = {p for _, p in {(tp.topic, tp.partition) for tp in kc.assignment()}}
+    kafka_parts = {p for _, p in _ck_assigned(c)}
+    assert len(grpc_parts) == len(kafka_parts) == 2  # roundrobin: two each
+
+    # both doors' members, as Kafka's AdminClient sees them
+    admin = ck_admin.AdminClient({"bootstrap.servers": door.kafka_bootstrap()})
+    listed = admin.list_consumer_groups().result(30)
+    assert "mixed" in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups(["mixed"])["mixed"].result(30)
+    by_client = {m.client_id: m for m in described.members}
+    assert set(by_client) == {"grpc-member", "kafka-member"}
+    assert {tp.partition for tp in by_client["grpc-member"].assignment.topic_partitions} == grpc_parts
+    assert {tp.partition for tp in by_client["kafka-member"].assignment.topic_partitions} == kafka_parts
+    assert described.partition_assignor == "roundrobin" and str(described.state).endswith("STABLE")
+
+    _produce(door, "mx", range(200), 4)
+    _until("every record read", lambda: poll_both() or len(got["grpc"]) + len(got["kafka"]) >= 200)
+    assert sorted(v for r in got.values() for _, v in r) == list(range(200))
+    assert got["grpc"] and got["kafka"]
+    assert {p for p, _ in got["grpc"]} <= grpc_parts and {p for p, _ in got["kafka"]} <= kafka_parts
+
+    # commits through either door are the same offsets
+    kc.commit()
+    c.commit(asynchronous=False)
+    seen_by_kafka = c.committed([ck.TopicPartition("mx", p) for p in range(4)], timeout=30)
+    assert {tp.partition: tp.offset for tp in seen_by_kafka} == dict.fromkeys(range(4), 50)
+    assert [kc.committed(TopicPartition("mx", p)) for p in sorted(kafka_parts)] == [50, 50]
+
+    # the librdkafka member leads once the kclient member is replaced: kclient's
+    # subscription reaches it as Kafka binary, its assignment comes back as protobuf
+    kc.close(autocommit=False)
+    _until(
+        "the librdkafka member takes every partition",
+        lambda: bool(_ck_poll(c) or True) and _ck_assigned(c) == everything,
+    )
+    kc2 = Consumer(
+        bootstrap_servers=door.bootstrap,
+        group_id="mixed",
+        client_id="grpc-member-2",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        partition_assignment_strategy=("roundrobin",),
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+    kc = kc2
+    kc.subscribe(["mx"])
+    got = {"grpc": [], "kafka": []}
+    _until("the group splits again", split)
+    _produce(door, "mx", range(200, 240), 4)
+    _until("the new records read", lambda: poll_both() or len(got["grpc"]) + len(got["kafka"]) >= 40)
+    time.sleep(1)
+    poll_both()
+    assert sorted(v for r in got.values() for _, v in r) == list(range(200, 240))  # resumed at the commits
+    kc.close(autocommit=False)
+    c.close()
