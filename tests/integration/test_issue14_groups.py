@@ -307,3 +307,108 @@ def test_a_mixed_group_splits_partitions_and_shares_offsets_across_the_doors(doo
     assert sorted(v for r in got.values() for _, v in r) == list(range(200, 240))  # resumed at the commits
     kc.close(autocommit=False)
     c.close()
+
+
+# --- the group APIs on the wire ---------------------------------------------------------------
+
+
+def test_the_group_apis_on_the_wire(door: LocalCluster) -> None:
+    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KpAssignment
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KpSubscription
+
+    from tests.kafka_wire import WireClient
+
+    _create(door, "w", 2)
+    addresses = door.kafka_bootstrap().split(",")
+    with WireClient(addresses[0]) as w:
+        fc = w.call(10, 4, {"key_type": 0, "coordinator_keys": ["wg", "other"]})  # batched (KIP-699)
+        assert [int(c.error_code) for c in fc.coordinators] == [0, 0] and fc.coordinators[0].key == "wg"
+        coordinator = f"{fc.coordinators[0].host}:{fc.coordinators[0].port}"
+        assert coordinator in addresses  # the Kafka-protocol address, not the gRPC one
+        assert int(w.call(10, 3, {"key": "tx", "key_type": 1}).error_code) == 42  # no transactions
+        names = [f"nobody-{i}" for i in range(20)]
+        found = w.call(10, 4, {"key_type": 0, "coordinator_keys": names}).coordinators
+        nobody_id = next(
+            c.key for c in found if f"{c.host}:{c.port}" == coordinator
+        )  # an unused group, same coordinator
+    subscription = bytes(KpSubscription(version=0, topics=["w"], user_data=b"mine").encode())
+    with WireClient(coordinator) as c:
+        join = {
+            "group_id": "wg",
+            "session_timeout": 6000,
+            "rebalance_timeout": 10000,
+            "member_id": "",
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": subscription}],
+        }
+        j = c.call(11, 4, join)  # v4+: admitted at once with a new member id (no MEMBER_ID_REQUIRED round)
+        assert int(j.error_code) == 0 and j.member_id and j.leader == j.member_id
+        assert [bytes(m.metadata) for m in j.members] == [subscription]  # v0 in, v0 back, user data kept
+        mid, gen = j.member_id, int(j.generation_id)
+        mine = KpAssignment(version=0, assigned_partitions=[KpAssignment.TopicPartition(topic="w", partitions=[0, 1])])
+        s = c.call(
+            14,
+            3,
+            {
+                "group_id": "wg",
+                "generation_id": gen,
+                "member_id": mid,
+                "assignments": [{"member_id": mid, "assignment": bytes(mine.encode())}],
+            },
+        )
+        assert int(s.error_code) == 0 and bytes(s.assignment) == bytes(mine.encode())
+        assert int(c.call(12, 3, {"group_id": "wg", "generation_id": gen, "member_id": mid}).error_code) == 0
+        assert int(c.call(12, 3, {"group_id": "wg", "generation_id": gen - 1, "member_id": mid}).error_code) == 22
+
+        commit = c.call(
+            8,
+            8,
+            {
+                "group_id": "wg",
+                "generation_id_or_member_epoch": gen,
+                "member_id": mid,
+                "topics": [
+                    {
+                        "name": "w",
+                        "partitions": [
+                            {"partition_index": 0, "committed_offset": 5, "committed_metadata": "m"},
+                            {"partition_index": 7, "committed_offset": 1},
+                        ],
+                    }
+                ],
+            },
+        )
+        assert [int(p.error_code) for p in commit.topics[0].partitions] == [0, 3]  # 3: UNKNOWN_TOPIC_OR_PARTITION
+        every = c.call(9, 7, {"group_id": "wg", "topics": None})  # null: every committed partition
+        assert [
+            (t.name, int(p.partition_index), int(p.committed_offset), p.metadata)
+            for t in every.topics
+            for p in t.partitions
+        ] == [("w", 0, 5, "m")]
+        named = c.call(9, 1, {"group_id": "wg", "topics": [{"name": "w", "partition_indexes": [0, 1]}]})
+        assert [int(p.committed_offset) for p in named.topics[0].partitions] == [5, -1]
+
+        d = c.call(15, 5, {"groups": ["wg", nobody_id], "include_authorized_operations": False})
+        wg, nobody = d.groups
+        assert (wg.group_state, wg.protocol_type, wg.protocol_data) == ("Stable", "consumer", "range")
+        assert bytes(wg.members[0].member_metadata) == subscription
+        assert bytes(wg.members[0].member_assignment) == bytes(mine.encode())
+        assert (int(nobody.error_code), nobody.group_state, nobody.members) == (0, "Dead", ())
+
+        listed = c.call(16, 4, {"states_filter": ["Stable"]})
+        assert [(g.group_id, g.group_state) for g in listed.groups] == [("wg", "Stable")]
+        assert c.call(16, 4, {"states_filter": ["Empty"]}).groups == ()
+        with WireClient(next(a for a in addresses if a != coordinator)) as other:
+            assert "wg" not in {g.group_id for g in other.call(16, 0, {}).groups}  # only its coordinator lists it
+
+        od = c.call(47, 0, {"group_id": "wg", "topics": [{"name": "w", "partitions": [{"partition_index": 0}]}]})
+        assert int(od.topics[0].partitions[0].error_code) == 86  # GROUP_SUBSCRIBED_TO_TOPIC
+        assert int(c.call(42, 2, {"groups_names": ["wg"]}).results[0].error_code) == 68  # NON_EMPTY_GROUP
+
+        leave = c.call(13, 4, {"group_id": "wg", "members": [{"member_id": mid}, {"member_id": "ghost"}]})
+        assert int(leave.error_code) == 0
+        assert [(m.member_id, int(m.error_code)) for m in leave.members] == [(mid, 0), ("ghost", 25)]
+        od = c.call(47, 0, {"group_id": "wg", "topics": [{"name": "w", "partitions": [{"partition_index": 0}]}]})
+        assert int(od.error_code) == 0 and int(od.topics[0].partitions[0].error_code) == 0
+        assert c.call(9, 7, {"group_id": "wg", "topics": None}).topics == ()
+        assert int(c.call(42, 2, {"groups_names": ["wg"]}).results[0].error_code) == 69  # GROUP_ID_NOT_FOUND: gone
