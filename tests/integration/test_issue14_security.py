@@ -313,3 +313,46 @@ def test_sasl_session_lifetime_reauthentication_and_expiry(cluster_factory: Call
         i += 1
     assert producer.flush(30) == 0
     assert not errors and len(acked) == i
+
+
+def test_kafka_python_over_sasl_ssl(secure: Secure, caplog: pytest.LogCaptureFixture) -> None:
+    kafka = pytest.importorskip("kafka")
+    kafka_admin = pytest.importorskip("kafka.admin")
+    settings = {
+        "bootstrap_servers": secure.cluster.kafka_bootstrap("KSECURE"),
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "admin",
+        "sasl_plain_password": PASSWORDS["admin"],
+        "ssl_cafile": str(secure.ca.cert_path),
+    }
+    admin = kafka_admin.KafkaAdminClient(**settings)
+    try:
+        admin.create_topics([kafka_admin.NewTopic("kp-secure", 1, 2)])
+        assert "kp-secure" in admin.list_topics()
+        # SCRAM users (KIP-554): the client salts the password; the new user then logs in
+        upsert = kafka_admin.UserScramCredentialUpsertion("erin", "SCRAM-SHA-256", "erin-secret", iterations=8192)
+        assert admin.alter_user_scram_credentials([upsert]) == {"erin": None}
+        described = admin.describe_user_scram_credentials(["erin", "nobody"])
+        assert described["erin"]["credential_infos"] == [
+            {"mechanism": kafka_admin.ScramMechanism.SCRAM_SHA_256, "iterations": 8192}
+        ]
+        assert described["nobody"]["error"]  # RESOURCE_NOT_FOUND
+    finally:
+        admin.close()
+    confluent = ck_admin.AdminClient(secure.sasl("admin"))
+    users = confluent.describe_user_scram_credentials(["erin"])["erin"].result(30)
+    assert [(c.mechanism, c.iterations) for c in users.scram_credential_infos] == [
+        (ck_admin.ScramMechanism.SCRAM_SHA_256, 8192)
+    ]
+    _results(confluent.create_acls(_allow("User:erin", "kp-secure", ck_admin.AclOperation.WRITE)))
+    erin = {**secure.sasl("erin", mechanism="SCRAM-SHA-256"), "sasl.password": "erin-secret"}
+    assert _produce(erin, "kp-secure", 5) == (5, [])
+    producer = kafka.KafkaProducer(acks="all", **settings)
+    try:
+        assert producer.send("kp-secure", b"over tls and scram").get(30).offset == 5  # after erin's five
+    finally:
+        producer.close()
+    with pytest.raises(kafka.errors.KafkaTimeoutError):  # kafka-python retries, then gives up bootstrapping
+        kafka_admin.KafkaAdminClient(**{**settings, "sasl_plain_password": "wrong", "bootstrap_timeout_ms": 5000})
+    assert "invalid credentials" in caplog.text  # the broker's SASL_AUTHENTICATION_FAILED message, logged
