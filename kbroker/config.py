@@ -567,13 +567,14 @@ _SECURITY_STATIC_KEYS = frozenset(
 def _finish_security(out: dict[str, Any]) -> None:
     """Cross-key checks of the ``ssl.*``/``sasl.*`` keys against the listeners."""
     props: dict[str, str] = out.setdefault("security_props", {})
-    names = {e.listener_name for e in out["listeners"]}
+    every = (*out["listeners"], *out.get("kafka_listeners", ()))  # both doors' listeners
+    names = {e.listener_name for e in every}
     protocols = out["listener_security_protocol_map"]
     for key in props:
         split = split_listener_key(key)
         if split is not None and split[0] not in names:
-            raise InvalidConfigError(f"{key}: there is no listener {split[0]} in listeners")
-    for e in out["listeners"]:
+            raise InvalidConfigError(f"{key}: there is no listener {split[0]} in listeners or kafka.listeners")
+    for e in every:
         name, protocol = e.listener_name, protocols[e.listener_name]
 
         def get(k: str, name: str = name) -> str | None:

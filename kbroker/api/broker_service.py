@@ -510,6 +510,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 _set_error(tm, err)
                 continue
             tm.partitions.extend(partition_metadata(snap, name, self._replicas.fenced_partition))
+            tm.topic_id = snap.topics[name].topic_id or ""
         return resp
 
     def metadata_is_stale(self) -> bool:

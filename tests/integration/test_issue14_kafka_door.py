@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kbroker.api.kafka.codec import NO_TOPIC_ID, topic_uuid
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from tests.kafka_wire import WireClient
@@ -204,3 +205,18 @@ def test_pipelined_requests_are_answered_in_order(door: LocalCluster) -> None:
         w.send_raw(b"".join(frames))
         order = [int.from_bytes(w.read_frame()[0:4], "big") for _ in range(40)]
         assert order == list(range(40))
+
+
+def test_metadata_carries_the_topic_id_and_trailing_bytes_are_ignored(door: LocalCluster) -> None:
+    _create(door, "with-id", 2)
+    with AdminClient(bootstrap_servers=door.bootstrap) as admin:
+        topic_id = admin.describe_topics(["with-id"])[0].topic_id
+    assert topic_id
+    with WireClient(_address(door)) as w:
+        frame = w.frame(3, 12, {"topics": [{"name": "with-id"}], "allow_auto_topic_creation": False})
+        body = frame[4:] + b"\x01\x00\x00"  # librdkafka 2.16 sends three more bytes after Metadata v12
+        w.send_raw(len(body).to_bytes(4, "big") + body)
+        _, resp = w.read_response(3, 12)
+    (t,) = resp.topics
+    assert t.name == "with-id" and t.topic_id == topic_uuid(topic_id) and t.topic_id != NO_TOPIC_ID
+    assert len(t.partitions) == 2

@@ -15,8 +15,7 @@ import pytest
 from kio.index import load_request_schema
 
 from kbroker.api.call_context import bind, unbind
-from kbroker.api.kafka.admin_apis import NO_TOPIC_ID, topic_uuid
-from kbroker.api.kafka.codec import Header, build
+from kbroker.api.kafka.codec import NO_TOPIC_ID, Header, build, topic_uuid
 from kbroker.api.kafka.security_apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, SecurityApis
 from kbroker.api.kafka.server import Connection, KafkaRequest
 from kbroker.security.listeners import EndPoint

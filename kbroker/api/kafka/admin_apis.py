@@ -24,35 +24,21 @@ Thread safety: handlers run on the door's loop; the servicer offloads blocking w
 
 from __future__ import annotations
 
-import base64
-import binascii
-import uuid
 from typing import Any
 
 from kbroker.api.broker_service import BrokerService
-from kbroker.api.kafka.codec import build, millis, response_class
+from kbroker.api.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.api.kafka.server import Api, KafkaRequest
 from kbroker.api.kafka.service_call import RequestRefused, ServiceContext
 from kclient.errors import InvalidRequestError
 from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, log_pb2, reassignment_pb2
 
+INVALID_REQUEST = InvalidRequestError.errno
+
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
 DESCRIBE_LOG_DIRS, CREATE_PARTITIONS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 35, 37, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 PREFERRED_ELECTION = 0
-NO_TOPIC_ID = uuid.UUID(int=0)
-INVALID_REQUEST = InvalidRequestError.errno
-
-
-def topic_uuid(topic_id: str) -> uuid.UUID:
-    """The servicer's topic id (22 characters of URL-safe base64) as Kafka's UUID; the
-    zero UUID for none."""
-    if not topic_id:
-        return NO_TOPIC_ID
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
-    except (ValueError, binascii.Error):
-        return NO_TOPIC_ID
 
 
 def _message(msg: Any) -> str | None:

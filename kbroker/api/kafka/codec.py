@@ -19,6 +19,8 @@ Thread safety: pure functions; the per-class field plans are cached (immutable).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import io
 import types
@@ -95,11 +97,11 @@ def read_request(api_key: int, version: int, frame: bytes, start: int) -> Any:
     except LengthError as exc:
         raise MalformedRequest(f"{schema.__name__} v{version}: {exc}") from exc
     try:
-        payload, size = entity_reader(schema)(frame, start)
+        payload, _ = entity_reader(schema)(frame, start)
     except Exception as exc:
         raise MalformedRequest(f"unreadable {schema.__name__} v{version}: {exc}") from exc
-    if start + size != len(frame):
-        raise MalformedRequest(f"{schema.__name__} v{version}: {len(frame) - start - size} trailing bytes")
+    # Bytes after the payload are ignored, as Kafka's parsers do (librdkafka 2.x sends a
+    # few after some requests).
     return payload
 
 
@@ -162,7 +164,7 @@ def _zero(t: Any, nullable: bool) -> Callable[[], Any]:
         if issubclass(t, uuid.UUID):
             return lambda: uuid.UUID(int=0)
         if issubclass(t, datetime.datetime):
-            return lambda: datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+            return lambda: datetime.datetime.fromtimestamp(0, datetime.UTC)
     return lambda: None
 
 
@@ -226,6 +228,21 @@ def build(cls: type[Any], values: Mapping[str, Any]) -> Any:
         v = values.get(f.name, MISSING)
         kwargs[f.name] = f.default() if v is MISSING else f.coerce(v)
     return cls(**kwargs)
+
+
+NO_TOPIC_ID = uuid.UUID(int=0)
+"""Kafka's "no topic id"."""
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """The servicer's topic id (22 characters of URL-safe base64) as Kafka's UUID; the
+    zero UUID for none."""
+    if not topic_id:
+        return NO_TOPIC_ID
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+    except (ValueError, binascii.Error):
+        return NO_TOPIC_ID
 
 
 def millis(value: Any) -> int:

@@ -12,12 +12,11 @@ request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from kbroker.api.broker_service import BrokerService
-from kbroker.api.kafka.codec import build, millis, response_class
+from kbroker.api.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
 from kbroker.api.kafka.service_call import RequestRefused, ServiceContext
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
@@ -25,7 +24,6 @@ from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
 INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
 FETCH_SESSION_ID_NOT_FOUND = 70
-NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 class LogApis:
@@ -271,7 +269,7 @@ class LogApis:
                     {
                         "error_code": t.error_code,
                         "name": t.name,
-                        "topic_id": NO_TOPIC_ID,
+                        "topic_id": topic_uuid(t.topic_id),
                         "is_internal": False,
                         "partitions": [
                             {

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from kclient.proto.kbroker.v1 import common_pb2 as kbroker_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19kbroker/v1/metadata.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x91\x01\n\x10MetadataResponse\x12\'\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x16.kbroker.v1.BrokerNode\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x15\n\rcontroller_id\x18\x03 \x01(\x05\x12)\n\x06topics\x18\x04 \x03(\x0b\x32\x19.kbroker.v1.TopicMetadata\"G\n\nBrokerNode\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\"\x92\x01\n\rTopicMetadata\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x31\n\npartitions\x18\x03 \x03(\x0b\x32\x1d.kbroker.v1.PartitionMetadata\x12\x15\n\rerror_message\x18\x04 \x01(\t\"\xba\x01\n\x11PartitionMetadata\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x15\n\rreplica_nodes\x18\x05 \x03(\x05\x12\x11\n\tisr_nodes\x18\x06 \x03(\x05\x12\x18\n\x10offline_replicas\x18\x07 \x03(\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19kbroker/v1/metadata.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x91\x01\n\x10MetadataResponse\x12\'\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x16.kbroker.v1.BrokerNode\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x15\n\rcontroller_id\x18\x03 \x01(\x05\x12)\n\x06topics\x18\x04 \x03(\x0b\x32\x19.kbroker.v1.TopicMetadata\"G\n\nBrokerNode\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\"\xa4\x01\n\rTopicMetadata\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x31\n\npartitions\x18\x03 \x03(\x0b\x32\x1d.kbroker.v1.PartitionMetadata\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x10\n\x08topic_id\x18\x05 \x01(\t\"\xba\x01\n\x11PartitionMetadata\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x15\n\rreplica_nodes\x18\x05 \x03(\x05\x12\x11\n\tisr_nodes\x18\x06 \x03(\x05\x12\x18\n\x10offline_replicas\x18\x07 \x03(\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,7 +39,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BROKERNODE']._serialized_start=249
   _globals['_BROKERNODE']._serialized_end=320
   _globals['_TOPICMETADATA']._serialized_start=323
-  _globals['_TOPICMETADATA']._serialized_end=469
-  _globals['_PARTITIONMETADATA']._serialized_start=472
-  _globals['_PARTITIONMETADATA']._serialized_end=658
+  _globals['_TOPICMETADATA']._serialized_end=487
+  _globals['_PARTITIONMETADATA']._serialized_start=490
+  _globals['_PARTITIONMETADATA']._serialized_end=676
 # @@protoc_insertion_point(module_scope)

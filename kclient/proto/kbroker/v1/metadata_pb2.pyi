@@ -38,16 +38,18 @@ class BrokerNode(_message.Message):
     def __init__(self, node_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
-    __slots__ = ("error_code", "name", "partitions", "error_message")
+    __slots__ = ("error_code", "name", "partitions", "error_message", "topic_id")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
     error_message: str
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., error_message: _Optional[str] = ...) -> None: ...
+    topic_id: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., error_message: _Optional[str] = ..., topic_id: _Optional[str] = ...) -> None: ...
 
 class PartitionMetadata(_message.Message):
     __slots__ = ("error_code", "index", "leader_id", "leader_epoch", "replica_nodes", "isr_nodes", "offline_replicas")
