@@ -23,6 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
 class DocsCluster:
     cluster: LocalCluster
     zookeeper: str
+    scratch: Path
+    """Stands for the README's /tmp/ (shared by the blocks of one run, fresh per run)."""
 
     @property
     def bootstrap(self) -> str:
@@ -50,7 +52,7 @@ def docs_cluster(zookeeper: str, tmp_path_factory: pytest.TempPathFactory) -> It
     cluster.start(BROKERS)
     try:
         _seed_demo(cluster.bootstrap, min(BROKERS, 3))  # scripts/run's replication: min(brokers, 3)
-        yield DocsCluster(cluster, zk)
+        yield DocsCluster(cluster, zk, tmp_path_factory.mktemp("docs-scratch"))
     except BaseException:
         print(cluster.logs())
         raise

@@ -132,8 +132,12 @@ def readme_blocks() -> list[Block]:
     return parse_blocks(README.read_text(encoding="utf-8"))
 
 
-def localize(code: str, bootstrap: str, zookeeper: str) -> str:
-    """The block with the README's example addresses replaced by the cluster's."""
+def localize(code: str, bootstrap: str, zookeeper: str, scratch: str | None = None) -> str:
+    """The block with the README's example addresses replaced by the cluster's, and its
+    ``/tmp/`` paths by ``scratch`` (this run's own directory: nothing left in /tmp by an
+    earlier run, such as a Spark checkpoint, can change what a block does)."""
+    if scratch is not None:
+        code = code.replace("/tmp/", scratch.rstrip("/") + "/")
     for example in EXAMPLE_ZOOKEEPERS:
         code = code.replace(example, zookeeper)
     for example in EXAMPLE_BOOTSTRAPS:

@@ -101,6 +101,7 @@ def test_markers_parse() -> None:
     assert props.marker is not None and "only sh and python" in props.marker.error
     assert no_reason.marker is not None and "needs a reason" in no_reason.marker.error
     assert localize("B=127.0.0.1:41235 Z=127.0.0.1:40001/kbroker", "h:1", "zk:2/c") == "B=h:1 Z=zk:2/c"
+    assert localize("--output /tmp/demo-counts", "h:1", "zk:2", "/s/") == "--output /s/demo-counts"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
@@ -128,7 +129,7 @@ def test_readme_block(block: Block, request: pytest.FixtureRequest) -> None:
     docs: DocsCluster = request.getfixturevalue("docs_cluster")
     cwd: Path = request.getfixturevalue("block_dir")
     env = _env(docs)
-    code = localize(block.code, docs.bootstrap, docs.zookeeper)
+    code = localize(block.code, docs.bootstrap, docs.zookeeper, str(docs.scratch))
     if block.lang == "sh":
         script = cwd / README.name  # bash's messages then read "README.md: line N: ..."
         script.write_text("\n" * block.line + code, encoding="utf-8")

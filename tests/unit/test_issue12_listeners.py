@@ -195,7 +195,7 @@ def test_several_listeners_in_broker_config(tmp_path: Path) -> None:
     assert not defaults.authorizer_enabled and defaults.super_users == () and not defaults.zookeeper_set_acl
     assert defaults.connections_max_reauth_ms == 3_600_000
     assert defaults.sasl_mechanism_inter_broker_protocol == "SCRAM-SHA-512"
-    with pytest.raises(InvalidConfigError, match="connections.max.reauth.ms: 0 is below the minimum 1"):
+    with pytest.raises(InvalidConfigError, match=r"connections\.max\.reauth\.ms: 0 is below the minimum 1"):
         build_config({**BASE, "connections.max.reauth.ms": "0"})  # a session of no length
 
 

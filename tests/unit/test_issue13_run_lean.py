@@ -36,11 +36,12 @@ def test_base_dependencies_are_what_running_needs() -> None:
         "cramjam",
         "prometheus-client",
         "rich",
+        "kio",  # the Kafka-protocol door's message schemas
     }
     extras = project["optional-dependencies"]
     assert _names(extras["spark"]) == {"pyspark", "pyarrow"}
     dev = _names(extras["dev"])
-    assert {"pytest", "hypothesis", "testcontainers", "ruff", "mypy"} <= dev
+    assert {"pytest", "pytest-xdist", "hypothesis", "testcontainers", "ruff", "mypy", "confluent-kafka"} <= dev
     assert not dev & {"pyspark", "pyarrow"}
 
 
