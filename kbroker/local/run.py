@@ -5,10 +5,11 @@ installed jars and N brokers, creates the topic ``demo``, produces and consumes 
 it, prints the addresses and how long start-up took, and exits with the cluster still
 running. ``--secure`` makes it a TLS + SCRAM cluster with ACLs (:mod:`kbroker.local.secure`).
 
-Ports: ZooKeeper 2181; broker ``i`` serves clients on 9092+i (``PLAINTEXT``, or ``CLIENT``
-with ``--secure``) and, with ``--secure``, brokers replicate over ``INTERNAL`` on
-19092+i. A port that is taken is replaced by a free one, and one line says so. A
-restarted broker keeps its ports.
+Ports: ZooKeeper 2181; broker ``i`` serves gRPC clients on 9092+i (``PLAINTEXT``, or
+``CLIENT`` with ``--secure``), Kafka-protocol clients on 29092+i (``kafka.listeners``, the
+same listener name and security) and, with ``--secure``, brokers replicate over
+``INTERNAL`` on 19092+i. A port that is taken is replaced by a free one, and one line
+says so. A restarted broker keeps its ports.
 
 ``--restart N`` stops broker N cleanly (SIGTERM) and starts it again on the same ports
 and data dir; ``--stop-broker N`` stops it. ``--stop`` stops the whole cluster (brokers
@@ -40,6 +41,10 @@ CLIENT_PORT = 9092
 """Broker i's client listener (PLAINTEXT, or CLIENT with --secure): 9092 + i."""
 INTERNAL_PORT = 19092
 """Broker i's INTERNAL (inter-broker) listener with --secure: 19092 + i."""
+KAFKA_PORT = 29092
+"""Broker i's Kafka-protocol listener (kafka.listeners): 29092 + i."""
+KAFKA_DOOR = "kafka"
+"""The key of the Kafka-protocol port among a broker's listener ports (not a listener name)."""
 CHROOT = "/kbroker"
 BROKER_GRACE_S = 60.0
 """How long a broker gets for its clean shutdown before SIGKILL."""
@@ -78,7 +83,8 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def default_port(listener: str, broker_id: int) -> int:
-    return (INTERNAL_PORT if listener == "INTERNAL" else CLIENT_PORT) + broker_id
+    base = {"INTERNAL": INTERNAL_PORT, KAFKA_DOOR: KAFKA_PORT}.get(listener, CLIENT_PORT)
+    return base + broker_id
 
 
 class Ports:
@@ -114,10 +120,16 @@ def listener_names(overrides: dict[str, str]) -> list[str]:
 
 
 def with_ports(overrides: dict[str, str], ports: dict[str, int]) -> dict[str, str]:
-    """The broker's settings: its listeners on these ports, and Prometheus metrics on a
-    free port (the broker logs the URL; ``metrics`` in ``.run/cluster.json``)."""
-    listeners = ",".join(f"{name}://{HOST}:{port}" for name, port in ports.items())
-    return {"metrics.port": "0", **overrides, "listeners": listeners}
+    """The broker's settings: its listeners on these ports, the Kafka-protocol door on
+    ``ports[KAFKA_DOOR]`` (as the clients' listener: PLAINTEXT, or CLIENT with --secure),
+    and Prometheus metrics on a free port (the broker logs the URL; ``metrics`` in
+    ``.run/cluster.json``)."""
+    grpc = {name: port for name, port in ports.items() if name != KAFKA_DOOR}
+    out = {"metrics.port": "0", **overrides, "listeners": ",".join(f"{n}://{HOST}:{p}" for n, p in grpc.items())}
+    if KAFKA_DOOR in ports:
+        client = CLIENT_LISTENER if CLIENT_LISTENER in grpc else "PLAINTEXT"
+        out["kafka.listeners"] = f"{client}://{HOST}:{ports[KAFKA_DOOR]}"
+    return out
 
 
 def _port(address: str) -> int:
@@ -140,6 +152,8 @@ def save_state(root: Path, state: dict[str, Any]) -> None:
     addresses = [b.get("listeners", {}).get(client, b["address"]) for b in state["brokers"]]
     running = [a for a, b in zip(addresses, state["brokers"], strict=True) if b.get("running", True)]
     state["bootstrap"] = ",".join(running or addresses)
+    door = [(b.get("kafka", ""), b.get("running", True)) for b in state["brokers"]]
+    state["kafka_bootstrap"] = ",".join([a for a, up in door if a and up] or [a for a, _ in door if a])
     tmp = root / (STATE + ".tmp")
     tmp.write_text(json.dumps(state, indent=2))
     tmp.replace(root / STATE)
@@ -152,6 +166,7 @@ def broker_entry(b: BrokerProcess) -> dict[str, Any]:
         "running": True,
         "address": b.address,
         "listeners": dict(b.listeners) or {"PLAINTEXT": b.address},
+        "kafka": next(iter(b.kafka_listeners.values()), ""),
         "metrics": b.metrics_url,
         "data": str(b.data_dir),
         "log": str(b.log_path),
@@ -304,7 +319,10 @@ def start(root: Path, brokers: int, secure: bool = False) -> int:
         if setup is not None:
             create_admin(zk_connect, setup)
         wanted = {
-            i: {name: ports.take(f"broker {i} {name}", default_port(name, i)) for name in listener_names(overrides)}
+            i: {
+                name: ports.take(f"broker {i} {name}", default_port(name, i))
+                for name in [*listener_names(overrides), KAFKA_DOOR]
+            }
             for i in range(brokers)
         }
         ports.report()
@@ -330,7 +348,11 @@ def start(root: Path, brokers: int, secure: bool = False) -> int:
     print(f"ZooKeeper: {zk_connect}   (log {server.log_path})")
     for b in procs:
         where = b.listeners.get(client_listener, b.address)
-        print(f"broker {b.broker_id}: {where}   (metrics {b.metrics_url or '-'}, data {b.data_dir}, log {b.log_path})")
+        door = next(iter(b.kafka_listeners.values()), "-")
+        print(
+            f"broker {b.broker_id}: {where}   (Kafka protocol {door}, metrics {b.metrics_url or '-'}, "
+            f"data {b.data_dir}, log {b.log_path})"
+        )
     print(f"cluster ready in {time.monotonic() - began:.1f} s")
     bootstrap = state["bootstrap"]
     failed = False
@@ -349,6 +371,10 @@ def start(root: Path, brokers: int, secure: bool = False) -> int:
     print(f"  .venv/bin/kctl {conn} topics describe")
     print(f"  echo hi | .venv/bin/kctl produce {conn} --topic demo")
     print(f"  .venv/bin/kctl consume {conn} --topic demo --from-beginning --max-messages 10")
+    if setup is None:
+        print(f"  kcat -b {state['kafka_bootstrap']} -C -t demo -e    (any Kafka client: the Kafka-protocol door)")
+    else:
+        print(f"  Kafka-protocol clients: {state['kafka_bootstrap']} with the SASL_SSL settings of {setup.command_config}")
     print("Restart one broker: scripts/run --restart 0    Stop it: scripts/run --stop")
     return 1 if failed else 0
 
@@ -402,6 +428,8 @@ def restart(root: Path, broker_id: int) -> int:
     listeners: dict[str, str] = entry.get("listeners") or {"PLAINTEXT": entry["address"]}
     ports = Ports()
     wanted = {name: ports.take(f"broker {broker_id} {name}", _port(addr)) for name, addr in listeners.items()}
+    if entry.get("kafka"):
+        wanted[KAFKA_DOOR] = ports.take(f"broker {broker_id} Kafka protocol", _port(entry["kafka"]))
     ports.report()
     try:
         (b,) = start_brokers(root, state["zookeeper"]["connect"], overrides, {broker_id: wanted}, ports)

@@ -54,6 +54,23 @@ def test_run_secure(tmp_path: Path) -> None:
             with AdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000) as anonymous:
                 anonymous.list_topics()
 
+        # The Kafka-protocol door speaks SASL_SSL too, with the same admin credentials.
+        ck_admin = pytest.importorskip("confluent_kafka.admin")
+        props = dict(line.split("=", 1) for line in Path(command_config).read_text().splitlines() if "=" in line)
+        password = json.loads((root / "secure" / "secrets.json").read_text())["admin_password"]
+        door = ck_admin.AdminClient(
+            {
+                "bootstrap.servers": state["kafka_bootstrap"],
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanisms": "SCRAM-SHA-512",
+                "sasl.username": "admin",
+                "sasl.password": password,
+                "ssl.ca.location": props["ssl.truststore.location"],
+            }
+        )
+        assert "demo" in door.list_topics(timeout=30).topics
+        assert f"Kafka-protocol clients: {state['kafka_bootstrap']}" in started.stdout
+
         zk = KazooClient(hosts=state["zookeeper"]["connect"])
         zk.start()
         try:

@@ -21,6 +21,7 @@ import pytest
 from kbroker.local.cluster import BrokerProcess, process_runs
 from kbroker.local.zookeeper import port_free
 from kclient import Consumer, TopicPartition
+from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +88,12 @@ def test_ports_fall_back_restart_keeps_port_and_data_stop_broker(tmp_path: Path,
         moved = [line for line in started.stdout.splitlines() if line.startswith("ports in use")]
         assert len(moved) == 1 and f"broker 0 PLAINTEXT 9092 -> {port0}" in moved[0], started.stdout
         assert state["bootstrap"] == f"{b0['listeners']['PLAINTEXT']},{b1['listeners']['PLAINTEXT']}"
+        # The Kafka-protocol door is open on every broker (29092 + i when free).
+        assert state["kafka_bootstrap"] == f"{b0['kafka']},{b1['kafka']}"
+        for b in (b0, b1):
+            with WireClient(b["kafka"]) as w:
+                assert int(w.call(18, 0, {}).error_code) == 0
+        assert f"kcat -b {state['kafka_bootstrap']} -C -t demo -e" in started.stdout
 
         # ZooKeeper logs through a real binding now, not SLF4J's NOP logger.
         zk_log = Path(state["zookeeper"]["log"]).read_text()
@@ -107,6 +114,7 @@ def test_ports_fall_back_restart_keeps_port_and_data_stop_broker(tmp_path: Path,
         assert f"broker 0 running again on {b0['listeners']['PLAINTEXT']}" in restarted.stdout
         new0 = state_of(root)["brokers"][0]
         assert new0["listeners"] == b0["listeners"] and new0["data"] == b0["data"]
+        assert new0["kafka"] == b0["kafka"]
         assert new0["pid"] != b0["pid"] and alive(new0["pid"]) and not alive(b0["pid"])
         assert consume_all(new0["listeners"]["PLAINTEXT"], 9) == 9
 
