@@ -374,7 +374,8 @@ def start(root: Path, brokers: int, secure: bool = False) -> int:
     if setup is None:
         print(f"  kcat -b {state['kafka_bootstrap']} -C -t demo -e    (any Kafka client: the Kafka-protocol door)")
     else:
-        print(f"  Kafka-protocol clients: {state['kafka_bootstrap']} with the SASL_SSL settings of {setup.command_config}")
+        door = state["kafka_bootstrap"]
+        print(f"  Kafka-protocol clients: {door} with the SASL_SSL settings of {setup.command_config}")
     print("Restart one broker: scripts/run --restart 0    Stop it: scripts/run --stop")
     return 1 if failed else 0
 
