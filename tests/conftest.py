@@ -8,6 +8,7 @@ when a test fails.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -63,6 +64,21 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def zk_connect(zookeeper: str) -> str:
     """The shared ZooKeeper with a fresh chroot for this test."""
     return f"{zookeeper}/kbroker-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_kept() -> Iterator[None]:
+    """What a test does to the root logger (kctl's ``main`` and ``log_setup.configure``
+    run in-process set its level and handlers) is undone after it: the next test in the
+    same process (pytest-xdist workers run many) sees the default, and its caplog the
+    records it expects."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -231,32 +231,3 @@ def process_runs(pid: int, marker: bytes) -> bool:
             return True
         except OSError:
             return False
-
-
-def pids_listening_on(port: int) -> set[int]:
-    """The processes with a TCP socket listening on ``port`` (any address, this network
-    namespace), from ``/proc/net/tcp{,6}`` and ``/proc/<pid>/fd``; only processes this
-    user may inspect are seen."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            # sl local_address rem_address st ... inode; st 0A is LISTEN
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    pids: set[int] = set()
-    if not inodes:
-        return pids
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
-                pids.add(int(entry.name))
-        except OSError:
-            continue
-    return pids

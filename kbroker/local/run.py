@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kbroker.local.cluster import BrokerProcess, pids_listening_on, process_runs
+from kbroker.local.cluster import BrokerProcess, process_runs
 from kbroker.local.secure import CLIENT_LISTENER, SecureSetup, create_admin, prepare
-from kbroker.local.zookeeper import ZooKeeperEnsemble, free_port, port_free
+from kbroker.local.zookeeper import ZooKeeperEnsemble, free_port, pids_listening_on, port_free
 
 STATE = "cluster.json"
 HOST = "127.0.0.1"

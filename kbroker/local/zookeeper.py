@@ -183,6 +183,13 @@ class ZooKeeperServer:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def serves_its_port(self) -> bool:
+        """This process listens on the client port (unknowable inside another network
+        namespace: assumed)."""
+        if self.host is not None or self.proc is None:
+            return True
+        return self.proc.pid in pids_listening_on(self.client_port)
+
     def stop(self) -> None:
         if self.running():
             assert self.proc is not None
@@ -239,6 +246,13 @@ class ZooKeeperEnsemble:
             dead = [s for s in self.servers if not s.running()]
             if dead:
                 raise RuntimeError(f"ZooKeeper exited; see {dead[0].log_path}:\n{tail(dead[0].log_path)}")
+            if not all(s.serves_its_port() for s in self.servers):
+                # Another ZooKeeper may answer on the port (a race for a fixed port):
+                # ready means ours listens there; if it lost the race it exits, above.
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"ZooKeeper not listening after {timeout_s}s:\n{tail(self.servers[0].log_path)}")
+                time.sleep(0.2)
+                continue
             client = KazooClient(hosts=self.connect_string, timeout=5, logger=_PROBE_LOG)
             try:
                 client.start(timeout=min(5, max(deadline - time.monotonic(), 0.5)))
@@ -257,6 +271,35 @@ class ZooKeeperEnsemble:
     def stop(self) -> None:
         for s in self.servers:
             s.stop()
+
+
+def pids_listening_on(port: int) -> set[int]:
+    """The processes with a TCP socket listening on ``port`` (any address, this network
+    namespace), from ``/proc/net/tcp{,6}`` and ``/proc/<pid>/fd``; only processes this
+    user may inspect are seen."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # sl local_address rem_address st ... inode; st 0A is LISTEN
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    pids: set[int] = set()
+    if not inodes:
+        return pids
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
 
 
 def tail(path: Path, lines: int = 40) -> str:

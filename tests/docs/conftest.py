@@ -31,6 +31,11 @@ class DocsCluster:
         """One broker's address, as scripts/run prints it (the README's examples give one)."""
         return self.cluster.brokers[0].address or self.cluster.bootstrap
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """One broker's Kafka-protocol address (scripts/run opens the door on each)."""
+        return self.cluster.brokers[0].kafka_listeners.get("PLAINTEXT") or self.cluster.kafka_bootstrap()
+
 
 def _seed_demo(bootstrap: str, replication: int) -> None:
     """What scripts/run leaves: topic demo (3 partitions) with 9 records."""
@@ -48,7 +53,8 @@ def _seed_demo(bootstrap: str, replication: int) -> None:
 def docs_cluster(zookeeper: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsCluster]:
     """ZooKeeper (the run's, in its own chroot) and three brokers, as scripts/run leaves them."""
     zk = f"{zookeeper}/kbroker-docs-{uuid.uuid4().hex[:8]}"
-    cluster = LocalCluster(tmp_path_factory.mktemp("docs-cluster"), zk, dict(FAST_BROKER))
+    door = {"kafka.listeners": "PLAINTEXT://127.0.0.1:0"}  # as scripts/run opens it
+    cluster = LocalCluster(tmp_path_factory.mktemp("docs-cluster"), zk, {**FAST_BROKER, **door})
     cluster.start(BROKERS)
     try:
         _seed_demo(cluster.bootstrap, min(BROKERS, 3))  # scripts/run's replication: min(brokers, 3)

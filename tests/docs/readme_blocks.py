@@ -48,6 +48,8 @@ DEFAULT_TIMEOUT_S = 120.0
 RUNNABLE = ("sh", "python")
 EXAMPLE_ZOOKEEPERS = ("127.0.0.1:40001/kbroker", "127.0.0.1:2181/kbroker")
 EXAMPLE_BOOTSTRAPS = ("127.0.0.1:41235", "127.0.0.1:9092", "localhost:9092")
+EXAMPLE_KAFKA_BOOTSTRAPS = ("127.0.0.1:29092",)
+"""The Kafka-protocol door's example address (scripts/run's broker 0: 29092)."""
 LINKED = (".venv", "examples", "deploy", "protos", "tests")
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[ \t]*$")
@@ -132,12 +134,18 @@ def readme_blocks() -> list[Block]:
     return parse_blocks(README.read_text(encoding="utf-8"))
 
 
-def localize(code: str, bootstrap: str, zookeeper: str, scratch: str | None = None) -> str:
-    """The block with the README's example addresses replaced by the cluster's, and its
-    ``/tmp/`` paths by ``scratch`` (this run's own directory: nothing left in /tmp by an
-    earlier run, such as a Spark checkpoint, can change what a block does)."""
+def localize(
+    code: str, bootstrap: str, zookeeper: str, scratch: str | None = None, kafka_bootstrap: str | None = None
+) -> str:
+    """The block with the README's example addresses replaced by the cluster's (gRPC, the
+    Kafka-protocol door, ZooKeeper), and its ``/tmp/`` paths by ``scratch`` (this run's own
+    directory: nothing left in /tmp by an earlier run, such as a Spark checkpoint, can
+    change what a block does)."""
     if scratch is not None:
         code = code.replace("/tmp/", scratch.rstrip("/") + "/")
+    if kafka_bootstrap is not None:
+        for example in EXAMPLE_KAFKA_BOOTSTRAPS:
+            code = code.replace(example, kafka_bootstrap)
     for example in EXAMPLE_ZOOKEEPERS:
         code = code.replace(example, zookeeper)
     for example in EXAMPLE_BOOTSTRAPS:

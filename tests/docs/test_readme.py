@@ -77,6 +77,7 @@ def _env(docs: DocsCluster) -> dict[str, str]:
         "B": bootstrap,
         "BOOTSTRAP": bootstrap,
         "KBROKER_BOOTSTRAP": bootstrap,
+        "K": docs.kafka_bootstrap,
         "Z": docs.zookeeper,
         "ZOOKEEPER": docs.zookeeper,
         "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -102,6 +103,7 @@ def test_markers_parse() -> None:
     assert no_reason.marker is not None and "needs a reason" in no_reason.marker.error
     assert localize("B=127.0.0.1:41235 Z=127.0.0.1:40001/kbroker", "h:1", "zk:2/c") == "B=h:1 Z=zk:2/c"
     assert localize("--output /tmp/demo-counts", "h:1", "zk:2", "/s/") == "--output /s/demo-counts"
+    assert localize("kcat -b 127.0.0.1:29092 -L", "h:1", "zk:2", None, "k:3") == "kcat -b k:3 -L"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
@@ -129,7 +131,7 @@ def test_readme_block(block: Block, request: pytest.FixtureRequest) -> None:
     docs: DocsCluster = request.getfixturevalue("docs_cluster")
     cwd: Path = request.getfixturevalue("block_dir")
     env = _env(docs)
-    code = localize(block.code, docs.bootstrap, docs.zookeeper, str(docs.scratch))
+    code = localize(block.code, docs.bootstrap, docs.zookeeper, str(docs.scratch), docs.kafka_bootstrap)
     if block.lang == "sh":
         script = cwd / README.name  # bash's messages then read "README.md: line N: ..."
         script.write_text("\n" * block.line + code, encoding="utf-8")

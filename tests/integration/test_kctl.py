@@ -84,19 +84,19 @@ TOPIC_ID = re.compile(r"\tTopicId: [A-Za-z0-9_-]{22}")
 
 
 def without_topic_id(line: str) -> str:
-    """A topic line without its ``TopicId`` field (``--zookeeper`` mode prints one, as Kafka 2.8)."""
+    """A topic line without its ``TopicId`` field (printed as Kafka 2.8 does)."""
     return TOPIC_ID.sub("", line)
 
 
 def describe_when_led(cluster: LocalCluster, mode: str, topic: str, partitions: int) -> list[str]:
     """``topics describe --topic`` once every partition has a leader (the topic id left out,
-    after checking that ``--zookeeper`` mode prints one)."""
+    after checking that it is printed)."""
 
     def led() -> list[str] | None:
         lines = ok(kctl(conn(cluster, mode), "topics describe --topic", topic)).splitlines()
         parts = lines[1:]
         if len(parts) == partitions and all("\tLeader: none\t" not in line for line in parts):
-            assert (TOPIC_ID.search(lines[0]) is not None) == (mode == "zookeeper"), lines[0]
+            assert TOPIC_ID.search(lines[0]) is not None, lines[0]  # either connection prints it
             return [without_topic_id(lines[0]), *parts]
         return None
 

@@ -113,3 +113,24 @@ def _create(admin: AdminClient, name: str) -> bool:
     except TopicAlreadyExistsError:
         pass
     return True
+
+
+def test_a_zookeeper_that_loses_its_port_to_another_is_not_taken_for_ready(tmp_path: Path) -> None:
+    """Two local clusters racing for 2181: the loser must not take the winner's answers
+    for its own (scripts/run then retries on a free port)."""
+    try:
+        classpath()
+    except ZooKeeperNotFound as exc:
+        pytest.skip(str(exc))
+    first = ZooKeeperEnsemble(tmp_path / "first", size=1)
+    first.start()
+    try:
+        port = first.servers[0].client_port
+        second = ZooKeeperEnsemble(tmp_path / "second", size=1, client_ports=[port])
+        try:
+            with pytest.raises(RuntimeError, match="Address already in use"):
+                second.start(timeout_s=60)
+        finally:
+            second.stop()
+    finally:
+        first.stop()

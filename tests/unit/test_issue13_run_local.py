@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kbroker.local import run
-from kbroker.local.cluster import pids_listening_on, process_runs
-from kbroker.local.zookeeper import ZooKeeperNotFound, installation, port_free
+from kbroker.local.cluster import process_runs
+from kbroker.local.zookeeper import ZooKeeperNotFound, installation, pids_listening_on, port_free
 
 
 def _listening() -> socket.socket:
