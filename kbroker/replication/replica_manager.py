@@ -516,20 +516,6 @@ class ReplicaManager:
             except Exception as exc:
                 results[tp] = ProduceResult(as_response_error(exc))
 
-    def append_and_wait(
-        self, acks: int, timeout_ms: int, entries: Iterable[tuple[TopicPartition, bytes]]
-    ) -> dict[TopicPartition, ProduceResult]:
-        """:meth:`append` and, for acks=all, block this thread until replicated (tests, tools)."""
-        results, pending = self.append(acks, entries)
-        if pending.partitions:
-            w = self.purgatory.watch(pending.partitions, lambda: self.acks_ready(pending))
-            try:
-                w.wait(max(timeout_ms, 0) / 1000.0)
-            finally:
-                self.purgatory.cancel(w)
-            self.finish_acks(pending, results, timeout_ms)
-        return results
-
     async def append_async(
         self, acks: int, timeout_ms: int, entries: list[tuple[TopicPartition, bytes]]
     ) -> dict[TopicPartition, ProduceResult]:
@@ -754,20 +740,6 @@ class ReplicaManager:
                     )
             except Exception as exc:
                 results[tp] = DeleteRecordsResult(as_response_error(exc))
-
-    def delete_records_and_wait(
-        self, timeout_ms: int, offsets: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, DeleteRecordsResult]:
-        """:meth:`delete_records` and the wait for the ISR, blocking this thread (tests, tools)."""
-        results, pending = self.delete_records(offsets)
-        if pending.partitions:
-            w = self.purgatory.watch(pending.partitions, lambda: self.deletes_ready(pending))
-            try:
-                w.wait(max(timeout_ms, 0) / 1000.0)
-            finally:
-                self.purgatory.cancel(w)
-            self.finish_deletes(pending, results, timeout_ms)
-        return results
 
     async def delete_records_async(
         self, offload: Offload, timeout_ms: int, offsets: Mapping[TopicPartition, int]
