@@ -49,7 +49,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from kbroker.cli.common import CliError, UsageError, check_bootstrap, client_configs, parse_bool, parse_key_values
+from kbroker.cli.common import (
+    CliError,
+    UsageError,
+    check_bootstrap,
+    client_config,
+    client_configs,
+    parse_bool,
+    parse_key_values,
+)
 from kclient import (
     AdminClient,
     Consumer,
@@ -294,7 +302,6 @@ class LineFormat:
 def producer_config(args: argparse.Namespace) -> dict[str, Any]:
     """The Producer's keyword arguments: --command-config, then --producer-property, then the
     explicit flags (which win)."""
-    from kbroker.cli.perf import client_config  # perf imports this module
 
     config = {
         **client_configs(args),
@@ -411,7 +418,6 @@ def _start(offset: str | None) -> int | str | None:
 def consumer_config(args: argparse.Namespace) -> dict[str, Any]:
     """The Consumer's keyword arguments: --command-config, then --consumer-property, then
     the group and where to start."""
-    from kbroker.cli.perf import client_config  # perf imports this module
 
     props = client_config(args.consumer_property, "--consumer-property", Consumer.DEFAULT_CONFIG)
     config = {**client_configs(args), **props}

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbroker.cli.common import CliError, UsageError, check_bootstrap, client_configs, parse_bool, parse_key_values
+from kbroker.cli.common import CliError, UsageError, check_bootstrap, client_config, client_configs
 from kbroker.cli.console import require_topic
 from kclient import Consumer, Producer, TopicPartition
 from kclient.errors import InvalidConfigError
@@ -114,42 +114,6 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
 
 
 # --- settings ------------------------------------------------------------------------
-
-
-def client_config(items: Iterable[str], flag: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Kafka-named ``k=v`` settings as kclient keyword arguments, typed by kclient's defaults.
-
-    ``linger.ms`` becomes ``linger_ms``; a setting kclient does not have, or one that
-    takes a Python object (serializers, assignors), is a UsageError.
-    """
-    out: dict[str, Any] = {}
-    for name, text in parse_key_values(items, flag).items():
-        key = name.replace(".", "_").replace("-", "_")
-        if key not in defaults:
-            known = ", ".join(sorted(k.replace("_", ".") for k, v in defaults.items() if _settable(k, v)))
-            raise UsageError(f"unknown {flag} setting {name!r} (known: {known})")
-        default = defaults[key]
-        if not _settable(key, default):
-            raise UsageError(f"{flag} cannot set {name} (it takes a Python object)")
-        out[key] = _typed(text, default, name)
-    return out
-
-
-def _settable(key: str, default: Any) -> bool:
-    return "serializer" not in key and (default is None or isinstance(default, bool | int | float | str))
-
-
-def _typed(text: str, default: Any, name: str) -> Any:
-    if isinstance(default, bool):
-        return parse_bool(text, name)
-    try:
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-    except ValueError:
-        raise UsageError(f"property {name} must be a number, got {text!r}") from None
-    return text
 
 
 def _security(config: Mapping[str, Any]) -> dict[str, Any]:
