@@ -248,6 +248,7 @@ class KafkaServer:
             metrics=self.metrics,
             config=cfg,
             sessions=self.sessions,
+            budget=grpc_server.budget,
         )
         self._kafka = door
         for e in cfg.kafka_listeners:

@@ -805,7 +805,9 @@ def _decompress(codec: int, data: memoryview) -> bytes:
             return _gzip_decode(data)
         if codec == Compression.SNAPPY:
             return _snappy_decode(data)
-    except (zlib.error, RuntimeError, ValueError, EOFError, _zstd.ZstdError) as exc:
+    except (CorruptRecordError, UnsupportedCodecError):
+        raise
+    except Exception as exc:  # each codec library has its own (zlib.error, cramjam.DecompressionError, ...)
         name = Compression(codec).name.lower()
         raise CorruptRecordError(f"cannot decompress {name} record batch: {exc}") from exc
     raise CorruptRecordError(f"unknown compression codec id {codec}")

@@ -503,7 +503,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             if err is None and name not in snap.topics:
                 err = (
                     LeaderNotAvailableError(f"topic {name!r} is being created")
-                    if self._auto_create
+                    if self._auto_create and allow_auto_create
                     else UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 )
             if err is not None:

@@ -222,6 +222,11 @@ class GrpcServer:
         self.ports: dict[str, int] = {}
         """Bound port by listener name (after :meth:`start`)."""
 
+    @property
+    def budget(self) -> InFlightBytes:
+        """The request bytes in flight (queued.max.request.bytes), for the Kafka door too."""
+        return self._budget
+
     async def offload(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking call on the request pool (in the calling RPC's context: the
         caller stays known there) and await its result."""

@@ -220,3 +220,52 @@ def test_metadata_carries_the_topic_id_and_trailing_bytes_are_ignored(door: Loca
     (t,) = resp.topics
     assert t.name == "with-id" and t.topic_id == topic_uuid(topic_id) and t.topic_id != NO_TOPIC_ID
     assert len(t.partitions) == 2
+
+
+def test_a_refused_fetch_names_the_error_on_every_partition_in_every_version(door: LocalCluster) -> None:
+    _create(door, "refused", 1)
+    bad = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 0}  # INVALID_FETCH_SIZE (4)
+    with WireClient(_address(door)) as w:
+        for version in (4, 12):
+            resp = w.call(
+                1, version, {"max_wait": 10, "min_bytes": 1, "topics": [{"topic": "refused", "partitions": [bad]}]}
+            )
+            (topic,) = resp.responses
+            assert [int(p.error_code) for p in topic.partitions] == [4]
+            if version >= 7:
+                assert int(resp.error_code) == 4
+
+
+def test_acks_zero_to_a_partition_that_is_not_there_closes_the_connection(door: LocalCluster) -> None:
+    """Kafka's rule: an acks=0 producer gets no answer, so a failed partition closes the
+    connection and the client refreshes its metadata instead of sending into the void."""
+    from kclient.records import BatchBuilder
+
+    _create(door, "zero", 1)
+    b = BatchBuilder()
+    b.append(1_700_000_000_000, None, b"v")
+    batch = b.build()
+    with WireClient(_address(door)) as w:
+        ok = w.frame(
+            0,
+            9,
+            {
+                "acks": 0,
+                "timeout": 1000,
+                "topic_data": [{"name": "zero", "partition_data": [{"index": 0, "records": batch}]}],
+            },
+        )
+        w.send_raw(ok)
+        assert w.call(18, 0, {}).error_code == 0  # nothing came back for the acks=0 produce
+        lost = w.frame(
+            0,
+            9,
+            {
+                "acks": 0,
+                "timeout": 1000,
+                "topic_data": [{"name": "zero", "partition_data": [{"index": 7, "records": batch}]}],
+            },
+        )
+        w.send_raw(lost)
+        with pytest.raises((ConnectionError, OSError)):
+            w.read_frame()

@@ -259,3 +259,31 @@ def test_an_unreadable_kafka_subscription_gets_invalid_request() -> None:
     )
     resp = asyncio.run(GroupApis(svc).join_group(_request(11, 4, join)))  # type: ignore[arg-type]
     assert int(resp.error_code) == 42 and svc.got == []
+
+
+@pytest.mark.parametrize(
+    ("function", "payload"),
+    [
+        ("assignment_to_proto", "00007fffffff" + "00" * 20),  # v0 assignment: 2**31-1 topics
+        ("subscription_to_proto", "00017fffffff" + "00" * 20),  # v1 subscription: 2**31-1 topics
+    ],
+)
+def test_a_payload_claiming_billions_of_entries_is_refused_not_allocated(function: str, payload: str) -> None:
+    # kio's native reader sizes an array from its count before reading it; with the
+    # address space capped (as on a small host), that allocation aborts the process.
+    # Run in a child: an abort must not take pytest down.
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "from kbroker.api.kafka import consumer_protocol as cp\n"
+        "try:\n"
+        f"    cp.{function}(bytes.fromhex({payload!r}))\n"
+        "except cp.ConsumerProtocolError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refused:" in proc.stdout

@@ -17,7 +17,7 @@ from kio.index import load_request_schema
 from kbroker.api.call_context import bind, unbind
 from kbroker.api.kafka.codec import NO_TOPIC_ID, Header, build, topic_uuid
 from kbroker.api.kafka.security_apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, SecurityApis
-from kbroker.api.kafka.server import Connection, KafkaRequest
+from kbroker.api.kafka.server import CloseConnection, Connection, KafkaRequest
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
 from kbroker.security.sasl import SaslAuthenticator, SessionStore
@@ -83,12 +83,14 @@ def test_a_scram_exchange_authenticates_the_connection(apis: SecurityApis, sessi
     assert len(sessions) == 0 and conn.sasl == {}  # the connection is the session: no token kept
 
 
-def test_a_wrong_password_fails_and_the_exchange_starts_over(apis: SecurityApis) -> None:
+def test_a_wrong_password_is_answered_then_the_connection_closes(apis: SecurityApis) -> None:
     conn = _connection()
-    failed = _login(apis, conn, "alice", "nope")
+    with pytest.raises(CloseConnection) as closed:  # Kafka: the answer, then the close
+        _login(apis, conn, "alice", "nope")
+    failed = closed.value.response
     assert failed.error_code == 58 and "invalid credentials" in failed.error_message
     assert not conn.authenticated and conn.principal == ANONYMOUS and conn.sasl == {}
-    assert _login(apis, conn, "alice", "alice-secret").error_code == 0
+    assert _login(apis, _connection(), "alice", "alice-secret").error_code == 0  # a new connection
 
 
 def test_reauthentication_keeps_the_principal(apis: SecurityApis) -> None:
@@ -98,8 +100,9 @@ def test_reauthentication_keeps_the_principal(apis: SecurityApis) -> None:
     time.sleep(0.01)
     assert _login(apis, conn, "alice", "alice-secret").error_code == 0
     assert conn.session_expiry is not None and first_expiry is not None and conn.session_expiry > first_expiry
-    refused = _login(apis, conn, "bob", "bob-secret")
-    assert refused.error_code == 58 and conn.principal == KafkaPrincipal.user("alice")
+    with pytest.raises(CloseConnection) as closed:  # KIP-368: another principal ends the connection
+        _login(apis, conn, "bob", "bob-secret")
+    assert closed.value.response.error_code == 58 and conn.principal == KafkaPrincipal.user("alice")
 
 
 def test_out_of_order_and_unknown_mechanisms(apis: SecurityApis) -> None:

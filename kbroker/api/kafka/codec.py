@@ -91,7 +91,10 @@ def request_is_flexible(api_key: int, version: int) -> bool:
 
 def read_request(api_key: int, version: int, frame: bytes, start: int) -> Any:
     """The request payload at ``frame[start:]`` (a kio dataclass of that version)."""
-    schema = load_request_schema(api_key, version)
+    try:
+        schema = load_request_schema(api_key, version)
+    except (UnknownAPIKey, UnknownEntity) as exc:
+        raise MalformedRequest(f"no schema for API {api_key} v{version}") from exc
     try:
         check_lengths(schema, frame, start)  # before kio sizes anything from the frame
     except LengthError as exc:

@@ -38,6 +38,7 @@ from kio.schema.consumer_protocol_subscription.v2 import data as subscription_v2
 from kio.schema.consumer_protocol_subscription.v3 import data as subscription_v3
 from kio.serial import entity_reader, entity_writer
 
+from kbroker.api.kafka.length_guard import check as check_lengths
 from kclient.proto.kbroker.v1 import group_pb2
 
 CONSUMER = "consumer"
@@ -63,6 +64,7 @@ def _read(modules: tuple[Any, ...], name: str, data: bytes) -> tuple[Any, int]:
         raise ConsumerProtocolError(f"{name} version {version}")
     schema = getattr(modules[min(version, MAX_VERSION)], name)
     try:
+        check_lengths(schema, data, 2)  # the client's bytes: kio must not size anything from them unchecked
         entity, _ = entity_reader(schema)(data, 2)
     except Exception as exc:
         raise ConsumerProtocolError(f"unreadable {name} v{version}: {exc}") from exc

@@ -4,6 +4,7 @@ its ``kafka.listeners`` (TLS and SASL per listener, with the gRPC listeners' set
 from __future__ import annotations
 
 from kbroker.api.broker_service import BrokerService
+from kbroker.api.grpc_server import InFlightBytes
 from kbroker.api.kafka.admin_apis import AdminApis
 from kbroker.api.kafka.apis import ApiTable
 from kbroker.api.kafka.group_apis import GroupApis
@@ -35,6 +36,7 @@ def kafka_door(
     metrics: BrokerMetrics | None,
     config: BrokerConfig | None = None,
     sessions: SessionStore | None = None,
+    budget: InFlightBytes | None = None,
 ) -> KafkaProtocolServer:
     """The door over ``service``; ``config`` gives the listeners' TLS stores and SASL
     mechanisms (none: plaintext listeners only), ``sessions`` the broker's SASL session
@@ -57,6 +59,7 @@ def kafka_door(
         table.apis,
         table.unsupported,
         max_request_bytes=max_request_bytes,
+        budget=budget,
         ssl_context=lambda e: tls[e.listener_name].context if e.listener_name in tls else None,
         tls_principal=peer_principal,
         metrics=metrics,

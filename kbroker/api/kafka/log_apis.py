@@ -4,7 +4,8 @@ the same handler as gRPC -> Kafka's response. Record batches pass through untouc
 (both doors carry Kafka's RecordBatch v2 bytes).
 
 Versions: Produce 3-9 and Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on
-are not served), ListOffsets 1-7, OffsetForLeaderEpoch 0-4, Metadata 0-12,
+are not served), ListOffsets 1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served),
+OffsetForLeaderEpoch 2-4 (kio has no schema for 0-1), Metadata 0-12,
 InitProducerId 0-4, DescribeCluster 0. Fetch sessions (KIP-227) are not kept: every
 fetch is answered in full with session id 0 ("no session"), which clients accept; a
 request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
@@ -36,10 +37,10 @@ class LogApis:
         return [
             Api(PRODUCE, "Produce", 3, 9, self.produce),
             Api(FETCH, "Fetch", 4, 12, self.fetch),
-            Api(LIST_OFFSETS, "ListOffsets", 1, 7, self.list_offsets),
+            Api(LIST_OFFSETS, "ListOffsets", 1, 6, self.list_offsets),  # v7 means MAX_TIMESTAMP (-3)
             Api(METADATA, "Metadata", 0, 12, self.metadata),
             Api(INIT_PRODUCER_ID, "InitProducerId", 0, 4, self.init_producer_id),
-            Api(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 0, 4, self.offset_for_leader_epoch),
+            Api(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4, self.offset_for_leader_epoch),
             Api(DESCRIBE_CLUSTER, "DescribeCluster", 0, 0, self.describe_cluster),
         ]
 
@@ -59,10 +60,15 @@ class LogApis:
             resp = await self._service.Produce(proto, self._context(req))  # type: ignore[arg-type]
         except RequestRefused as exc:
             if p.acks == 0:
-                return None
+                raise CloseConnection() from exc  # as Kafka: the client refreshes its metadata
             return self._produce_response(req, proto, exc)
         if p.acks == 0:
-            return None  # Kafka sends nothing back for acks=0
+            # Kafka sends nothing back for acks=0, and closes the connection when a
+            # partition failed (not the leader any more, ...) so that the client refreshes
+            # its metadata instead of sending on into the void.
+            if any(r.error_code for t in resp.topics for r in t.partitions):
+                raise CloseConnection()
+            return None
         return build(
             response_class(PRODUCE, req.version),
             {
@@ -136,7 +142,13 @@ class LogApis:
         try:
             resp = await self._service.Fetch(proto, self._context(req))  # type: ignore[arg-type]
         except RequestRefused as exc:
-            return build(cls, {"error_code": exc.errno, "session_id": 0})
+            # The code at the top (v7+) and on every partition (v4-6 have no top-level one).
+            refused = [
+                {"topic": t.name, "partitions": [{"partition_index": x.index, "error_code": exc.errno,
+                                                  "high_watermark": -1} for x in t.partitions]}
+                for t in proto.topics
+            ]  # fmt: skip
+            return build(cls, {"error_code": exc.errno, "session_id": 0, "responses": refused})
         return build(
             cls,
             {

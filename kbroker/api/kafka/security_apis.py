@@ -36,7 +36,7 @@ from typing import Any
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.call_context import current
 from kbroker.api.kafka.codec import build, response_class
-from kbroker.api.kafka.server import Api, KafkaRequest
+from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
 from kbroker.api.kafka.service_call import ServiceContext
 from kbroker.security.sasl import SaslAuthenticator, SaslResult
 from kclient.errors import (
@@ -155,7 +155,7 @@ class SecurityApis:
             )
         except BrokerResponseError as exc:
             conn.sasl.clear()
-            return build(cls, _error(exc))
+            raise CloseConnection(build(cls, _error(exc))) from exc  # Kafka closes after a failed exchange
         if result.session_token is None:
             conn.sasl["exchange_id"] = result.exchange_id
             return build(cls, {"error_code": 0, "auth_bytes": result.auth_bytes})
@@ -163,16 +163,13 @@ class SecurityApis:
         sasl.sessions.revoke(result.session_token)  # the connection is the session
         conn.sasl.clear()
         if session is None:  # revoked in between (its credential changed)
-            return build(cls, _error(SaslAuthenticationFailedError("the credential changed: authenticate again")))
-        if conn.authenticated and conn.principal != session.principal:
-            return build(
-                cls,
-                _error(
-                    SaslAuthenticationFailedError(
-                        f"re-authentication as {session.principal} on a connection of {conn.principal} is not allowed"
-                    )
-                ),
+            failed = SaslAuthenticationFailedError("the credential changed: authenticate again")
+            raise CloseConnection(build(cls, _error(failed)))
+        if conn.authenticated and conn.principal != session.principal:  # KIP-368: then Kafka closes
+            failed = SaslAuthenticationFailedError(
+                f"re-authentication as {session.principal} on a connection of {conn.principal} is not allowed"
             )
+            raise CloseConnection(build(cls, _error(failed)))
         conn.principal, conn.authenticated = session.principal, True
         conn.session_expiry = time.monotonic() + result.session_lifetime_ms / 1000.0
         return build(

@@ -9,7 +9,12 @@ Wire handling, per connection:
 - requests are pipelined: each one read becomes a task at once (tasks start in arrival
   order, so appends are queued in the order produced), and responses are written in
   request order by one writer task. At most ``MAX_IN_FLIGHT`` requests are outstanding
-  per connection; beyond that the connection is not read (back-pressure through TCP);
+  per connection, and the bytes of requests being served, over every connection of both
+  doors, stay within ``queued.max.request.bytes``; beyond either the connection is not
+  read (back-pressure through TCP). Before SASL authentication a frame is at most 512 KiB;
+- a request that closes the connection (a malformed payload, a failed SASL exchange, a
+  failed acks=0 Produce) stops it there: what was read after it is never answered
+  (requests already started behind it run to their end, as their effects are queued);
 - Produce with acks=0 gets no response, as in Kafka;
 - an API key or version not served gets UNSUPPORTED_VERSION (ApiVersions of an unknown
   version: a v0 answer listing what is served), never a dropped connection;
@@ -31,11 +36,13 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kbroker.api.call_context import CallContext, bind, unbind
+from kbroker.api.grpc_server import InFlightBytes
 from kbroker.api.kafka.codec import Header, MalformedRequest, encode_response, read_header, read_request
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.listeners import EndPoint
@@ -46,6 +53,12 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
 """Requests outstanding on one connection before it stops being read."""
+
+PRE_AUTH_MAX_BYTES = 512 * 1024
+"""The largest frame before SASL authentication (Kafka's sasl.server.max.receive.size)."""
+
+BUDGET_WAIT_S = 0.005
+"""How long a connection waits for the in-flight byte budget before looking again."""
 
 SASL_STAGE_KEYS = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: served before authentication."""
@@ -95,8 +108,16 @@ class Api:
 
 
 class CloseConnection(Exception):
-    """Raised by a handler that cannot answer: the connection is closed (Kafka does this
-    for a broker that must not serve, e.g. one cut off from ZooKeeper)."""
+    """Raised by a handler: the connection is closed, after ``response`` when there is
+    one (Kafka closes after a failed SASL authentication, and without an answer for a
+    broker that must not serve, e.g. one cut off from ZooKeeper, or a failed acks=0
+    Produce)."""
+
+    def __init__(self, response: Any = None) -> None:
+        super().__init__()
+        self.response = response
+        self.last: bytes | None = None
+        """``response`` as the frame to write (set by the dispatcher)."""
 
 
 Unsupported = Callable[[Header], bytes]
@@ -112,6 +133,7 @@ class KafkaProtocolServer:
         unsupported: Unsupported,
         *,
         max_request_bytes: int,
+        budget: InFlightBytes | None = None,
         ssl_context: Callable[[EndPoint], ssl.SSLContext | None] = lambda e: None,
         tls_principal: Callable[[asyncio.StreamWriter], KafkaPrincipal] = lambda w: ANONYMOUS,
         metrics: BrokerMetrics | None = None,
@@ -119,6 +141,8 @@ class KafkaProtocolServer:
         self._apis = apis
         self._unsupported = unsupported
         self._max_request_bytes = max_request_bytes
+        self._budget = budget if budget is not None else InFlightBytes(max_request_bytes * MAX_IN_FLIGHT)
+        """Request bytes in flight (queued.max.request.bytes), shared with the gRPC listeners."""
         self._ssl_context = ssl_context
         self._tls_principal = tls_principal
         self._metrics = metrics
@@ -176,43 +200,77 @@ class KafkaProtocolServer:
         sender = asyncio.ensure_future(self._send(replies, writer))
         try:
             while not sender.done():
-                try:
-                    head = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                size = int.from_bytes(head, "big", signed=True)
-                if size < 8 or size > self._max_request_bytes:
-                    self._warn(
-                        "kafka listener %s: closed %s: a request frame of %d bytes (socket.request.max.bytes=%d)",
-                        endpoint.listener_name,
-                        conn.client_host,
-                        size,
-                        self._max_request_bytes,
-                    )
-                    break
-                try:
-                    frame = await reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                frame = await self._read_frame(conn, reader, sender)
+                if frame is None:
                     break
                 try:
                     header, start = read_header(frame)
                 except MalformedRequest as exc:
+                    self._budget.release(len(frame))
                     self._warn("kafka listener %s: closed %s: %s", endpoint.listener_name, conn.client_host, exc)
                     break
                 task = asyncio.ensure_future(self._dispatch(conn, header, frame, start))
+                task.add_done_callback(partial(self._release, len(frame)))
                 if not conn.authenticated:
                     await asyncio.wait([task])  # the SASL stage is served one request at a time
-                await replies.put(task)
+                if not await self._until_sender_ends(replies.put(task), sender):
+                    task.cancel()
+                    break
         finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                replies.put_nowait(None)
-            if not sender.done():
-                try:
-                    await asyncio.wait_for(asyncio.shield(sender), 30)
-                except (TimeoutError, asyncio.CancelledError):
-                    sender.cancel()
+            if not sender.done() and await self._until_sender_ends(replies.put(None), sender):
+                await asyncio.wait([sender], timeout=30)  # what is queued is written, in order
+            sender.cancel()
+            while not replies.empty():  # never to be written: the connection is gone
+                left = replies.get_nowait()
+                if left is not None:
+                    left.cancel()
             with contextlib.suppress(Exception):
                 writer.close()
+
+    async def _read_frame(
+        self, conn: Connection, reader: asyncio.StreamReader, sender: asyncio.Future[None]
+    ) -> bytes | None:
+        """The next request frame, its bytes taken from the in-flight budget (released
+        when its request is done); None when the connection is to be closed."""
+        try:
+            head = await reader.readexactly(4)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        limit = self._max_request_bytes if conn.authenticated else min(self._max_request_bytes, PRE_AUTH_MAX_BYTES)
+        if size < 8 or size > limit:
+            self._warn(
+                "kafka listener %s: closed %s: a request frame of %d bytes (at most %d%s)",
+                conn.endpoint.listener_name,
+                conn.client_host,
+                size,
+                limit,
+                "" if conn.authenticated else " before SASL authentication",
+            )
+            return None
+        while not self._budget.try_acquire(size):  # queued.max.request.bytes, shared with gRPC
+            if sender.done():
+                return None
+            await asyncio.sleep(BUDGET_WAIT_S)  # not read meanwhile: back-pressure through TCP
+        try:
+            return await reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self._budget.release(size)
+            return None
+
+    def _release(self, size: int, _: object) -> None:
+        self._budget.release(size)
+
+    @staticmethod
+    async def _until_sender_ends(step: Coroutine[Any, Any, None], sender: asyncio.Future[None]) -> bool:
+        """Run ``step`` (a put on the reply queue) unless the sender ends first (then the
+        queue is never read again); whether ``step`` completed."""
+        put = asyncio.ensure_future(step)
+        await asyncio.wait({put, sender}, return_when=asyncio.FIRST_COMPLETED)
+        if put.done():
+            return True
+        put.cancel()
+        return False
 
     async def _send(
         self, replies: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter
@@ -226,7 +284,13 @@ class KafkaProtocolServer:
                     return
                 try:
                     data = await task
-                except CloseConnection:
+                except CloseConnection as close:
+                    if close.last is not None:  # the request's answer, then the end
+                        writer.write(close.last)
+                        with contextlib.suppress(ConnectionError):
+                            await writer.drain()
+                    return
+                except asyncio.CancelledError:
                     return
                 except Exception:
                     log.exception("kafka-protocol request failed; closing the connection")
@@ -269,6 +333,10 @@ class KafkaProtocolServer:
         token = bind(conn.call())
         try:
             response = await api.handle(KafkaRequest(header, payload, conn))
+        except CloseConnection as close:
+            if close.response is not None:
+                close.last = encode_response(header.correlation_id, close.response)
+            raise
         finally:
             unbind(token)
             if stats is not None:

@@ -1,0 +1,40 @@
+"""What the Kafka door advertises: every (API, version) in ApiVersions has kio schemas
+both ways (else a request the door invited would fail to decode), and the README's table
+is the table the door serves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kio.index import load_request_schema, load_response_schema
+
+from kbroker.api.kafka.door import api_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_every_advertised_version_has_request_and_response_schemas() -> None:
+    table = api_table(None)  # type: ignore[arg-type]  # the handlers are not called
+    missing = []
+    for api in table.apis.values():
+        for version in range(api.min_version, api.max_version + 1):
+            try:
+                load_request_schema(api.key, version)
+                load_response_schema(api.key, version)
+            except Exception:
+                missing.append(f"{api.name} v{version}")
+    assert not missing
+
+
+def test_the_readme_table_is_what_api_versions_answers() -> None:
+    table = api_table(None)  # type: ignore[arg-type]
+    dash = "\u2013"  # the README writes ranges with an en dash
+    served = set()
+    for a in table.apis.values():
+        versions = f"{a.min_version}" if a.min_version == a.max_version else f"{a.min_version}{dash}{a.max_version}"
+        served.add((a.name, a.key, versions))
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("**What the door serves.**") :]
+    rows = re.findall(r"^\| (\w+) \| (\d+) \| ([\d\u2013]+) \|", section, re.M)
+    assert {(name, int(key), versions) for name, key, versions in rows} == served
