@@ -29,7 +29,7 @@ from typing import Any
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.api.kafka.server import Api, KafkaRequest
-from kbroker.api.kafka.service_call import RequestRefused, ServiceContext
+from kbroker.api.kafka.service_call import RequestRefused
 from kclient.errors import InvalidRequestError
 from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, log_pb2, reassignment_pb2
 
@@ -86,7 +86,7 @@ class AdminApis:
 
     async def _call(self, rpc: str, proto: Any, req: KafkaRequest) -> Any:
         """The servicer's answer to ``proto`` (RequestRefused if it refused the whole request)."""
-        return await getattr(self._service, rpc)(proto, ServiceContext(req.connection.client_host))
+        return await getattr(self._service, rpc)(proto, req.service_context())
 
     # --- topics ---------------------------------------------------------------------
 

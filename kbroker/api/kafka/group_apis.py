@@ -49,7 +49,7 @@ from kbroker.api.kafka.consumer_protocol import (
     subscription_to_proto,
 )
 from kbroker.api.kafka.server import Api, KafkaRequest
-from kbroker.api.kafka.service_call import RequestRefused, ServiceContext
+from kbroker.api.kafka.service_call import RequestRefused
 from kclient.errors import InconsistentGroupProtocolError, InvalidRequestError
 from kclient.proto.kbroker.v1 import group_pb2
 
@@ -126,9 +126,6 @@ class GroupApis:
             Api(OFFSET_DELETE, "OffsetDelete", 0, 0, self.offset_delete),
         ]
 
-    def _context(self, req: KafkaRequest) -> ServiceContext:
-        return ServiceContext(req.connection.client_host)
-
     # --- coordinator ------------------------------------------------------------------
 
     async def find_coordinator(self, req: KafkaRequest) -> Any:
@@ -150,7 +147,7 @@ class GroupApis:
             try:
                 r = await self._service.FindCoordinator(
                     group_pb2.FindCoordinatorRequest(group_id=key),
-                    self._context(req),  # type: ignore[arg-type]
+                    req.service_context(),  # type: ignore[arg-type]
                 )
             except RequestRefused as exc:
                 r = group_pb2.FindCoordinatorResponse(error_code=exc.errno, error_message=exc.message, node_id=-1)  # type: ignore[arg-type]
@@ -196,7 +193,7 @@ class GroupApis:
                     return build(cls, {"error_code": INVALID_REQUEST, "member_id": p.member_id})
             proto.protocols.add(name=pr.name, metadata=metadata)
         try:
-            r = await self._service.JoinGroup(proto, self._context(req))  # type: ignore[arg-type]
+            r = await self._service.JoinGroup(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             return build(cls, {"error_code": exc.errno, "member_id": p.member_id})
         if r.error_code != 0:
@@ -236,7 +233,7 @@ class GroupApis:
                     return build(cls, {"error_code": INVALID_REQUEST})
             proto.assignments.add(member_id=a.member_id, assignment=assignment)
         try:
-            r = await self._service.SyncGroup(proto, self._context(req))  # type: ignore[arg-type]
+            r = await self._service.SyncGroup(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             return build(cls, {"error_code": exc.errno})
         if r.error_code != 0:
@@ -257,7 +254,7 @@ class GroupApis:
             group_id=p.group_id, generation_id=int(p.generation_id), member_id=p.member_id
         )
         try:
-            r = await self._service.Heartbeat(proto, self._context(req))  # type: ignore[arg-type]
+            r = await self._service.Heartbeat(proto, req.service_context())  # type: ignore[arg-type]
             code = int(r.error_code)
         except RequestRefused as exc:
             code = exc.errno
@@ -272,7 +269,7 @@ class GroupApis:
             try:
                 r = await self._service.LeaveGroup(
                     group_pb2.LeaveGroupRequest(group_id=p.group_id, member_id=mid),
-                    self._context(req),  # type: ignore[arg-type]
+                    req.service_context(),  # type: ignore[arg-type]
                 )
                 code = int(r.error_code)
             except RequestRefused as exc:
@@ -313,7 +310,7 @@ class GroupApis:
                 )
         cls = response_class(OFFSET_COMMIT, req.version)
         try:
-            r = await self._service.CommitOffsets(proto, self._context(req))  # type: ignore[arg-type]
+            r = await self._service.CommitOffsets(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             topics = [_partition_errors(t.name, [x.index for x in t.partitions], exc.errno) for t in proto.topics]
             return build(cls, {"topics": topics})
@@ -339,7 +336,7 @@ class GroupApis:
         for t in p.topics or ():
             proto.topics.add(name=t.name, partitions=[int(i) for i in t.partition_indexes])
         try:
-            r = await self._service.FetchOffsets(proto, self._context(req))  # type: ignore[arg-type]
+            r = await self._service.FetchOffsets(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             r = group_pb2.FetchOffsetsResponse(error_code=exc.errno)  # type: ignore[arg-type]
         if r.error_code != 0:
@@ -378,7 +375,7 @@ class GroupApis:
             proto.topics.add(name=t.name, partitions=[int(part.partition_index) for part in t.partitions])
         cls = response_class(OFFSET_DELETE, req.version)
         try:
-            r = await self._service.OffsetDelete(proto, self._context(req))  # type: ignore[arg-type]
+            r = await self._service.OffsetDelete(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             return build(cls, {"error_code": exc.errno})
         return build(
@@ -403,7 +400,7 @@ class GroupApis:
         try:
             r = await self._service.DescribeGroups(
                 group_pb2.DescribeGroupsRequest(group_ids=list(p.groups)),
-                self._context(req),  # type: ignore[arg-type]
+                req.service_context(),  # type: ignore[arg-type]
             )
         except RequestRefused as exc:
             return build(cls, {"groups": [{"group_id": g, "error_code": exc.errno} for g in p.groups]})
@@ -439,7 +436,7 @@ class GroupApis:
         p = req.payload
         cls = response_class(LIST_GROUPS, req.version)
         try:
-            r = await self._service.ListGroups(group_pb2.ListGroupsRequest(), self._context(req))  # type: ignore[arg-type]
+            r = await self._service.ListGroups(group_pb2.ListGroupsRequest(), req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             return build(cls, {"error_code": exc.errno})
         states = {s.lower() for s in getattr(p, "states_filter", ())}
@@ -461,7 +458,7 @@ class GroupApis:
         try:
             r = await self._service.DeleteGroups(
                 group_pb2.DeleteGroupsRequest(group_ids=list(p.groups_names)),
-                self._context(req),  # type: ignore[arg-type]
+                req.service_context(),  # type: ignore[arg-type]
             )
         except RequestRefused as exc:
             return build(cls, {"results": [{"group_id": g, "error_code": exc.errno} for g in p.groups_names]})

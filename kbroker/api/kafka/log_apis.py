@@ -19,7 +19,7 @@ from typing import Any
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
-from kbroker.api.kafka.service_call import RequestRefused, ServiceContext
+from kbroker.api.kafka.service_call import RequestRefused
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
@@ -44,9 +44,6 @@ class LogApis:
             Api(DESCRIBE_CLUSTER, "DescribeCluster", 0, 0, self.describe_cluster),
         ]
 
-    def _context(self, req: KafkaRequest) -> ServiceContext:
-        return ServiceContext(req.connection.client_host)
-
     # --- Produce --------------------------------------------------------------------
 
     async def produce(self, req: KafkaRequest) -> Any:
@@ -57,7 +54,7 @@ class LogApis:
             for part in t.partition_data:
                 pt.partitions.add(index=int(part.index), records=bytes(part.records or b""))
         try:
-            resp = await self._service.Produce(proto, self._context(req))  # type: ignore[arg-type]
+            resp = await self._service.Produce(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             if p.acks == 0:
                 raise CloseConnection() from exc  # as Kafka: the client refreshes its metadata
@@ -140,7 +137,7 @@ class LogApis:
                     current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
                 )
         try:
-            resp = await self._service.Fetch(proto, self._context(req))  # type: ignore[arg-type]
+            resp = await self._service.Fetch(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             # The code at the top (v7+) and on every partition (v4-6 have no top-level one).
             refused = [
@@ -190,7 +187,7 @@ class LogApis:
                 )
         cls = response_class(LIST_OFFSETS, req.version)
         try:
-            resp = await self._service.ListOffsets(proto, self._context(req))  # type: ignore[arg-type]
+            resp = await self._service.ListOffsets(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             errno = exc.errno
             return build(cls, _per_partition(proto.topics, lambda i: {"partition_index": i, "error_code": errno}))
@@ -229,7 +226,7 @@ class LogApis:
                     current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
                     leader_epoch=int(part.leader_epoch),
                 )
-        resp = await self._service.OffsetForLeaderEpoch(proto, self._context(req))  # type: ignore[arg-type]
+        resp = await self._service.OffsetForLeaderEpoch(proto, req.service_context())  # type: ignore[arg-type]
         return build(
             response_class(OFFSET_FOR_LEADER_EPOCH, req.version),
             {
@@ -324,7 +321,7 @@ class LogApis:
         proto = cluster_pb2.InitProducerIdRequest(
             transactional_id=p.transactional_id or "", transaction_timeout_ms=millis(p.transaction_timeout)
         )
-        resp = await self._service.InitProducerId(proto, self._context(req))  # type: ignore[arg-type]
+        resp = await self._service.InitProducerId(proto, req.service_context())  # type: ignore[arg-type]
         return build(
             response_class(INIT_PRODUCER_ID, req.version),
             {"error_code": resp.error_code, "producer_id": resp.producer_id, "producer_epoch": resp.producer_epoch},

@@ -37,7 +37,6 @@ from kbroker.api.broker_service import BrokerService
 from kbroker.api.call_context import current
 from kbroker.api.kafka.codec import build, response_class
 from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
-from kbroker.api.kafka.service_call import ServiceContext
 from kbroker.security.sasl import SaslAuthenticator, SaslResult
 from kclient.errors import (
     BrokerResponseError,
@@ -118,7 +117,7 @@ class SecurityApis:
         ]
 
     async def _call(self, rpc: str, proto: Any, req: KafkaRequest) -> Any:
-        return await getattr(self._service, rpc)(proto, ServiceContext(req.connection.client_host))
+        return await getattr(self._service, rpc)(proto, req.service_context())
 
     # --- SASL -------------------------------------------------------------------------
 
