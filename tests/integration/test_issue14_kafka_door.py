@@ -15,6 +15,7 @@ from kbroker.api.kafka.codec import NO_TOPIC_ID, topic_uuid
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from tests.kafka_wire import WireClient
+from tests.support import wait_until
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -236,6 +237,22 @@ def test_a_refused_fetch_names_the_error_on_every_partition_in_every_version(doo
                 assert int(resp.error_code) == 4
 
 
+def _leader_address(cluster: LocalCluster, topic: str) -> str:
+    """The Kafka-protocol address of the leader of ``topic``-0, once it has one."""
+    with WireClient(_address(cluster)) as w:
+
+        def leader() -> str | None:
+            md = w.call(3, 1, {"topics": [{"name": topic}]})
+            (t,) = md.topics
+            at = {int(b.node_id): f"{b.host}:{b.port}" for b in md.brokers}
+            return at.get(int(t.partitions[0].leader_id)) if t.partitions else None
+
+        wait_until(lambda: leader() is not None, what=f"a leader for {topic}-0")
+        found = leader()
+        assert found is not None
+        return found
+
+
 def test_acks_zero_to_a_partition_that_is_not_there_closes_the_connection(door: LocalCluster) -> None:
     """Kafka's rule: an acks=0 producer gets no answer, so a failed partition closes the
     connection and the client refreshes its metadata instead of sending into the void."""
@@ -245,7 +262,7 @@ def test_acks_zero_to_a_partition_that_is_not_there_closes_the_connection(door: 
     b = BatchBuilder()
     b.append(1_700_000_000_000, None, b"v")
     batch = b.build()
-    with WireClient(_address(door)) as w:
+    with WireClient(_leader_address(door, "zero")) as w:
         ok = w.frame(
             0,
             9,
