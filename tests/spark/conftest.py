@@ -39,11 +39,12 @@ def spark() -> Iterator[Any]:
         pytest.skip("Spark needs Java (a JRE 17)")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
     from kclient.spark import register
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("kbroker-tests")
         .config("spark.sql.shuffle.partitions", "2")
@@ -52,8 +53,14 @@ def spark() -> Iterator[Any]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopTimeout", "10s")
-        .getOrCreate()
     )
+    try:
+        session = builder.getOrCreate()
+    except PySparkRuntimeError:
+        # JAVA_GATEWAY_EXITED: the JVM's launcher died before it gave its port (seen once
+        # with three test workers starting JVMs at once); one more start, not a loop.
+        time.sleep(2)
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session
