@@ -364,4 +364,6 @@ def test_kafka_python_over_sasl_ssl(secure: Secure, caplog: pytest.LogCaptureFix
     caplog.set_level(logging.WARNING, logger="kafka")  # whatever an earlier test in this process set
     with pytest.raises(kafka.errors.KafkaTimeoutError):  # kafka-python retries, then gives up bootstrapping
         kafka_admin.KafkaAdminClient(**{**settings, "sasl_plain_password": "wrong", "bootstrap_timeout_ms": 5000})
-    assert "invalid credentials" in caplog.text  # the broker's SASL_AUTHENTICATION_FAILED message, logged
+    # The broker answers SASL_AUTHENTICATION_FAILED, then closes the connection (as Kafka
+    # does); kafka-python logs the answer or, when it sees the close first, the disconnect.
+    assert "invalid credentials" in caplog.text or "socket disconnected" in caplog.text, caplog.text
