@@ -10,6 +10,9 @@ runs (:mod:`kbroker.api.grpc_server` calls it for every call):
   ``kbroker-session`` metadata; without a valid one only SaslHandshake and
   SaslAuthenticate are served, anything else fails with SASL_AUTHENTICATION_FAILED
   (Kafka serves nothing but the SASL requests on an unauthenticated SASL connection).
+  A token is valid only on the connection it was issued on (``CallContext.channel``,
+  :func:`kbroker.security.sasl.channel_binding`): one replayed from another connection
+  is refused the same way.
 
 The result lives in a context variable for the duration of the call: handlers and the
 blocking work they offload (``GrpcServer.offload`` copies the context) read it with
@@ -27,7 +30,7 @@ from typing import Any
 
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
-from kbroker.security.sasl import SessionStore
+from kbroker.security.sasl import SessionBindingError, SessionStore, channel_binding
 from kbroker.security.tls import mtls_principal
 from kclient.errors import SaslAuthenticationFailedError
 
@@ -43,6 +46,10 @@ class CallContext:
     client_host: str = ""
     door: str = "grpc"
     """Which protocol the call came through: ``"grpc"`` or ``"kafka"`` (kafka.listeners)."""
+    channel: str = ""
+    """On a gRPC SASL listener, the connection the call came on
+    (:func:`~kbroker.security.sasl.channel_binding`): a session token issued by this
+    call's SaslAuthenticate is valid on it only. "" elsewhere."""
 
 
 INTERNAL = CallContext(ANONYMOUS, "", "PLAINTEXT")
@@ -84,17 +91,25 @@ class ListenerAuthenticator:
 
     def __call__(self, method: str, context: Any) -> CallContext:
         e = self.endpoint
+        peer = context.peer() or ""
+        channel = ""
         if e.uses_sasl:
-            principal = self._session_principal(method, context.invocation_metadata() or ())
+            channel = channel_binding(e.listener_name, peer, context.auth_context() if e.uses_tls else None)
+            principal = self._session_principal(method, context.invocation_metadata() or (), channel)
         elif e.uses_tls:
             principal = self._certificate_principal(context.auth_context())
         else:
             principal = ANONYMOUS
-        return CallContext(principal, e.listener_name, e.security_protocol, peer_host(context.peer() or ""))
+        return CallContext(principal, e.listener_name, e.security_protocol, peer_host(peer), channel=channel)
 
-    def _session_principal(self, method: str, metadata: Sequence[Any]) -> KafkaPrincipal:
+    def _session_principal(self, method: str, metadata: Sequence[Any], channel: str) -> KafkaPrincipal:
         token = next((str(m.value) for m in metadata if m.key == SESSION_METADATA_KEY), None)
-        principal = self._sessions.lookup(token) if token and self._sessions is not None else None
+        try:
+            principal = self._sessions.lookup(token, channel) if token and self._sessions is not None else None
+        except SessionBindingError:
+            if method in SASL_METHODS:  # logging in again on this connection
+                return ANONYMOUS
+            raise
         if principal is not None:
             return principal
         if method in SASL_METHODS:

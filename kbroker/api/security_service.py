@@ -180,7 +180,9 @@ class SecurityRpcs:
             )
             return resp
         try:
-            r = sasl.authenticate(request.mechanism, request.exchange_id, request.auth_bytes, call.security_protocol)
+            r = sasl.authenticate(
+                request.mechanism, request.exchange_id, request.auth_bytes, call.security_protocol, call.channel
+            )
         except KafkaError as exc:
             _error(resp, exc)
             return resp

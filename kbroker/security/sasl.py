@@ -14,6 +14,18 @@ turns it into the caller's :class:`KafkaPrincipal`. Tokens live in this broker's
 only, expire after ``connections.max.reauth.ms``, and are revoked when the user's
 credentials change or are deleted (``CredentialStore(on_user_changed=sessions.revoke_user)``).
 
+Channel binding: a token is bound to the connection whose SaslAuthenticate completed the
+exchange, and a call on any other connection that carries it is refused
+(:class:`SessionBindingError`, SASL_AUTHENTICATION_FAILED, UNAUTHENTICATED on gRPC), so a
+token seen in one call's metadata cannot be replayed from another connection. Kafka ties
+authentication to the connection; gRPC calls carry no connection, and grpcio gives a
+servicer neither the TLS exporter (RFC 5705/9266) nor the TLS session, only
+``context.peer()`` (``ipv4:<client ip>:<client port>``, one TCP connection while it is
+open) and ``context.auth_context()`` (on TLS: the verified client certificate, if any).
+:func:`channel_binding` is therefore listener + peer address and port + a digest of the
+client certificate. What this does not stop is written in the README ("SASL: SCRAM users
+and session tokens").
+
 Listener rules: SASL is served on ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners only
 (elsewhere ILLEGAL_SASL_STATE, as Kafka answers a SaslHandshake on a non-SASL listener);
 PLAIN only on ``SASL_SSL`` (it carries the password). PLAIN is checked against the user's
@@ -28,12 +40,13 @@ listener).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -91,12 +104,44 @@ def check_mechanisms(enabled: Iterable[str]) -> list[str]:
 # --- sessions ----------------------------------------------------------------------------
 
 
+def channel_binding(listener: str, peer: str, auth_context: Mapping[str, Sequence[bytes]] | None = None) -> str:
+    """What a gRPC call's session token is bound to: ``<listener>|<peer>[|x509:<sha256>]``.
+
+    ``peer`` is ``ServicerContext.peer()`` (``ipv4:127.0.0.1:53412``: the client end of
+    the TCP connection the call came on; grpcio exposes nothing finer, see the module
+    docstring). ``auth_context`` is ``ServicerContext.auth_context()``: with a verified
+    client certificate (mTLS) its SHA-256 is part of the binding too, so a client
+    reusing a closed connection's address and port must also hold that certificate.
+    """
+    binding = f"{listener}|{peer}"
+    pems = (auth_context or {}).get("x509_pem_cert")
+    if pems:
+        binding += "|x509:" + hashlib.sha256(bytes(pems[0])).hexdigest()
+    return binding
+
+
+def binding_peer(binding: str) -> str:
+    """The peer part of a :func:`channel_binding` (for log lines; never a secret)."""
+    parts = binding.split("|")
+    return parts[1] if len(parts) > 1 else binding
+
+
+class SessionBindingError(SaslAuthenticationFailedError):
+    """A live session token came on another connection than the one it was issued on
+    (a replayed token, or the client's connection was re-established): authenticate
+    again on this connection."""
+
+
 @dataclass(frozen=True)
 class Session:
     principal: KafkaPrincipal
     mechanism: str
     expires_at: float
     """On the store's clock (monotonic seconds)."""
+    binding: str = ""
+    """The connection the session belongs to (:func:`channel_binding`); "" for one made
+    outside a gRPC call (the Kafka door, which revokes it at once: the connection is the
+    session there)."""
 
 
 class SessionStore:
@@ -122,14 +167,14 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._next_purge = clock() + self.PURGE_INTERVAL_S
 
-    def create(self, principal: KafkaPrincipal, mechanism: str) -> tuple[str, int]:
-        """A new session; (token, lifetime in ms)."""
+    def create(self, principal: KafkaPrincipal, mechanism: str, binding: str = "") -> tuple[str, int]:
+        """A new session bound to ``binding`` (:func:`channel_binding`); (token, lifetime in ms)."""
         token = secrets.token_urlsafe(32)
         now = self._clock()
         with self._lock:
             if now >= self._next_purge:
                 self._purge(now)
-            self._sessions[token] = Session(principal, mechanism, now + self.max_reauth_ms / 1000.0)
+            self._sessions[token] = Session(principal, mechanism, now + self.max_reauth_ms / 1000.0, binding)
         return token, self.max_reauth_ms
 
     def session(self, token: str) -> Session | None:
@@ -144,10 +189,29 @@ class SessionStore:
                 return None
             return found
 
-    def lookup(self, token: str) -> KafkaPrincipal | None:
-        """The principal of a live session token, else None."""
+    def lookup(self, token: str, binding: str = "") -> KafkaPrincipal | None:
+        """The principal of a live session token presented on the connection ``binding``;
+        None if the token is unknown, expired or revoked.
+
+        SessionBindingError if the session is live but bound to another connection. The
+        session is not revoked then: whoever sees a token on a plaintext listener could
+        otherwise log its owner out at will; it stays usable on its own connection only.
+        """
         found = self.session(token)
-        return None if found is None else found.principal
+        if found is None:
+            return None
+        if found.binding != binding:
+            log.info(
+                "refused the SASL session token of %s issued to %s: presented by %s",
+                found.principal,
+                binding_peer(found.binding) or "no connection",
+                binding_peer(binding) or "no connection",
+            )
+            raise SessionBindingError(
+                "the session token was issued on another connection (a replayed token, or this client "
+                "reconnected): authenticate again on this connection"
+            )
+        return found.principal
 
     def revoke(self, token: str) -> bool:
         with self._lock:
@@ -246,17 +310,21 @@ class SaslAuthenticator:
             raise UnsupportedSaslMechanismError(why)
         return allowed
 
-    def authenticate(self, mechanism: str, exchange_id: str, auth_bytes: bytes, listener_protocol: str) -> SaslResult:
+    def authenticate(
+        self, mechanism: str, exchange_id: str, auth_bytes: bytes, listener_protocol: str, binding: str = ""
+    ) -> SaslResult:
         """SaslAuthenticate: one client message of an exchange (``exchange_id`` "" starts one).
 
-        Raises SaslAuthenticationFailedError, UnsupportedSaslMechanismError or
-        IllegalSaslStateError; a failed exchange is over (start again).
+        ``binding`` (:func:`channel_binding` of the call) is the connection the session
+        token, once issued, is valid on. Raises SaslAuthenticationFailedError,
+        UnsupportedSaslMechanismError or IllegalSaslStateError; a failed exchange is over
+        (start again).
         """
         self.handshake(mechanism, listener_protocol)
         if mechanism == PLAIN:
             if exchange_id:
                 raise IllegalSaslStateError("PLAIN takes a single SaslAuthenticate without an exchange id")
-            return self._plain(auth_bytes)
+            return self._plain(auth_bytes, binding)
         scram = ScramMechanism(mechanism)
         if exchange_id:
             exchange = self._take(exchange_id, scram, listener_protocol)
@@ -274,13 +342,13 @@ class SaslAuthenticator:
             return SaslResult(answer, exchange_id, None, 0)
         server = exchange.server
         token, lifetime_ms = self._session(
-            server.username, mechanism, server.credential, lambda: self._lookup(server.username, scram)
+            server.username, mechanism, server.credential, lambda: self._lookup(server.username, scram), binding
         )
         return SaslResult(answer, exchange_id, token, lifetime_ms)
 
     # --- PLAIN ---------------------------------------------------------------------------
 
-    def _plain(self, auth_bytes: bytes) -> SaslResult:
+    def _plain(self, auth_bytes: bytes, binding: str) -> SaslResult:
         failed = SaslAuthenticationFailedError("Authentication failed: Invalid username or password")
         try:
             authzid, user, password = auth_bytes.decode("utf-8").split("\0")
@@ -298,7 +366,7 @@ class SaslAuthenticator:
         if found is None or not password_matches(found[0], found[1], password):
             log.info("SASL PLAIN authentication of user %r failed", user)
             raise failed
-        token, lifetime_ms = self._session(user, PLAIN, found[1], lambda: self._plain_credential_only(user))
+        token, lifetime_ms = self._session(user, PLAIN, found[1], lambda: self._plain_credential_only(user), binding)
         return SaslResult(b"", "", token, lifetime_ms)
 
     def _plain_credential(self, user: str) -> tuple[ScramMechanism, ScramCredential] | None:
@@ -315,14 +383,20 @@ class SaslAuthenticator:
     # --- shared --------------------------------------------------------------------------
 
     def _session(
-        self, user: str, mechanism: str, used: ScramCredential, current: Callable[[], ScramCredential | None]
+        self,
+        user: str,
+        mechanism: str,
+        used: ScramCredential,
+        current: Callable[[], ScramCredential | None],
+        binding: str,
     ) -> tuple[str, int]:
-        """A session for ``user``, unless the credential changed while the exchange ran.
+        """A session for ``user`` bound to ``binding``, unless the credential changed while
+        the exchange ran.
 
         The session is made first and the credential re-read after: a change notified
         before the re-read is seen by it, one notified after revokes the new session.
         """
-        token, lifetime_ms = self.sessions.create(KafkaPrincipal.user(user), mechanism)
+        token, lifetime_ms = self.sessions.create(KafkaPrincipal.user(user), mechanism, binding)
         if current() != used:
             self.sessions.revoke(token)
             log.info("SASL %s authentication of user %r refused: its credential changed meanwhile", mechanism, user)
