@@ -34,6 +34,7 @@ from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import (
     ColumnBuffers,
     RecordColumns,
+    check_batch,
     decode_buffers,
     decode_columns,
     decode_consumer_records,
@@ -98,6 +99,16 @@ class _Chunk:
         return self.end
 
 
+def corrupt_record_error(tp: TopicPartition, offset: int, cause: Exception | str) -> CorruptRecordError:
+    """The CorruptRecordError ``poll`` raises for ``tp``: it names the partition and the
+    offset the position stands at (the bad batch), and how to go on."""
+    why = cause if isinstance(cause, str) else cause.message if isinstance(cause, KafkaError) else repr(cause)
+    return CorruptRecordError(
+        f"{tp.topic}-{tp.partition} at offset {offset}: {why}. The partition's position stays at "
+        f"offset {offset}; seek past it to continue consuming that partition"
+    )
+
+
 def _records(pieces: list[list[ConsumerRecord]]) -> list[ConsumerRecord]:
     return pieces[0] if len(pieces) == 1 else list(chain.from_iterable(pieces))
 
@@ -157,9 +168,12 @@ class Fetcher:
     it was fetched from. A partition that fails (no leader, its leader unreachable, a
     retriable error) is retried after a backoff (``retry_backoff_ms``, doubling up to 1 s)
     while the others keep flowing; every such failure asks for a metadata refresh. A batch
-    that does not decode becomes a ``CorruptRecordError`` for its partition only, raised by
-    ``drain`` when the position reaches it, and again until the application seeks
-    elsewhere; that partition is not fetched meanwhile.
+    that does not decode (or a CORRUPT_MESSAGE answer for a partition) becomes a
+    ``CorruptRecordError`` for its partition only, naming it and the bad batch's offset,
+    where the position then stays. ``drain`` raises it when the position reaches it,
+    after the other partitions' buffered records have been handed out (then on the next
+    call), and again until the application seeks elsewhere; that partition is not fetched
+    meanwhile, the others are.
 
     Thread safety: application thread only; gRPC callbacks only enqueue completions.
     """
@@ -179,6 +193,7 @@ class Fetcher:
         self._completed: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._backoff_s = cfg["retry_backoff_ms"] / 1000.0
         self._retry_at: dict[TopicPartition, tuple[float, int]] = {}  # partition -> (retry at, failures)
+        self._error_due = False  # a drain returned records past a partition's standing error
         self.metrics = FetchMetrics()
 
     # --- buffer -------------------------------------------------------------------
@@ -207,13 +222,13 @@ class Fetcher:
             try:
                 decode_buffers(chunk.data, position, buffers)
             except Exception as exc:  # this partition only: the others still deliver
-                error = self._corrupt(tp, exc, buffers.offsets[-1] + 1 if len(buffers) else position)
+                error = self._corrupt(tp, exc, buffers.offsets[-1] + 1 if len(buffers) else position, chunk.data)
         elif kind is RecordColumns:
             decoded = cols = RecordColumns([], [], [], [], [], [])
             try:
                 decode_columns(chunk.data, position, cols)
             except Exception as exc:
-                error = self._corrupt(tp, exc, cols.offsets[-1] + 1 if cols.offsets else position)
+                error = self._corrupt(tp, exc, cols.offsets[-1] + 1 if cols.offsets else position, chunk.data)
         else:
             recs: list[ConsumerRecord] = []
             decoded = recs
@@ -221,7 +236,7 @@ class Fetcher:
             try:
                 decode_consumer_records(chunk.data, tp.topic, tp.partition, position, kd, vd, recs)
             except Exception as exc:
-                error = self._corrupt(tp, exc, recs[-1].offset + 1 if recs else position)
+                error = self._corrupt(tp, exc, recs[-1].offset + 1 if recs else position, chunk.data)
         chunk.decoded = decoded
         chunk.index = 0
         if error is not None and chunk.error is None:
@@ -230,9 +245,28 @@ class Fetcher:
         return decoded
 
     @staticmethod
-    def _corrupt(tp: TopicPartition, exc: Exception, at: int) -> tuple[CorruptRecordError, int]:
-        why = exc.message if isinstance(exc, KafkaError) else repr(exc)
-        return CorruptRecordError(f"{tp.topic}-{tp.partition} at offset {at}: {why}"), at
+    def _corrupt(tp: TopicPartition, exc: Exception, at: int, data: bytes = b"") -> tuple[CorruptRecordError, int]:
+        """The error of a batch that did not decode, after the records up to ``at``: it
+        stands at the bad batch's base offset (past batches with no record left for us
+        before it, as ``drain`` moves over them too) when the headers can be walked."""
+        if data:
+            first: int | None = None
+            try:
+                for pos, header in iter_headers(data):
+                    if header.base_offset + header.last_offset_delta < at:
+                        continue
+                    if first is None:
+                        first = header.base_offset
+                    try:
+                        check_batch(data, pos, header)
+                    except KafkaError:
+                        first = header.base_offset
+                        break
+            except KafkaError:
+                pass
+            if first is not None:
+                at = max(at, first)
+        return corrupt_record_error(tp, at, exc), at
 
     def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max_records`` buffered records, advancing each partition's position.
@@ -252,19 +286,39 @@ class Fetcher:
         return {tp: _lists(p) for tp, p in self._drain(max_records, RecordColumns).items()}
 
     def _drain(self, max_records: int, kind: type) -> dict[TopicPartition, list[Any]]:
-        """Per partition, the pieces (of responses decoded as ``kind``) of up to ``max_records`` records."""
+        """Per partition, the pieces (of responses decoded as ``kind``) of up to ``max_records`` records.
+
+        A partition whose position reached a batch that did not decode is stepped over
+        (its response stays buffered, the error standing) while the other partitions'
+        responses, before or after it in the buffer, are drained. Its CorruptRecordError
+        is raised when nothing else was collected, or by the next call (first thing) when
+        something was: so the healthy partitions keep flowing and the error is not
+        starved by them (Kafka's fetcher raises only once nothing was fetched, and again
+        until the application seeks).
+        """
         pieces: dict[TopicPartition, list[Any]] = {}
         n = 0
         buffer = self._buffer
         partitions = self._subs.partitions
-        while buffer and n < max_records:
-            chunk = buffer[0]
+        if self._error_due:
+            self._error_due = False
+            standing = self._standing_error()
+            if standing is not None:
+                raise standing
+        blocked: set[TopicPartition] = set()
+        error: CorruptRecordError | None = None
+        k = 0  # the chunk looked at: chunks before it belong to blocked partitions
+        while k < len(buffer) and n < max_records:
+            chunk = buffer[k]
             tp = chunk.tp
+            if tp in blocked:
+                k += 1
+                continue
             st = partitions.get(tp)
             # Records of unassigned, paused or re-positioned partitions are dropped;
             # they are fetched again from the position when wanted.
             if st is None or st.paused or st.position is None:
-                buffer.popleft()
+                del buffer[k]
                 continue
             position = st.position
             decoded = chunk.decoded
@@ -301,19 +355,43 @@ class Fetcher:
             chunk.index = j
             if j < size:
                 continue
-            if chunk.error is not None and st.position == chunk.error[1]:
-                if pieces:
-                    break
-                raise chunk.error[0]
+            if chunk.error is not None and st.position <= chunk.error[1]:
+                # Every record before the bad batch is handed out: the position moves to
+                # it (over batches with no record left for us) and stays there.
+                st.position = chunk.error[1]
+                blocked.add(tp)
+                if error is None:
+                    error = chunk.error[0]
+                k += 1
+                continue
             end = chunk.next_fetch_offset()
             if chunk.error is None and end is not None and end > st.position:
                 # Past batches with no record left for us (emptied by compaction, control
                 # batches), as Kafka's CompletedFetch moves to the last batch's next offset.
                 st.position = end
-            buffer.popleft()
+            if k:
+                del buffer[k]
+            else:
+                buffer.popleft()
         if n:
             self.metrics.records_consumed.record(n)
+        if error is not None:
+            if not pieces:
+                raise error
+            self._error_due = True
         return pieces
+
+    def _standing_error(self) -> CorruptRecordError | None:
+        """The error of the first buffered response whose partition's position stands at
+        its bad batch (still assigned, not paused), if any."""
+        partitions = self._subs.partitions
+        for chunk in self._buffer:
+            if chunk.error is None:
+                continue
+            st = partitions.get(chunk.tp)
+            if st is not None and not st.paused and st.position == chunk.error[1]:
+                return chunk.error[0]
+        return None
 
     # --- backoff --------------------------------------------------------------------
 
@@ -507,7 +585,16 @@ class Fetcher:
                     if fetch_offset != st.position:
                         continue  # a prefetch: the error shows again once the buffer is consumed
                     err = for_code(p.error_code)(f"{tp.topic}-{tp.partition}: {p.error_message}")
-                    if isinstance(err, OffsetOutOfRangeError):
+                    if isinstance(err, CorruptRecordError):
+                        # The leader could not read a batch there (Kafka's consumer raises for
+                        # CORRUPT_MESSAGE): this partition's error, standing at its position
+                        # until the application seeks, as for a batch that does not decode.
+                        chunk = _Chunk(tp, b"", fetch_offset)
+                        chunk.error = (corrupt_record_error(tp, fetch_offset, err), fetch_offset)
+                        log.warning("%s", chunk.error[0])
+                        self._buffer.append(chunk)
+                        self._retry_at.pop(tp, None)
+                    elif isinstance(err, OffsetOutOfRangeError):
                         if self._subs.default_reset == "none":
                             raise err
                         st.position = None
