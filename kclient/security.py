@@ -14,8 +14,11 @@ broker's token and logs in again when it is within 10% of its lifetime of expiri
 :class:`SessionInterceptor` (on the channel, so calls made with ``stub(...)`` directly
 and with ``.future(...)`` carry it as well) sends it as metadata ``kbroker-session`` and,
 when the broker answers UNAUTHENTICATED (the session expired or was revoked: a broker
-restart, a changed credential), drops the token so that the next call logs in again; a
-blocking call is retried once at once.
+restart, a changed credential; or the token was issued on another connection: the broker
+binds each token to the TCP connection that logged in, so a reconnected channel logs in
+again), drops the token so that the next call logs in again; a blocking call is retried
+once at once. The login goes over the same channel as the calls, hence the same
+connection.
 
 Passwords are never logged nor put in an exception message, and ``repr`` leaves them out.
 
@@ -307,8 +310,9 @@ Call = Callable[[str, Any], Any]
 
 
 class SaslSessionExpiredError(SaslAuthenticationFailedError):
-    """The broker no longer knows this client's session token (UNAUTHENTICATED with
-    SASL_AUTHENTICATION_FAILED, 58): it expired, was revoked, or the broker restarted.
+    """The broker no longer accepts this client's session token (UNAUTHENTICATED with
+    SASL_AUTHENTICATION_FAILED, 58): it expired, was revoked, the broker restarted, or the
+    channel reconnected (a token is valid on the connection that logged in only).
     Retriable: the next call logs in again (and raises SaslAuthenticationFailedError if
     that login is refused)."""
 
