@@ -33,7 +33,9 @@ from kbroker.purgatory import Purgatory
 from kbroker.replication.partition import Partition
 from kbroker.replication.quota import ReplicationQuota
 from kclient.errors import (
+    CorruptRecordError,
     FencedLeaderEpochError,
+    InvalidRecordError,
     KafkaError,
     NotLeaderForPartitionError,
     OffsetOutOfRangeError,
@@ -50,6 +52,10 @@ TopicPartition = tuple[str, int]
 MAX_TRUNCATION_ROUNDS = 10
 ERROR_LOG_INTERVAL_S = 10.0
 """A fetcher logs its leader's connection errors at most once per this many seconds."""
+FETCH_BACKOFF_S = 1.0
+"""How long a partition whose fetched data could not be appended (a corrupt batch from the
+leader, an unexpected error) waits before it is fetched again (Kafka's
+replica.fetch.backoff.ms); the fetcher's other partitions are fetched meanwhile."""
 
 
 @dataclass
@@ -61,6 +67,9 @@ class _FetchState:
     in_sync: bool = False
     """Caught up with the leader's high watermark at the last fetch (Kafka's
     isReplicaInSync): such a replica is never throttled."""
+    delayed_until: float = 0.0
+    """Not fetched before this ``time.monotonic()``: its last data could not be appended
+    (Kafka's PartitionFetchState delay)."""
 
 
 class LeaderEndPoint(Protocol):
@@ -193,8 +202,13 @@ class ReplicaFetcher(threading.Thread):
                 truncating = [s for s in states if s.truncating]
                 if truncating:
                     self._truncate(truncating)
-                ready = [s for s in states if not s.truncating]
-                backoff = self._fetch(ready) if ready else 0.2
+                now = time.monotonic()
+                ready = [s for s in states if not s.truncating and s.delayed_until <= now]
+                if ready:
+                    backoff = self._fetch(ready)
+                else:
+                    delayed = [s.delayed_until - now for s in states if not s.truncating]
+                    backoff = min(max(min(delayed, default=0.2), 0.01), 0.2)
                 self._reached()
             except KafkaError as exc:
                 self._unreachable(exc)
@@ -297,14 +311,16 @@ class ReplicaFetcher(threading.Thread):
         if not unthrottled:
             return min(1.0, max(self._quota.time_until_within_s(), 0.05))
         topics: dict[str, log_pb2.FetchTopic] = {}
+        offsets: dict[TopicPartition, int] = {}
         for s in unthrottled:
             p = s.partition
             t = topics.get(p.topic)
             if t is None:
                 t = topics[p.topic] = req.topics.add(name=p.topic)
+            offsets[(p.topic, p.index)] = fetch_offset = p.log.log_end_offset
             t.partitions.add(
                 index=p.index,
-                fetch_offset=p.log.log_end_offset,
+                fetch_offset=fetch_offset,
                 partition_max_bytes=self._max_bytes,
                 current_leader_epoch=s.leader_epoch,
                 log_start_offset=p.log.log_start_offset,
@@ -319,9 +335,10 @@ class ReplicaFetcher(threading.Thread):
                     st = self._partitions.get((t.name, r.index))
                 if st is None or st.truncating:
                     continue
+                fetch_offset = offsets.get((t.name, r.index), -1)
                 if r.error_code:
                     errors += 1
-                    self._partition_error(st, for_code(r.error_code)(r.error_message), r)
+                    self._partition_error(st, for_code(r.error_code)(r.error_message), r, fetch_offset)
                     continue
                 try:
                     st.partition.append_as_follower(r.records, r.high_watermark, st.leader_epoch, r.log_start_offset)
@@ -335,15 +352,46 @@ class ReplicaFetcher(threading.Thread):
                     continue  # this broker's role changed while the fetch was out
                 except OffsetOutOfRangeError:
                     st.truncating = True  # our log moved under us (truncation); resync
+                except (CorruptRecordError, InvalidRecordError) as exc:
+                    # This partition only: the others of the response are appended, and it is
+                    # fetched again after a backoff (the leader's copy may be repaired, or the
+                    # bad bytes were a transient state of its log), as Kafka's fetcher does.
+                    self._delay(st, "is corrupt, not appended", exc, fetch_offset)
                 except KafkaError as exc:
                     log.warning("%s-%d: follower append failed: %s", t.name, r.index, exc)
                     st.truncating = True
+                    st.delayed_until = time.monotonic() + FETCH_BACKOFF_S
+                except Exception as exc:  # a bug, or bytes nothing above caught: this partition only
+                    self._delay(st, "could not be appended", exc, fetch_offset, traceback=True)
         self._quota.record(throttled_bytes)
         # Nothing but errors (e.g. the leader moved): don't spin; the metadata watch fixes it.
         return 0.5 if errors and not progressed else 0.0
 
+    def _delay(self, st: _FetchState, what: str, exc: Exception, fetch_offset: int, *, traceback: bool = False) -> None:
+        """Hold ``st`` back for FETCH_BACKOFF_S: its fetched data ``what``. WARNING at most
+        once per partition every ERROR_LOG_INTERVAL_S (with how many were held back)."""
+        st.delayed_until = time.monotonic() + FETCH_BACKOFF_S
+        p = st.partition
+        held_back = self._error_log.allow(("append", p.topic, p.index))
+        if held_back is None:
+            return
+        more = f" ({held_back} more since the last report)" if held_back else ""
+        log.warning(
+            "%s-%d: what leader %d returned from offset %d %s: %s; fetching this partition "
+            "again in %.1f s, the others go on%s",
+            p.topic,
+            p.index,
+            self.leader_id,
+            fetch_offset,
+            what,
+            exc,
+            FETCH_BACKOFF_S,
+            more,
+            exc_info=exc if traceback else None,
+        )
+
     def _partition_error(
-        self, s: _FetchState, err: KafkaError, r: log_pb2.FetchPartitionResponse | None = None
+        self, s: _FetchState, err: KafkaError, r: log_pb2.FetchPartitionResponse | None = None, fetch_offset: int = -1
     ) -> None:
         p = s.partition
         if isinstance(err, OffsetOutOfRangeError) and r is not None:
@@ -376,7 +424,12 @@ class ReplicaFetcher(threading.Thread):
             # Our view of leadership is stale or ahead; the metadata watch will move us.
             log.debug("%s-%d: %s", p.topic, p.index, err)
             return
-        log.warning("%s-%d: fetch error from leader %d: %s", p.topic, p.index, self.leader_id, err)
+        if r is None:
+            log.warning("%s-%d: fetch error from leader %d: %s", p.topic, p.index, self.leader_id, err)
+            return
+        # Anything else (CORRUPT_MESSAGE: the leader cannot read its own log there, a
+        # storage error, ...): this partition waits, the others are fetched meanwhile.
+        self._delay(s, "is an error", err, fetch_offset)
 
 
 class ReplicaFetcherManager:

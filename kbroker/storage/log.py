@@ -25,6 +25,7 @@ from kbroker.storage.validator import (
     validate_batches,
 )
 from kclient.errors import (
+    CorruptRecordError,
     FencedLeaderEpochError,
     KafkaError,
     KafkaStorageError,
@@ -441,6 +442,13 @@ class Log:
                     segment_ms=config.segment_ms,
                 ):
                     segment = self._roll_locked(now_ms)
+                if not segment.can_convert_to_relative_offset(summary.last_offset):
+                    # Only a leader's batch can do that (a base offset is outside the CRC):
+                    # offsets more than 2^31 past the log end offset are corrupt.
+                    raise CorruptRecordError(
+                        f"{self.name}: batches at offsets {summary.first_offset}..{summary.last_offset} "
+                        f"cannot follow log end offset {self._next_offset}: corrupt offsets"
+                    )
                 segment.append(data, summary.batches)
                 self._next_offset = segment.next_offset
         except KafkaError as exc:
