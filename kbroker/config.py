@@ -160,8 +160,22 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600
     """The largest request message accepted (Kafka's socket.request.max.bytes)."""
     queued_max_request_bytes: int = 268435456
-    """Request bytes in flight at once; more waits for RESOURCE_EXHAUSTED (Kafka's
-    queued.max.request.bytes, unbounded there by default)."""
+    """Client request bytes the broker holds at once, over both doors (Kafka's
+    queued.max.request.bytes, its memory pool; unbounded there by default). Bytes count
+    as they arrive (a Kafka frame) or once received (a gRPC message, at its decoded size
+    without unknown fields); when it is spent the doors stop reading and wait."""
+    queued_max_request_bytes_per_connection: int = -1
+    """The most of queued.max.request.bytes one connection holds (kbroker's); -1: half of
+    it, but at least one request of socket.request.max.bytes."""
+    inter_broker_queued_max_request_bytes: int = 67108864
+    """The inter-broker budget (kbroker's): follower Fetches and controller calls of other
+    brokers on the inter-broker listener never wait behind client requests."""
+    connections_max_idle_ms: int = 600000
+    """Close a connection that has no request outstanding and sends nothing for this long
+    (Kafka's connections.max.idle.ms); gRPC: grpc.max_connection_idle_ms."""
+    request_read_timeout_ms: int = 30000
+    """A request must arrive whole within this of its first byte, else its connection is
+    closed (Kafka door) or the call fails DEADLINE_EXCEEDED (gRPC) (kbroker's)."""
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
@@ -225,6 +239,14 @@ class BrokerConfig:
         if not self.advertised_listeners:
             host = self.advertised_host
             self.advertised_listeners = tuple(replace(e, host=host) if host else e for e in self.listeners)
+
+    @property
+    def per_connection_request_bytes(self) -> int:
+        """queued.max.request.bytes.per.connection in force (its default filled in)."""
+        if self.queued_max_request_bytes_per_connection > 0:
+            return self.queued_max_request_bytes_per_connection
+        half = self.queued_max_request_bytes // 2
+        return max(half, min(self.socket_request_max_bytes, self.queued_max_request_bytes))
 
     def cleaner_config(self) -> CleanerConfig:
         """The ``log.cleaner.*`` settings for the log manager."""
@@ -319,6 +341,10 @@ for _key, _attr, _min in (
     ("controlled.shutdown.retry.backoff.ms", "controlled_shutdown_retry_backoff_ms", 0),
     ("socket.request.max.bytes", "socket_request_max_bytes", 1024),
     ("queued.max.request.bytes", "queued_max_request_bytes", 1024),
+    ("queued.max.request.bytes.per.connection", "queued_max_request_bytes_per_connection", -1),
+    ("inter.broker.queued.max.request.bytes", "inter_broker_queued_max_request_bytes", 1024),
+    ("connections.max.idle.ms", "connections_max_idle_ms", 1),
+    ("request.read.timeout.ms", "request_read_timeout_ms", 1),
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", 0),
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),

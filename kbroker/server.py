@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 from kazoo.protocol.states import KazooState
@@ -34,6 +34,7 @@ from kbroker.api.call_context import ListenerAuthenticator
 from kbroker.api.grpc_server import GrpcServer
 from kbroker.api.kafka.door import kafka_door
 from kbroker.api.kafka.server import KafkaProtocolServer
+from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
@@ -210,7 +211,14 @@ class KafkaServer:
             security_props=cfg.security_props,
             workers=cfg.grpc_workers,
             max_request_bytes=cfg.socket_request_max_bytes,
-            queued_max_request_bytes=cfg.queued_max_request_bytes,
+            budgets=RequestBudgets(
+                cfg.queued_max_request_bytes,
+                cfg.per_connection_request_bytes,
+                cfg.inter_broker_queued_max_request_bytes,
+            ),
+            inter_broker_listener=cfg.inter_broker_listener_name,
+            idle_timeout_ms=cfg.connections_max_idle_ms,
+            read_timeout_ms=cfg.request_read_timeout_ms,
             metrics=self.metrics,
         )
         self.ports = self._grpc.start()
@@ -248,7 +256,7 @@ class KafkaServer:
             metrics=self.metrics,
             config=cfg,
             sessions=self.sessions,
-            budget=grpc_server.budget,
+            budget=grpc_server.budgets.client,
         )
         self._kafka = door
         for e in cfg.kafka_listeners:
@@ -341,6 +349,8 @@ class KafkaServer:
         else:
             creds = broker_channel_credentials(cfg.security_props, listener.listener_name)
             channel = grpc.secure_channel(address, creds, options=CHANNEL_OPTIONS)
+        # Its calls are served from the other broker's inter-broker budget.
+        channel = grpc.intercept_channel(channel, _InterBrokerMarker(str(cfg.broker_id)))
         login = cfg.inter_broker_sasl_credentials()
         if login is None:
             return channel
@@ -485,6 +495,38 @@ class KafkaServer:
         except Exception:
             log.exception("closing the ZooKeeper client failed")
         log.info("broker %d stopped", self.config.broker_id)
+
+
+class _InterBrokerMarker(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Adds ``kbroker-inter-broker: <broker id>`` to every call of an inter-broker channel,
+    so the receiving broker serves it from its inter-broker budget. Stateless: thread-safe."""
+
+    def __init__(self, broker_id: str) -> None:
+        self._entry = (INTER_BROKER_METADATA_KEY, broker_id)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        marked = _CallDetails(
+            details.method,
+            details.timeout,
+            [*(details.metadata or ()), self._entry],
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+        return continuation(marked, request)
+
+
+class _Details(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: bool | None
+    compression: Any
+
+
+class _CallDetails(_Details, grpc.ClientCallDetails):  # type: ignore[misc]
+    """One call's details with metadata added (gRPC's own are not copyable)."""
 
 
 def parse_args(argv: list[str] | None) -> BrokerConfig:

@@ -12,10 +12,31 @@ listener's authenticator names the caller and the listener
 it refuses fails with UNAUTHENTICATED and the Kafka code in the ``kbroker-error-code``
 trailing metadata.
 
-Limits: a request message is at most ``socket.request.max.bytes``; the request bytes in
-flight at once (over every listener) are bounded by ``queued.max.request.bytes`` (beyond
-it a call fails with RESOURCE_EXHAUSTED, retriable). An undecodable request gets
-INVALID_ARGUMENT and one log line (at most one every 10 s), never a traceback.
+Request memory (:mod:`kbroker.api.request_budget`). gRPC gives no hook to count bytes as
+they arrive, so memory is bounded around the message instead:
+
+- HTTP/2: no BDP window growth and a 64 KiB stream window (``grpc.http2.lookahead_bytes``),
+  so a request the broker has not started to read holds at most that much; at most
+  ``MAX_CONCURRENT_STREAMS`` calls per connection;
+- a message is at most ``socket.request.max.bytes`` (and the listener's budget), refused
+  with RESOURCE_EXHAUSTED by gRPC itself before it is decoded;
+- each handler reads its own request (a stream handler reading one message, which is
+  the same on the wire): a connection's requests are read one at a time, and only while
+  the budget (and the connection's share of it) has room; otherwise the call waits,
+  unread (Kafka's muted channel) -- it does not fail. A message must arrive within
+  ``request.read.timeout.ms`` once its read starts (else DEADLINE_EXCEEDED);
+- once read, the message is held at its decoded size with unknown fields dropped (a
+  parked long poll padded with an unknown field holds only what it means), until the
+  call ends.
+
+So the broker holds at most the budget, plus one message per connection being read.
+Calls on the inter-broker listener that carry ``kbroker-inter-broker`` metadata (what a
+broker's own channels send), and every call on a dedicated inter-broker listener, use
+the inter-broker budget: replication never waits behind clients. Connections with no
+call for ``connections.max.idle.ms`` are closed (``grpc.max_connection_idle_ms``).
+
+An undecodable request gets INVALID_ARGUMENT and one log line (at most one every 10 s),
+never a traceback.
 
 Thread safety: :meth:`start` and :meth:`stop` are called from the main thread; everything
 else runs on the loop thread.
@@ -36,6 +57,7 @@ from typing import Any, TypeVar
 import grpc
 
 from kbroker.api.call_context import CallContext, bind, unbind
+from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, Holder, RequestBudgets, RequestPool
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.listeners import EndPoint
 from kbroker.security.tls import add_listener_port
@@ -52,25 +74,40 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class InFlightBytes:
-    """A byte budget for requests being served (Kafka's queued.max.request.bytes).
+MAX_CONCURRENT_STREAMS = 256
+"""Calls at once on one gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)."""
 
-    Thread safety: used from the event loop thread only.
+STREAM_WINDOW_BYTES = 64 * 1024
+"""What gRPC buffers of a request not yet being read (HTTP/2 stream window, no BDP growth)."""
+
+
+class _Connections:
+    """Per gRPC connection (peer address): the lock that reads its requests one at a time
+    and its share of each pool. Entries live while the connection has calls.
+
+    Thread safety: event loop thread only.
     """
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
+    def __init__(self) -> None:
+        self._by_peer: dict[str, tuple[asyncio.Lock, dict[str, Holder], list[int]]] = {}
 
-    def try_acquire(self, n: int) -> bool:
-        # One request larger than the whole budget still runs when nothing else does.
-        if self.used and self.used + n > self.limit:
-            return False
-        self.used += n
-        return True
+    def enter(self, peer: str, pool: RequestPool) -> tuple[asyncio.Lock, Holder]:
+        entry = self._by_peer.get(peer)
+        if entry is None:
+            entry = self._by_peer[peer] = (asyncio.Lock(), {}, [0])
+        lock, holders, refs = entry
+        refs[0] += 1
+        holder = holders.get(pool.name)
+        if holder is None:
+            holder = holders[pool.name] = pool.holder()
+        return lock, holder
 
-    def release(self, n: int) -> None:
-        self.used -= n
+    def leave(self, peer: str) -> None:
+        entry = self._by_peer.get(peer)
+        if entry is not None:
+            entry[2][0] -= 1
+            if entry[2][0] <= 0:
+                del self._by_peer[peer]
 
 
 class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -80,10 +117,24 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     call). With ``metrics``, each call counts once: requests, latency, and its gRPC
     status when it fails (kbroker.metrics)."""
 
-    def __init__(self, budget: InFlightBytes, authenticate: Authenticate, metrics: BrokerMetrics | None = None) -> None:
-        self._budget = budget
+    def __init__(
+        self,
+        budgets: RequestBudgets,
+        authenticate: Authenticate,
+        metrics: BrokerMetrics | None = None,
+        *,
+        inter_broker: str = "",
+        read_timeout_s: float = 30.0,
+        connections: _Connections | None = None,
+    ) -> None:
+        self._budgets = budgets
         self._authenticate = authenticate
         self._metrics = metrics
+        self._inter_broker = inter_broker
+        """"all": every call is inter-broker (a dedicated inter-broker listener); "marked":
+        calls with the inter-broker metadata are; "": none."""
+        self._read_timeout_s = read_timeout_s
+        self._connections = connections if connections is not None else _Connections()
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -99,26 +150,67 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             wrapped = self._wrapped[details.method] = self._wrap(details.method, handler)
         return wrapped
 
+    def _pool(self, context: grpc.aio.ServicerContext) -> RequestPool:
+        if self._inter_broker == "all":
+            return self._budgets.inter_broker
+        if self._inter_broker == "marked":
+            for key, _ in context.invocation_metadata() or ():
+                if key == INTER_BROKER_METADATA_KEY:
+                    return self._budgets.inter_broker
+        return self._budgets.client
+
+    async def _read(
+        self,
+        method: str,
+        context: grpc.aio.ServicerContext,
+        pool: RequestPool,
+        lock: asyncio.Lock,
+        holder: Holder,
+        decode: Callable[[bytes], Any],
+    ) -> tuple[Any, int]:
+        """Read the call's one request message once the pool and the connection's share
+        have room (a connection's requests one at a time); the message and the bytes
+        taken for it (from ``pool`` and ``holder``)."""
+        async with lock:
+            while pool.used >= pool.limit or holder.held >= holder.cap:
+                await pool.released()  # not read meanwhile: HTTP/2 flow control holds it back
+            try:
+                raw = await asyncio.wait_for(context.read(), self._read_timeout_s)
+            except TimeoutError:
+                await context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the request did not arrive within request.read.timeout.ms ({int(self._read_timeout_s * 1000)})",
+                )
+        if raw is grpc.aio.EOF or not isinstance(raw, bytes):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no {method} request message")
+        size = len(raw)
+        try:
+            message = decode(raw)
+        except Exception as exc:
+            _GARBAGE.report(_Undecodable(method, size, exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {method} message")
+        del raw
+        discard = getattr(message, "DiscardUnknownFields", None)
+        if discard is not None:
+            discard()
+            size = message.ByteSize()
+        pool.used += size  # it arrived while the pool had room: held even past the limit
+        holder.held += size
+        return message, size
+
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
-        budget = self._budget
         authenticate = self._authenticate
-        decode = handler.request_deserializer
+        decode = handler.request_deserializer or (lambda data: data)
         stats = self._metrics.request(method.rsplit("/", 1)[-1]) if self._metrics is not None else None
         clock = time.perf_counter
 
-        def sized_decode(data: bytes) -> tuple[Any, int]:
-            try:
-                return decode(data), len(data)
-            except Exception as exc:
-                return _Undecodable(method, len(data), exc), len(data)
-
-        async def behaviour(request: tuple[Any, int], context: grpc.aio.ServicerContext) -> Any:
+        async def behaviour(requests: Any, context: grpc.aio.ServicerContext) -> Any:
             if stats is None:
-                return await guarded(request, context)
+                return await guarded(context)
             start = clock()
             try:
-                return await guarded(request, context)
+                return await guarded(context)
             except BaseException:
                 code = context.code()
                 stats.error(code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN")
@@ -126,32 +218,31 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             finally:
                 stats.done((clock() - start) * 1000.0)
 
-        async def guarded(request: tuple[Any, int], context: grpc.aio.ServicerContext) -> Any:
-            message, size = request
+        async def guarded(context: grpc.aio.ServicerContext) -> Any:
             try:
                 call = authenticate(method, context)
             except BrokerResponseError as exc:
                 context.set_trailing_metadata(((ERROR_CODE_METADATA_KEY, str(exc.errno)),))
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
-            if isinstance(message, _Undecodable):
-                _GARBAGE.report(message)
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {method} message")
-            if not budget.try_acquire(size):
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"broker busy: {budget.used} request bytes in flight (queued.max.request.bytes="
-                    f"{budget.limit}); retry after a back-off",
-                )
-            token = bind(call)
+            pool = self._pool(context)
+            peer = context.peer() or ""
+            lock, holder = self._connections.enter(peer, pool)
             try:
-                return await inner(message, context)
+                message, size = await self._read(method, context, pool, lock, holder, decode)
+                token = bind(call)
+                try:
+                    return await inner(message, context)
+                finally:
+                    unbind(token)
+                    pool.release(size, holder)
             finally:
-                unbind(token)
-                budget.release(size)
+                self._connections.leave(peer)
 
-        return grpc.unary_unary_rpc_method_handler(
+        # A stream handler reads its request itself (the same call on the wire), so the
+        # read waits for the budget and its bytes are counted before anything else.
+        return grpc.stream_unary_rpc_method_handler(
             behaviour,
-            request_deserializer=sized_decode,
+            request_deserializer=None,
             response_serializer=handler.response_serializer,
         )
 
@@ -200,7 +291,10 @@ class GrpcServer:
         security_props: dict[str, str] | None = None,
         workers: int,
         max_request_bytes: int,
-        queued_max_request_bytes: int,
+        budgets: RequestBudgets,
+        inter_broker_listener: str = "",
+        idle_timeout_ms: int = 600000,
+        read_timeout_ms: int = 30000,
         metrics: BrokerMetrics | None = None,
     ) -> None:
         self._metrics = metrics
@@ -208,11 +302,18 @@ class GrpcServer:
         self._listeners = listeners
         self._security_props = security_props or {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="request")
-        self._budget = InFlightBytes(queued_max_request_bytes)
+        self._budgets = budgets
+        self._inter_broker_listener = inter_broker_listener
+        self._max_request_bytes = max_request_bytes
+        self._read_timeout_s = read_timeout_ms / 1000.0
+        self._connections = _Connections()
         self._options = [
-            ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", 128 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
+            ("grpc.max_connection_idle_ms", idle_timeout_ms),
             *SERVER_KEEPALIVE_OPTIONS,  # accept the clients' keepalive pings; ping them too
         ]
         self._loop = asyncio.new_event_loop()
@@ -223,9 +324,10 @@ class GrpcServer:
         """Bound port by listener name (after :meth:`start`)."""
 
     @property
-    def budget(self) -> InFlightBytes:
-        """The request bytes in flight (queued.max.request.bytes), for the Kafka door too."""
-        return self._budget
+    def budgets(self) -> RequestBudgets:
+        """The request pools (queued.max.request.bytes and the inter-broker one), for the
+        Kafka door too."""
+        return self._budgets
 
     async def offload(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking call on the request pool (in the calling RPC's context: the
@@ -234,8 +336,25 @@ class GrpcServer:
         return await self._loop.run_in_executor(self._pool, partial(ctx.run, fn, *args, **kwargs))
 
     async def _start(self, endpoint: EndPoint, authenticate: Authenticate) -> int:
-        guard = _Guard(self._budget, authenticate, self._metrics)
-        server = grpc.aio.server(options=self._options, interceptors=[guard])
+        inter = ""
+        if endpoint.listener_name == self._inter_broker_listener:
+            inter = "all" if len(self._listeners) > 1 else "marked"
+        pool = self._budgets.inter_broker if inter == "all" else self._budgets.client
+        guard = _Guard(
+            self._budgets,
+            authenticate,
+            self._metrics,
+            inter_broker=inter,
+            read_timeout_s=self._read_timeout_s,
+            connections=self._connections,
+        )
+        # The largest message: socket.request.max.bytes, within what the listener's budget
+        # (and one connection's share of it) can hold; gRPC refuses more before decoding.
+        largest = min(self._max_request_bytes, pool.limit, pool.per_connection)
+        if inter == "marked":  # the broker's own calls come from the inter-broker budget here
+            largest = max(largest, min(self._max_request_bytes, self._budgets.inter_broker.limit))
+        options = [("grpc.max_receive_message_length", largest), *self._options]
+        server = grpc.aio.server(options=options, interceptors=[guard])
         if self._servicer is None:
             self._servicer = self._make_servicer(self.offload)
         broker_pb2_grpc.add_BrokerServicer_to_server(self._servicer, server)

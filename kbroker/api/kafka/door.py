@@ -4,7 +4,6 @@ its ``kafka.listeners`` (TLS and SASL per listener, with the gRPC listeners' set
 from __future__ import annotations
 
 from kbroker.api.broker_service import BrokerService
-from kbroker.api.grpc_server import InFlightBytes
 from kbroker.api.kafka.admin_apis import AdminApis
 from kbroker.api.kafka.apis import ApiTable
 from kbroker.api.kafka.group_apis import GroupApis
@@ -12,6 +11,7 @@ from kbroker.api.kafka.log_apis import LogApis
 from kbroker.api.kafka.security_apis import SaslLookup, SecurityApis
 from kbroker.api.kafka.server import KafkaProtocolServer
 from kbroker.api.kafka.tls import listener_contexts, peer_principal
+from kbroker.api.request_budget import RequestPool
 from kbroker.config import BrokerConfig
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.sasl import SaslAuthenticator, SessionStore
@@ -36,7 +36,7 @@ def kafka_door(
     metrics: BrokerMetrics | None,
     config: BrokerConfig | None = None,
     sessions: SessionStore | None = None,
-    budget: InFlightBytes | None = None,
+    budget: RequestPool | None = None,
 ) -> KafkaProtocolServer:
     """The door over ``service``; ``config`` gives the listeners' TLS stores and SASL
     mechanisms (none: plaintext listeners only), ``sessions`` the broker's SASL session
@@ -60,6 +60,8 @@ def kafka_door(
         table.unsupported,
         max_request_bytes=max_request_bytes,
         budget=budget,
+        idle_timeout_s=config.connections_max_idle_ms / 1000.0 if config is not None else 600.0,
+        read_timeout_s=config.request_read_timeout_ms / 1000.0 if config is not None else 30.0,
         ssl_context=lambda e: tls[e.listener_name].context if e.listener_name in tls else None,
         tls_principal=peer_principal,
         metrics=metrics,

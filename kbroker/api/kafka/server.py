@@ -9,9 +9,19 @@ Wire handling, per connection:
 - requests are pipelined: each one read becomes a task at once (tasks start in arrival
   order, so appends are queued in the order produced), and responses are written in
   request order by one writer task. At most ``MAX_IN_FLIGHT`` requests are outstanding
-  per connection, and the bytes of requests being served, over every connection of both
-  doors, stay within ``queued.max.request.bytes``; beyond either the connection is not
-  read (back-pressure through TCP). Before SASL authentication a frame is at most 512 KiB;
+  per connection;
+- request memory (:mod:`kbroker.api.request_budget`): a frame's bytes are taken from the
+  client pool (``queued.max.request.bytes``, shared with gRPC) as they arrive, never as
+  its size header promises them, and held until its request is answered; one connection
+  holds at most ``queued.max.request.bytes.per.connection``. When either is spent the
+  connection is not read (back-pressure through TCP), as Kafka mutes a channel; nothing
+  fails for it. Before SASL authentication a frame is at most 512 KiB and its bytes never
+  come from the pool (Kafka's rule);
+- deadlines: a connection with no request outstanding that sends nothing for
+  ``connections.max.idle.ms`` is closed, and so is one whose request frame does not
+  arrive whole within ``request.read.timeout.ms`` of its first byte (so partial frames
+  cannot hold the pool for ever). A frame is at most ``socket.request.max.bytes``, the
+  per-connection share and the pool, whichever is least;
 - a request that closes the connection (a malformed payload, a failed SASL exchange, a
   failed acks=0 Produce) stops it there: what was read after it is never answered
   (requests already started behind it run to their end, as their effects are queued);
@@ -42,9 +52,9 @@ from functools import partial
 from typing import Any
 
 from kbroker.api.call_context import CallContext, bind, unbind
-from kbroker.api.grpc_server import InFlightBytes
 from kbroker.api.kafka.codec import Header, MalformedRequest, encode_response, read_header, read_request
 from kbroker.api.kafka.service_call import ServiceContext
+from kbroker.api.request_budget import Holder, RequestPool
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
@@ -58,8 +68,8 @@ MAX_IN_FLIGHT = 64
 PRE_AUTH_MAX_BYTES = 512 * 1024
 """The largest frame before SASL authentication (Kafka's sasl.server.max.receive.size)."""
 
-BUDGET_WAIT_S = 0.005
-"""How long a connection waits for the in-flight byte budget before looking again."""
+READ_CHUNK = 256 * 1024
+"""The most bytes of a frame read (and taken from the pool) at once."""
 
 SASL_STAGE_KEYS = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: served before authentication."""
@@ -78,6 +88,10 @@ class Connection:
     session_expiry: float | None = None
     """When the SASL session ends (``time.monotonic``); a request after it closes the
     connection unless the client re-authenticated first (KIP-368)."""
+    holder: Holder | None = None
+    """This connection's bytes in the request pool (set by the server)."""
+    outstanding: int = 0
+    """Requests read and not yet answered (the connection is not idle meanwhile)."""
 
     def call(self) -> CallContext:
         e = self.endpoint
@@ -138,7 +152,9 @@ class KafkaProtocolServer:
         unsupported: Unsupported,
         *,
         max_request_bytes: int,
-        budget: InFlightBytes | None = None,
+        budget: RequestPool | None = None,
+        idle_timeout_s: float = 600.0,
+        read_timeout_s: float = 30.0,
         ssl_context: Callable[[EndPoint], ssl.SSLContext | None] = lambda e: None,
         tls_principal: Callable[[asyncio.StreamWriter], KafkaPrincipal] = lambda w: ANONYMOUS,
         metrics: BrokerMetrics | None = None,
@@ -146,8 +162,12 @@ class KafkaProtocolServer:
         self._apis = apis
         self._unsupported = unsupported
         self._max_request_bytes = max_request_bytes
-        self._budget = budget if budget is not None else InFlightBytes(max_request_bytes * MAX_IN_FLIGHT)
-        """Request bytes in flight (queued.max.request.bytes), shared with the gRPC listeners."""
+        self._budget = (
+            budget if budget is not None else RequestPool("client", max_request_bytes * 4, max_request_bytes * 2)
+        )
+        """Request bytes held (queued.max.request.bytes), shared with the gRPC listeners."""
+        self._idle_timeout_s = idle_timeout_s
+        self._read_timeout_s = read_timeout_s
         self._ssl_context = ssl_context
         self._tls_principal = tls_principal
         self._metrics = metrics
@@ -201,26 +221,31 @@ class KafkaProtocolServer:
         if endpoint.uses_tls:
             conn.principal = self._tls_principal(writer)
         conn.authenticated = not endpoint.uses_sasl
+        conn.holder = self._budget.holder()
         replies: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.ensure_future(self._send(replies, writer))
         try:
             while not sender.done():
-                frame = await self._read_frame(conn, reader, sender)
-                if frame is None:
+                read = await self._read_frame(conn, reader, sender)
+                if read is None:
                     break
+                frame, pooled = read
                 try:
                     header, start = read_header(frame)
                 except MalformedRequest as exc:
-                    self._budget.release(len(frame))
+                    self._budget.release(pooled, conn.holder)
                     self._warn("kafka listener %s: closed %s: %s", endpoint.listener_name, conn.client_host, exc)
                     break
+                conn.outstanding += 1
                 task = asyncio.ensure_future(self._dispatch(conn, header, frame, start))
-                task.add_done_callback(partial(self._release, len(frame)))
+                task.add_done_callback(partial(self._release, conn, pooled))
                 if not conn.authenticated:
                     await asyncio.wait([task])  # the SASL stage is served one request at a time
                 if not await self._until_sender_ends(replies.put(task), sender):
                     task.cancel()
                     break
+        except TimeoutError:
+            pass  # a deadline closed it (logged where it expired)
         finally:
             if not sender.done() and await self._until_sender_ends(replies.put(None), sender):
                 await asyncio.wait([sender], timeout=30)  # what is queued is written, in order
@@ -234,15 +259,19 @@ class KafkaProtocolServer:
 
     async def _read_frame(
         self, conn: Connection, reader: asyncio.StreamReader, sender: asyncio.Future[None]
-    ) -> bytes | None:
-        """The next request frame, its bytes taken from the in-flight budget (released
-        when its request is done); None when the connection is to be closed."""
-        try:
-            head = await reader.readexactly(4)
-        except (asyncio.IncompleteReadError, ConnectionError):
+    ) -> tuple[bytes, int] | None:
+        """The next request frame and the bytes of it taken from the pool (released when
+        its request is done; 0 before authentication); None when the connection is to be
+        closed. Raises TimeoutError when a deadline closes it."""
+        head = await self._read_head(conn, reader, sender)
+        if head is None:
             return None
         size = int.from_bytes(head, "big", signed=True)
-        limit = self._max_request_bytes if conn.authenticated else min(self._max_request_bytes, PRE_AUTH_MAX_BYTES)
+        limit = (
+            min(self._max_request_bytes, self._budget.limit, self._budget.per_connection)
+            if conn.authenticated
+            else min(self._max_request_bytes, PRE_AUTH_MAX_BYTES)
+        )
         if size < 8 or size > limit:
             self._warn(
                 "kafka listener %s: closed %s: a request frame of %d bytes (at most %d%s)",
@@ -253,18 +282,85 @@ class KafkaProtocolServer:
                 "" if conn.authenticated else " before SASL authentication",
             )
             return None
-        while not self._budget.try_acquire(size):  # queued.max.request.bytes, shared with gRPC
-            if sender.done():
-                return None
-            await asyncio.sleep(BUDGET_WAIT_S)  # not read meanwhile: back-pressure through TCP
+        pooled = conn.authenticated  # bytes before authentication never come from the pool
+        taken = 0
+        body = bytearray()
+        deadline = time.monotonic() + self._read_timeout_s
         try:
-            return await reader.readexactly(size)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self._budget.release(size)
+            while len(body) < size:
+                want = min(size - len(body), READ_CHUNK)
+                left = max(deadline - time.monotonic(), 0.0)
+                try:
+                    if pooled:
+                        got = self._budget.take_up_to(want, conn.holder)
+                        if got == 0:  # the pool or this connection's share is spent: stop reading
+                            released = self._until_sender_ends(self._budget.released(), sender)
+                            if not await asyncio.wait_for(released, left):
+                                return None
+                            continue
+                        taken += got
+                        want = got
+                    chunk = await asyncio.wait_for(reader.read(want), left)
+                except TimeoutError:
+                    self._warn(
+                        "kafka listener %s: closed %s: %d of a %d-byte request arrived within "
+                        "request.read.timeout.ms (%d)",
+                        conn.endpoint.listener_name,
+                        conn.client_host,
+                        len(body),
+                        size,
+                        int(self._read_timeout_s * 1000),
+                    )
+                    raise
+                if not chunk:
+                    return None
+                body += chunk
+                if pooled and len(chunk) < want:
+                    self._budget.release(want - len(chunk), conn.holder)
+                    taken -= want - len(chunk)
+        except BaseException:
+            self._budget.release(taken, conn.holder)
+            raise
+        if len(body) < size:
+            self._budget.release(taken, conn.holder)
             return None
+        return bytes(body), taken
 
-    def _release(self, size: int, _: object) -> None:
-        self._budget.release(size)
+    async def _read_head(
+        self, conn: Connection, reader: asyncio.StreamReader, sender: asyncio.Future[None]
+    ) -> bytes | None:
+        """A frame's 4-byte size; None at the end of the connection. A connection with no
+        request outstanding that sends nothing for connections.max.idle.ms is closed
+        (TimeoutError); the size's own bytes must then arrive within request.read.timeout.ms."""
+        while True:
+            try:
+                first = await asyncio.wait_for(reader.read(1), self._idle_timeout_s)
+                break
+            except TimeoutError:
+                if sender.done():
+                    return None
+                if conn.outstanding:
+                    continue  # not idle: requests are being served
+                self._warn(
+                    "kafka listener %s: closed %s: idle for connections.max.idle.ms (%d)",
+                    conn.endpoint.listener_name,
+                    conn.client_host,
+                    int(self._idle_timeout_s * 1000),
+                )
+                raise
+            except ConnectionError:
+                return None
+        if not first:
+            return None
+        try:
+            rest = await asyncio.wait_for(reader.readexactly(3), self._read_timeout_s)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        return first + rest
+
+    def _release(self, conn: Connection, pooled: int, _: object) -> None:
+        conn.outstanding -= 1
+        self._budget.release(pooled, conn.holder)
 
     @staticmethod
     async def _until_sender_ends(step: Coroutine[Any, Any, None], sender: asyncio.Future[None]) -> bool:

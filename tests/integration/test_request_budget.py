@@ -1,0 +1,263 @@
+"""Request memory budgets (queued.max.request.bytes) that no stranger can exhaust.
+
+- A Kafka frame's bytes are taken from the budget as they arrive, never as its size
+  header promises them; bytes read before SASL authentication never come from it.
+- Silent connections are closed (connections.max.idle.ms); a request whose bytes stop
+  arriving is closed too (request.read.timeout.ms).
+- A parked request holds what it decodes to (unknown protobuf fields are dropped).
+- Replication has its own budget: a follower keeps fetching while clients hold the whole
+  client budget.
+- Memory under ten concurrent ~95 MiB requests stays within a stated bound.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+
+from kbroker.local.cluster import LocalCluster
+from kclient import AdminClient, NewTopic
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2, metadata_pb2
+from kclient.records import BatchBuilder
+from tests.support import wait_until
+
+pytestmark = pytest.mark.integration
+
+MIB = 1 << 20
+DOOR = {"kafka.listeners": "PLAINTEXT://127.0.0.1:0"}
+
+
+def records(size: int) -> bytes:
+    b = BatchBuilder()
+    b.append(int(time.time() * 1000), None, b"v" * size)
+    return b.build()
+
+
+def produce(topic: str, payload: bytes, acks: int = -1, timeout_ms: int = 10000) -> log_pb2.ProduceRequest:
+    req = log_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms)
+    req.topics.add(name=topic).partitions.add(index=0, records=payload)
+    return req
+
+
+def stub_of(address: str) -> broker_pb2_grpc.BrokerStub:
+    options = [("grpc.max_send_message_length", 200 * MIB), ("grpc.max_receive_message_length", 200 * MIB)]
+    return broker_pb2_grpc.BrokerStub(grpc.insecure_channel(address, options=options))
+
+
+def make_topic(cluster: LocalCluster, name: str, replicas: list[int] | None = None) -> None:
+    with AdminClient(cluster.bootstrap) as admin:
+        if replicas is None:
+            admin.create_topics([NewTopic(name, 1, 1)])
+        else:
+            admin.create_topics([NewTopic(name, replica_assignments={0: replicas})])
+
+
+def connect(address: str, timeout_s: float = 30.0) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout_s)
+
+
+@pytest.fixture
+def sockets() -> Iterator[list[socket.socket]]:
+    opened: list[socket.socket] = []
+    yield opened
+    for s in opened:
+        s.close()
+
+
+def assert_broker_serves(stub: broker_pb2_grpc.BrokerStub, topic: str, size: int = 1000) -> None:
+    stub.Metadata(metadata_pb2.MetadataRequest(), timeout=20)
+    resp = stub.Produce(produce(topic, records(size)), timeout=20)
+    assert resp.topics[0].partitions[0].error_code == 0
+
+
+def test_frame_sizes_alone_take_nothing_from_the_budget(
+    cluster_factory: Callable[..., LocalCluster], sockets: list[socket.socket]
+) -> None:
+    cluster = cluster_factory(1, **DOOR)
+    make_topic(cluster, "t")
+    door = cluster.brokers[0].kafka_listeners["PLAINTEXT"]
+    # 12 bytes in all promise 256 MiB: the whole default queued.max.request.bytes.
+    for size in (100 * MIB - 1, 100 * MIB - 1, 56 * MIB + 2):
+        s = connect(door)
+        s.sendall(size.to_bytes(4, "big"))
+        sockets.append(s)
+    time.sleep(1.0)
+    stub = stub_of(cluster.bootstrap)
+    for _ in range(3):
+        assert_broker_serves(stub, "t")
+
+
+def test_bytes_read_before_authentication_never_come_from_the_budget(
+    cluster_factory: Callable[..., LocalCluster], sockets: list[socket.socket]
+) -> None:
+    cluster = cluster_factory(
+        1,
+        **{
+            "kafka.listeners": "KSCRAM://127.0.0.1:0",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KSCRAM:SASL_PLAINTEXT",
+            "queued.max.request.bytes": str(2 * MIB),
+        },
+    )
+    make_topic(cluster, "t")
+    door = cluster.brokers[0].kafka_listeners["KSCRAM"]
+    for _ in range(8):  # 8 unauthenticated frames of 512 KiB, nearly all sent
+        s = connect(door)
+        s.sendall((512 * 1024).to_bytes(4, "big") + b"\0" * (500 * 1024))
+        sockets.append(s)
+    time.sleep(1.0)
+    assert_broker_serves(stub_of(cluster.bootstrap), "t", size=700 * 1024)
+
+
+def test_silent_and_stalled_connections_are_closed(
+    cluster_factory: Callable[..., LocalCluster], sockets: list[socket.socket]
+) -> None:
+    cluster = cluster_factory(1, **DOOR, **{"connections.max.idle.ms": "1500", "request.read.timeout.ms": "1500"})
+    door = cluster.brokers[0].kafka_listeners["PLAINTEXT"]
+    silent, stalled = connect(door, 20.0), connect(door, 20.0)
+    sockets += [silent, stalled]
+    stalled.sendall((1000).to_bytes(4, "big") + b"\0" * 10)  # a frame that never completes
+    for s in (silent, stalled):
+        try:
+            got = s.recv(1)
+        except ConnectionResetError:
+            got = b""
+        assert got == b"", "the broker kept a silent connection open"
+
+
+def padded_fetch(topic: str, padding: int) -> bytes:
+    """A long-poll Fetch with ``padding`` bytes in an unknown field (number 999)."""
+    req = log_pb2.FetchRequest(max_wait_ms=20000, min_bytes=1)
+    req.topics.add(name=topic).partitions.add(index=0, fetch_offset=0)
+    field = bytearray()
+    for value in (999 << 3 | 2, padding):  # the field's key, then its length, as varints
+        while True:
+            byte, value = value & 0x7F, value >> 7
+            field.append(byte | (0x80 if value else 0))
+            if not value:
+                break
+    return req.SerializeToString() + bytes(field) + b"\0" * padding
+
+
+def test_parked_fetches_padded_with_unknown_fields_hold_no_budget(
+    cluster_factory: Callable[..., LocalCluster],
+) -> None:
+    cluster = cluster_factory(1, **{"queued.max.request.bytes": str(4 * MIB)})
+    make_topic(cluster, "idle")
+    make_topic(cluster, "t")
+    channel = grpc.insecure_channel(cluster.bootstrap, options=[("grpc.max_send_message_length", 200 * MIB)])
+    raw_fetch = channel.unary_unary("/kbroker.v1.Broker/Fetch")
+    parked = [raw_fetch.future(padded_fetch("idle", int(1.8 * MIB)), timeout=40) for _ in range(2)]
+    time.sleep(1.0)
+    assert not any(f.done() for f in parked)
+    assert_broker_serves(stub_of(cluster.bootstrap), "t", size=900 * 1024)
+    for f in parked:
+        f.cancel()
+    channel.close()
+
+
+def test_replication_is_served_while_clients_hold_the_whole_budget(
+    cluster_factory: Callable[..., LocalCluster], sockets: list[socket.socket]
+) -> None:
+    limit = 3 * MIB
+    cluster = cluster_factory(
+        2,
+        **DOOR,
+        **{
+            "queued.max.request.bytes": str(limit),
+            "socket.request.max.bytes": str(2 * MIB),
+            "min.insync.replicas": "2",  # the write is acknowledged only once the follower has it
+            "replica.lag.time.max.ms": "30000",
+        },
+    )
+    make_topic(cluster, "t", replicas=[0, 1])
+    wait_until(lambda: cluster.brokers[1].running(), 5)
+    stub = stub_of(cluster.brokers[0].address)
+    assert stub.Produce(produce("t", records(100)), timeout=20).topics[0].partitions[0].error_code == 0
+    cluster.brokers[1].pause()  # the follower stops: an acks=all write waits for it
+    try:
+        waiting = produce("t", records(100), timeout_ms=40000)
+        pending = stub.Produce.future(waiting, timeout=60)
+        time.sleep(0.5)
+        # Clients now hold all of the client budget the write left, with bytes really sent
+        # (all but the last byte of each frame).
+        door = cluster.brokers[0].kafka_listeners["PLAINTEXT"]
+        for size in (2 * MIB, limit - 2 * MIB - waiting.ByteSize()):
+            s = connect(door)
+            sockets.append(s)
+            data = size.to_bytes(4, "big") + b"\0" * (size - 1)
+            threading.Thread(target=_send_quietly, args=(s, data), daemon=True).start()
+        time.sleep(2.0)
+    finally:
+        cluster.brokers[1].resume()
+    resp = pending.result(timeout=60)
+    assert resp.topics[0].partitions[0].error_code == 0
+
+
+def _send_quietly(s: socket.socket, data: bytes) -> None:
+    try:
+        s.sendall(data)
+    except OSError:
+        pass
+
+
+def rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError("no VmRSS")
+
+
+RSS_BOUND_MIB = 800
+"""Peak broker RSS under ten concurrent ~95 MiB requests (before the bound: 1,045-1,527)."""
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_under_ten_concurrent_large_requests(
+    cluster_factory: Callable[..., LocalCluster],
+) -> None:
+    cluster = cluster_factory(1)
+    make_topic(cluster, "t")
+    proc = cluster.brokers[0].proc
+    assert proc is not None
+    pid = proc.pid
+    big = records(95 * MIB)
+    peak = [rss_mib(pid)]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss_mib(pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+
+    def send(i: int) -> str:
+        try:
+            resp = shared.Produce(produce("t", big), timeout=120)
+            return str(resp.topics[0].partitions[0].error_code)
+        except grpc.RpcError as exc:
+            return exc.code().name
+
+    shared = stub_of(cluster.bootstrap)
+    try:
+        with ThreadPoolExecutor(10) as pool:
+            outcomes = list(pool.map(send, range(10)))
+    finally:
+        stop.set()
+        sampler.join()
+    del big
+    print(f"broker RSS peak {peak[0]} MiB, after {rss_mib(pid)} MiB; outcomes {outcomes}")
+    assert len(outcomes) == 10
+    assert peak[0] < RSS_BOUND_MIB, f"broker RSS peaked at {peak[0]} MiB"
+    assert_broker_serves(stub_of(cluster.bootstrap), "t")
+    assert os.path.exists(f"/proc/{pid}")
