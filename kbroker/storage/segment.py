@@ -643,12 +643,17 @@ class LogSegment:
         cut = position + first.batch_length + LOG_OVERHEAD
         next_offset = first.next_offset
         scanned_from_jump = scan_from > position
-        for pos, header in self._scan_headers(scan_from, limit):
-            if max_offset is not None and header.last_offset >= max_offset:
-                break
-            cut = pos + header.batch_length + LOG_OVERHEAD
-            next_offset = header.next_offset
-            scanned_from_jump = False
+        try:
+            for pos, header in self._scan_headers(scan_from, limit):
+                if max_offset is not None and header.last_offset >= max_offset:
+                    break
+                cut = pos + header.batch_length + LOG_OVERHEAD
+                next_offset = header.next_offset
+                scanned_from_jump = False
+        except CorruptRecordError as exc:
+            # A header that went bad on disk (a clean shutdown trusts the files): the read
+            # ends before it; a read that starts there gets the error.
+            logger.warning("%s; a read from offset %d stops before it", exc, first.base_offset)
         if scanned_from_jump:
             # Nothing after the jump fits: the run ends where the entry's batch starts.
             cut = scan_from
