@@ -132,7 +132,8 @@ def test_a_request_over_socket_request_max_bytes_is_refused(cluster_factory: Cal
 
 def test_request_bytes_in_flight_are_bounded(cluster_factory: Callable[..., LocalCluster]) -> None:
     """queued.max.request.bytes: with acks=all waits holding ~1 MiB each, the broker
-    takes only what fits in its budget and refuses the rest (retriable)."""
+    reads only what fits in its budget; the rest wait, unread, and are served as bytes
+    are released -- none fails for it (Kafka's muted channels)."""
     cluster = cluster_factory(2, **{"queued.max.request.bytes": str(3 * 1024 * 1024)})
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic("t", replica_assignments={0: [0, 1]})])
@@ -141,16 +142,9 @@ def test_request_bytes_in_flight_are_bounded(cluster_factory: Callable[..., Loca
     cluster.brokers[1].pause()  # the follower stops: acks=all writes wait for it
     try:
         big = records(1, 900 * 1024)
-        calls = [stub.Produce.future(produce_request("t", big, acks=-1, timeout_ms=3000), timeout=20) for _ in range(8)]
-        refused = accepted = 0
-        for c in calls:
-            try:
-                c.result()
-                accepted += 1
-            except grpc.RpcError as exc:
-                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
-                refused += 1
-        assert refused >= 4 and accepted >= 1
+        calls = [stub.Produce.future(produce_request("t", big, acks=-1, timeout_ms=2000), timeout=60) for _ in range(8)]
+        answers = [c.result() for c in calls]  # none RESOURCE_EXHAUSTED
+        assert len(answers) == 8
     finally:
         cluster.brokers[1].resume()
 

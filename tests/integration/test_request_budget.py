@@ -255,7 +255,7 @@ def test_memory_stays_bounded_under_ten_concurrent_large_requests(
     finally:
         stop.set()
         sampler.join()
-    del big
+
     print(f"broker RSS peak {peak[0]} MiB, after {rss_mib(pid)} MiB; outcomes {outcomes}")
     assert len(outcomes) == 10
     assert peak[0] < RSS_BOUND_MIB, f"broker RSS peaked at {peak[0]} MiB"

@@ -1,0 +1,67 @@
+"""The request pool (queued.max.request.bytes): its limit, a connection's share, bytes
+taken as they arrive, waiting rather than failing, and the settings that configure it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kbroker.api.request_budget import RequestBudgets, RequestPool
+from kbroker.config import build_config
+from kclient.errors import InvalidConfigError
+
+BASE = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/x"}
+
+
+def test_the_pool_takes_what_fits_and_one_oversized_request_alone() -> None:
+    pool = RequestPool("client", 100, 100)
+    assert pool.try_acquire(60) and not pool.try_acquire(50) and pool.try_acquire(40)
+    assert pool.free == 0
+    pool.release(100)
+    assert pool.try_acquire(500)  # larger than the pool, admitted while nothing else is held
+    assert not pool.try_acquire(1)
+
+
+def test_one_connection_holds_at_most_its_share() -> None:
+    pool = RequestPool("client", 100, 40)
+    a, b = pool.holder(), pool.holder()
+    assert pool.take_up_to(64, a) == 40  # bytes about to be read: only what the share allows
+    assert pool.take_up_to(64, a) == 0
+    assert pool.take_up_to(64, b) == 40
+    assert pool.take_up_to(64, pool.holder()) == 20  # and only what the pool has left
+    pool.release(40, a)
+    assert a.held == 0 and pool.used == 60 and pool.take_up_to(10, a) == 10
+
+
+def test_a_waiting_request_is_admitted_when_bytes_are_released() -> None:
+    async def run() -> None:
+        pool = RequestPool("client", 100, 100)
+        assert pool.try_acquire(90)
+        waiter = asyncio.ensure_future(pool.acquire(50))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()  # waits, does not fail
+        pool.release(90)
+        await asyncio.wait_for(waiter, 5)
+        assert pool.used == 50
+
+    asyncio.run(run())
+
+
+def test_the_inter_broker_budget_is_separate() -> None:
+    budgets = RequestBudgets(100, 50, 30)
+    assert budgets.client.try_acquire(100)
+    assert budgets.inter_broker.try_acquire(30)
+
+
+def test_the_request_memory_settings() -> None:
+    cfg = build_config(BASE)
+    assert cfg.connections_max_idle_ms == 600000 and cfg.request_read_timeout_ms == 30000
+    assert cfg.per_connection_request_bytes == 134217728  # half the 256 MiB pool
+    assert cfg.inter_broker_queued_max_request_bytes == 67108864
+    small = build_config({**BASE, "queued.max.request.bytes": "3145728", "socket.request.max.bytes": "2097152"})
+    assert small.per_connection_request_bytes == 2097152  # at least one largest request
+    set_ = build_config({**BASE, "queued.max.request.bytes.per.connection": "1048576"})
+    assert set_.per_connection_request_bytes == 1048576
+    with pytest.raises(InvalidConfigError, match=r"connections\.max\.idle\.ms"):
+        build_config({**BASE, "connections.max.idle.ms": "0"})
