@@ -240,9 +240,12 @@ class RecordAccumulator:
         request goes to one leader, holds at most one batch per partition and at most
         ``max_request_size`` bytes (one batch always fits); a leader has at most
         ``max_in_flight`` requests in flight, so a partition has at most that many
-        batches in flight. A batch being retried is sent alone, once nothing else of its
-        partition is in flight, so retries keep the partition's order (with idempotence).
-        Batches taken are closed, marked in flight and, with idempotence, sequenced.
+        batches in flight. With idempotence a batch is sent for the first time only while
+        its partition's window has room (:meth:`Sequences.has_room`), and nothing of a
+        partition whose stream is restarting or waiting for a producer id is sent. A
+        batch being retried is sent alone, once nothing else of its partition is in
+        flight, so retries keep the partition's order (with idempotence). Batches taken
+        are closed, marked in flight and, with idempotence, sequenced.
         """
         requests: dict[str, list[list[ProducerBatch]]] = {}
         sizes: dict[str, list[int]] = {}
@@ -252,9 +255,10 @@ class RecordAccumulator:
         linger = self.linger_s
         seqs = self.sequences
         awaiting = seqs.awaiting_producer_id if seqs is not None else None
+        restarting = seqs.restarting if seqs is not None else None
         for q in self.queues.values():
             batches = q.batches
-            if not batches or (awaiting and q.tp in awaiting):
+            if not batches or (awaiting and q.tp in awaiting) or (restarting and q.tp in restarting):
                 continue
             taken = 0
             while batches:
@@ -263,6 +267,8 @@ class RecordAccumulator:
                     wait = min(wait, b.retry_at - now)
                     break
                 if q.in_flight >= max_in_flight or (b.attempts and q.in_flight):
+                    break
+                if seqs is not None and not b.sequenced and not seqs.has_room(q.tp, max_in_flight):
                     break
                 if not (b.closed or urgent or len(batches) > 1):
                     due = b.created + linger
@@ -294,6 +300,7 @@ class RecordAccumulator:
                 reqs[taken].append(b)
                 sizes[addr][taken] += size
                 q.in_flight += 1
+                b.in_flight = True
                 taken += 1
                 if seqs is not None and not b.sequenced:
                     seqs.assign(b)
@@ -308,6 +315,7 @@ class RecordAccumulator:
             q = self.queues[b.tp]
             if in_flight:
                 q.in_flight -= 1
+                b.in_flight = False
             b.retry_at = retry_at
             batches = q.batches
             i = 0
@@ -338,6 +346,7 @@ class RecordAccumulator:
         """``complete`` with the lock held (the caller notifies)."""
         if in_flight:
             self.queues[b.tp].in_flight -= 1
+            b.in_flight = False
         self.buffered -= b.reserved
         self.pending -= 1
         if self.sequences is not None:

@@ -11,6 +11,11 @@ when sent; ``built_stamp`` the one its bytes carry. They differ only after the
 partition's sequence stream restarted (a failure); :meth:`payload` then rewrites the
 three header fields and the CRC in place: the records are not re-encoded.
 
+``maybe_written`` is the stamp of a send whose outcome is unknown (the answer was lost:
+a failed call, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND). Such a batch may
+be in the log under that stamp, so it is only ever resent with that same stamp (the
+leader then recognises it as a duplicate); if its stream restarts it fails instead.
+
 Thread safety: the accumulator's lock guards the open/closed state and the stamp;
 after it is closed, a batch is touched by one thread at a time (the sender, then the
 thread that completes it).
@@ -58,8 +63,11 @@ class ProducerBatch:
         "builder",
         "built_stamp",
         "closed",
+        "completed",
         "count",
         "created",
+        "in_flight",
+        "maybe_written",
         "order",
         "reserved",
         "result",
@@ -100,6 +108,12 @@ class ProducerBatch:
         """The stamp of the last send (what a broker's sequence error refers to)."""
         self.sequenced = False
         """Given its place in the partition's sequence stream (at its first send)."""
+        self.in_flight = False
+        """A request carrying it is waiting for its answer."""
+        self.maybe_written: Stamp | None = None
+        """The stamp of a send whose outcome is unknown (see the module docstring)."""
+        self.completed = False
+        """Its outcome is set (acknowledged or failed)."""
 
     def close(self) -> int:
         """No more records; returns the batch's exact size in bytes (uncompressed)."""

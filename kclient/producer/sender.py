@@ -12,13 +12,19 @@ Responses are handled on gRPC's callback thread (``_on_response``), batch by bat
   an ``invalid_metadata`` error, REQUEST_TIMED_OUT or a failed call also ask for a
   metadata refresh (and the last two mark the broker failed, so the refresh asks
   another broker first);
-- with idempotence, a sequence error about a batch last sent in an older epoch of its
-  stream is no gap: the batch is resent with its new stamp. OUT_OF_ORDER_SEQUENCE_NUMBER
-  for a batch behind another unresolved batch of its partition is retried (the earlier
-  one failed and is resent first); for the first unresolved batch it is a real gap (the
-  leader lost records it had acknowledged): the partition's stream restarts in a new
-  epoch and the batch is resent, as Kafka 2.5+'s idempotent producer does;
-- anything else fails the batch; with idempotence its partition's stream restarts.
+- with idempotence, a send whose outcome is unknown (a failed call, REQUEST_TIMED_OUT,
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND) marks the batch ``maybe_written``: it is resent only
+  with the same stamp, which the leader recognises if it wrote it (see ``sequences``);
+- with idempotence, OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind another unresolved
+  batch of its partition is retried (the earlier one failed and is resent first). For the
+  first unresolved batch it is a real gap (the leader lost records it had acknowledged)
+  or, for a batch that may have been written, possibly that batch itself beyond the
+  leader's memory: a batch never possibly written is resent in the partition's restarted
+  stream (a new epoch, as Kafka 2.5+ bumps it); one that may have been written fails with
+  the error, since resending it under a new stamp could write it twice;
+- anything else fails the batch; with idempotence its partition's stream restarts once
+  none of its batches is in flight, and the batches that may have been written under
+  their old stamps fail with it (KafkaError "outcome unknown").
 
 Ordering: with idempotence, batches of a partition are written in their send order
 even with several in flight and across retries (the leader refuses a batch that skips
@@ -48,6 +54,7 @@ from kclient.errors import (
     KafkaError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
+    NotEnoughReplicasAfterAppendError,
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
     UnknownProducerIdError,
@@ -65,6 +72,8 @@ log = logging.getLogger(__name__)
 
 _DUPLICATE_SEQUENCE = DuplicateSequenceNumberError.errno
 _SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, InvalidProducerEpochError, UnknownProducerIdError)
+_OUTCOME_UNKNOWN = (RequestTimedOutError, NotEnoughReplicasAfterAppendError)
+"""Error answers after which the batch may be in the log (the leader wrote it first)."""
 
 
 class Sender:
@@ -125,6 +134,7 @@ class Sender:
             with acc.lock:
                 if acc.closed and (self.aborted or not acc.pending):
                     return
+                dropped = self._restart_streams() if seqs is not None and seqs.restarting else []
                 now = time.monotonic()
                 requests, wait, no_leader = acc.drain(
                     now, self.metadata.leader_address, self.requests_in_flight, self.max_in_flight,
@@ -139,9 +149,10 @@ class Sender:
                         wait = min(wait, self.backoff_s)
                 for addr, _ in requests:
                     self.requests_in_flight[addr] = self.requests_in_flight.get(addr, 0) + 1
-                if not requests and not expired:
+                if not requests and not expired and not dropped:
                     acc.cond.wait(wait)
                     continue
+            self._fail_dropped(dropped)
             for b in expired:
                 b.fail(
                     LeaderNotAvailableError(
@@ -152,6 +163,40 @@ class Sender:
                 acc.complete(b, in_flight=False)
             for addr, batches in requests:
                 self._send(addr, batches)
+
+    def _restart_streams(self) -> list[ProducerBatch]:
+        """Restart the streams marked for it whose partitions have nothing in flight; returns
+        the batches that cannot be renumbered (their outcome is unknown). Lock held."""
+        seqs = self.sequences
+        assert seqs is not None
+        dropped: list[ProducerBatch] = []
+        for tp in list(seqs.restarting):
+            q = self.accumulator.queues.get(tp)
+            if q is not None and q.in_flight:
+                continue
+            out = seqs.restart(tp)
+            s = seqs.streams[tp]
+            log.info(
+                "%s-%d: the partition's sequence restarts at 0 with producer id %d epoch %d%s",
+                tp.topic,
+                tp.partition,
+                s.producer_id,
+                s.epoch,
+                f"; {len(out)} batch(es) whose outcome is unknown fail" if out else "",
+            )
+            dropped += out
+        return dropped
+
+    def _fail_dropped(self, dropped: list[ProducerBatch]) -> None:
+        for b in dropped:
+            self.metrics.failed(b.count)
+            b.fail(
+                KafkaError(
+                    f"{b.tp.topic}-{b.tp.partition}: the outcome of the batch is unknown (an answer was lost) and "
+                    "its sequence stream restarted after another batch failed; it may or may not have been written"
+                )
+            )
+            self.accumulator.complete(b, in_flight=False)
 
     def _refresh_metadata(self) -> None:
         """Refresh when asked (a send failed) or every ``metadata_max_age_ms``."""
@@ -187,8 +232,9 @@ class Sender:
                 acc.complete(b, in_flight=False)
             return
         with acc.lock:
-            self.sequences.renew(pid, epoch)
+            dropped = self.sequences.renew(pid, epoch)
             acc.cond.notify_all()
+        self._fail_dropped(dropped)
 
     def call_any(self, method: str, request: object) -> object:
         return self.transport.call_any(method, request, self.metadata.broker_addresses())
@@ -228,7 +274,10 @@ class Sender:
                 self.requests_in_flight[addr] = n
             else:
                 self.requests_in_flight.pop(addr, None)
+            seqs = self.sequences
             for b in completed:
+                if seqs is not None:
+                    seqs.acknowledged(b)
                 acc.complete_locked(b)
             acc.cond.notify_all()
 
@@ -241,6 +290,8 @@ class Sender:
             err = self.transport.failed(addr, exc)
             self._needs_metadata.set()
             for b in batches:
+                if b.maybe_written is None:  # the call may have been served; its answer is lost
+                    b.maybe_written = b.sent_stamp
                 self._failed(b, err)
             return
         except Exception as exc:  # pragma: no cover - cancelled at close
@@ -270,6 +321,8 @@ class Sender:
                     self._needs_metadata.set()
                 elif err.invalid_metadata:
                     self._needs_metadata.set()
+                if isinstance(err, _OUTCOME_UNKNOWN) and b.maybe_written is None:
+                    b.maybe_written = b.sent_stamp
                 failed.append((b, err))
             else:
                 b.succeed(pr.base_offset, pr.log_append_time_ms)
@@ -284,25 +337,24 @@ class Sender:
         now = time.monotonic()
         expired = now - b.created > self.delivery_timeout_s
         seqs = self.sequences
-        if seqs is not None and isinstance(err, _SEQUENCE_ERRORS) and not expired and not acc.closed:
-            with acc.lock:
-                retry = seqs.is_stale(b)
-                if not retry and isinstance(err, OutOfOrderSequenceNumberError):
-                    retry = True
-                    if seqs.is_first_unresolved(b):
-                        log.warning(
-                            "%s-%d: out-of-order sequence for the first unacknowledged batch; "
-                            "restarting the partition's sequence in a new epoch",
-                            b.tp.topic,
-                            b.tp.partition,
-                        )
-                        seqs.restart(b.tp)
+        if not expired and not acc.closed:
+            if seqs is not None and b.sequenced:
+                with acc.lock:
+                    retry, restart = self._sequence_retry(seqs, b, err)
+                    if restart:
+                        seqs.request_restart(b.tp)
+                    elif retry:
+                        seqs.unconfirm(b.tp)
+                if isinstance(err, OutOfOrderSequenceNumberError) and not retry:
+                    err = OutOfOrderSequenceNumberError(
+                        f"{err.message} (the batch may already be in the log beyond the leader's memory of this "
+                        "producer: it is not resent under a new sequence, which could write it twice)"
+                    )
+            else:
+                retry = err.retriable
             if retry:
                 acc.requeue(b, now + self.backoff_s)
                 return
-        if err.retriable and not expired and not acc.closed:
-            acc.requeue(b, now + self.backoff_s)
-            return
         if self.aborted:
             err = KafkaTimeoutError("the producer was closed before the batch was acknowledged")
         elif expired and err.retriable:
@@ -310,15 +362,29 @@ class Sender:
             err = type(err)(f"{err.message} (gave up after delivery_timeout_ms={self.delivery_timeout_ms})")
         if seqs is not None and b.sequenced:
             with acc.lock:
-                seqs.resolved(b)
-                seqs.restart(b.tp)
-                log.info(
-                    "%s-%d: a batch failed; the partition's sequence restarts at 0 with producer id %d epoch %d",
-                    b.tp.topic,
-                    b.tp.partition,
-                    seqs.streams[b.tp].producer_id,
-                    seqs.streams[b.tp].epoch,
-                )
+                seqs.request_restart(b.tp)
         self.metrics.failed(b.count)
         b.fail(err)
         acc.complete(b)
+
+    @staticmethod
+    def _sequence_retry(seqs: Sequences, b: ProducerBatch, err: KafkaError) -> tuple[bool, bool]:
+        """(retry ``b`` with its stamp, restart its stream first) for a sequenced batch's error.
+        Lock held."""
+        if seqs.is_stale(b):
+            # Sent in an older stream: a sequence error refers to that stream, no gap. A batch
+            # that may be in the log under that stream's stamp cannot be renumbered.
+            return b.maybe_written is None and (err.retriable or isinstance(err, _SEQUENCE_ERRORS)), False
+        if isinstance(err, OutOfOrderSequenceNumberError):
+            if not seqs.is_first_unresolved(b):
+                return True, False  # an earlier batch failed: it is resent first
+            if b.maybe_written is None:
+                log.warning(
+                    "%s-%d: out-of-order sequence for the first unacknowledged batch; "
+                    "restarting the partition's sequence in a new epoch",
+                    b.tp.topic,
+                    b.tp.partition,
+                )
+                return True, True
+            return False, False
+        return err.retriable, False

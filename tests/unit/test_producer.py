@@ -43,7 +43,11 @@ def test_five_requests_in_flight_and_a_retriable_failure_keeps_order(leader: Fak
     (OUT_OF_ORDER) and are resent after it, in order; every record lands once, in order."""
     leader.hold = True
     with Producer(bootstrap_servers="x:1", batch_size=1024, linger_ms=0, retry_backoff_ms=10) as p:
-        futures = [p.send("t", v, partition=0) for v in values(200)]
+        # Until the leader acknowledged a batch of the stream, one is in flight at a time.
+        futures = [p.send("t", values(200)[0], partition=0)]
+        wait_until(lambda: len(leader.held) == 1)
+        leader.take(0).complete()
+        futures += [p.send("t", v, partition=0) for v in values(200)[1:]]
         wait_until(lambda: len(leader.held) == 5)
         time.sleep(0.05)
         assert len(leader.held) == 5, "no more than max_in_flight_requests_per_connection requests"

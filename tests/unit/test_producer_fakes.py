@@ -1,30 +1,44 @@
 """Fakes for the producer's unit tests: an in-process leader behind a fake transport.
 
-``FakeLeader`` keeps one log per partition and checks idempotent batches as a leader
-does (kbroker.storage.producer_state): duplicates of the last 5 batches answered with
-their offsets, OUT_OF_ORDER_SEQUENCE_NUMBER for a gap, a newer epoch must start at 0.
-Produce calls can be held (``hold = True``) and completed one by one in any order, and
-errors can be injected per call.
+``FakeLeader`` keeps one log per partition and checks idempotent batches with the
+broker's own ``ProducerStateManager`` (kbroker.storage.producer_state): duplicates of
+the last 5 batches answered with their offsets, OUT_OF_ORDER_SEQUENCE_NUMBER for a gap,
+a newer epoch must start at 0, an older one is fenced. Produce calls can be held
+(``hold = True``) and completed one by one in any order, errors can be injected per
+call, and an answer can be lost after the leader served the call (``complete(lost=True)``:
+the producer sees a failed gRPC call, as after a connection reset).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
 
+from kbroker.storage.producer_state import ProducerStateManager
+from kclient.errors import InvalidProducerEpochError, KafkaConnectionError, OutOfOrderSequenceNumberError
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 from kclient.records import decode_batch, read_header
 from kclient.structs import TopicPartition
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
 NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
 ADDRESS = "fake:9092"
+
+
+class LostAnswer(grpc.RpcError):
+    """What the producer sees when a served call's answer is lost (a connection reset)."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "Connection reset by peer"
 
 
 class FakeCall:
@@ -34,38 +48,46 @@ class FakeCall:
         self.leader = leader
         self.request = request
         self.response: log_pb2.ProduceResponse | None = None
+        self.lost = False
+        self.delivered = False
         self.callbacks: list[Callable[[Any], None]] = []
         self.lock = threading.Lock()
 
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         with self.lock:
-            if self.response is None:
+            if not self.delivered:
                 self.callbacks.append(fn)
                 return
         fn(self)
 
     def result(self) -> log_pb2.ProduceResponse:
         assert self.response is not None
+        if self.lost:
+            raise LostAnswer()
         return self.response
 
-    def complete(self, error_code: int = 0) -> None:
-        """Answer the call: append its batches, or refuse every one with ``error_code``."""
-        resp = self.leader.handle(self.request, error_code)
+    def complete(self, error_code: int = 0, *, lost: bool = False, write: bool | None = None) -> None:
+        """Answer the call: append its batches, or refuse every one with ``error_code``.
+        ``write``: append them even so (an error after the write, like REQUEST_TIMED_OUT), or
+        not at all; ``lost``: the producer sees a failed call instead of the answer."""
+        self.serve(error_code, write=write)
+        self.deliver(lost=lost)
+
+    def serve(self, error_code: int = 0, *, write: bool | None = None) -> None:
+        """The leader handles the call now; its answer waits for ``deliver``."""
+        self.response = self.leader.handle(self.request, error_code, (not error_code) if write is None else write)
+
+    def deliver(self, *, lost: bool = False) -> None:
+        """The served call's answer reaches the producer (or is lost on the way)."""
         with self.lock:
-            self.response = resp
+            self.lost = lost
+            self.delivered = True
             callbacks, self.callbacks = self.callbacks, []
         for fn in callbacks:
             fn(self)
 
     def partitions(self) -> list[tuple[str, int]]:
         return [(t.name, p.index) for t in self.request.topics for p in t.partitions]
-
-
-class _ProducerEntry:
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.last_seq = -1
-        self.batches: deque[tuple[int, int, int]] = deque(maxlen=5)  # first seq, last seq, base offset
 
 
 class FakeLeader:
@@ -75,7 +97,7 @@ class FakeLeader:
         self.partitions = partitions
         self.logs: dict[tuple[str, int], list[bytes | None]] = {}
         self.batch_headers: dict[tuple[str, int], list[Any]] = {}
-        self.state: dict[tuple[str, int, int], _ProducerEntry] = {}
+        self.state: dict[tuple[str, int], ProducerStateManager] = {}
         self.hold = False
         self.held: list[FakeCall] = []
         self.calls: list[FakeCall] = []
@@ -102,40 +124,36 @@ class FakeLeader:
         with self.lock:
             return self.held.pop(i)
 
-    def handle(self, request: log_pb2.ProduceRequest, error_code: int) -> log_pb2.ProduceResponse:
+    def handle(self, request: log_pb2.ProduceRequest, error_code: int, write: bool) -> log_pb2.ProduceResponse:
         resp = log_pb2.ProduceResponse()
         with self.lock:
             for t in request.topics:
                 tr = resp.topics.add(name=t.name)
                 for p in t.partitions:
-                    code, base = (error_code, -1) if error_code else self._append((t.name, p.index), p.records)
+                    code, base = self._append((t.name, p.index), p.records) if write else (error_code, -1)
                     self.out_of_order += code == OUT_OF_ORDER_SEQUENCE_NUMBER and not error_code
+                    if error_code:
+                        code, base = error_code, -1
                     tr.partitions.add(index=p.index, error_code=code, base_offset=base, log_append_time_ms=-1)
         return resp
 
     def _append(self, tp: tuple[str, int], records: bytes) -> tuple[int, int]:
         log = self.logs.setdefault(tp, [])
         header = read_header(records)
-        if header.producer_id >= 0:
-            key = (*tp, header.producer_id)
-            entry = self.state.get(key)
-            first, last = header.base_sequence, header.base_sequence + header.record_count - 1
-            if entry is not None:
-                if header.producer_epoch < entry.epoch:
-                    return INVALID_PRODUCER_EPOCH, -1
-                if header.producer_epoch == entry.epoch:
-                    for f, l_, base in entry.batches:
-                        if (f, l_) == (first, last):
-                            return DUPLICATE_SEQUENCE_NUMBER, base
-                    if first != entry.last_seq + 1:
-                        return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-                elif first != 0:
-                    return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-            if entry is None or header.producer_epoch > entry.epoch:
-                entry = self.state[key] = _ProducerEntry(header.producer_epoch)
-            entry.last_seq = last
-            entry.batches.append((first, last, len(log)))
+        state = self.state.get(tp)
+        if state is None:
+            state = self.state[tp] = ProducerStateManager(None, f"{tp[0]}-{tp[1]}")
+        try:
+            duplicate = state.check_leader_append([header])
+        except OutOfOrderSequenceNumberError:
+            return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+        except InvalidProducerEpochError:
+            return INVALID_PRODUCER_EPOCH, -1
+        if duplicate is not None:
+            return 0, duplicate.first_offset  # as the broker answers a retry it already wrote
         base = len(log)
+        header = header._replace(base_offset=base)
+        state.update([header])
         _, recs = decode_batch(records)
         log.extend(r.value for r in recs)
         self.batch_headers.setdefault(tp, []).append(header)
@@ -164,8 +182,9 @@ class FakeTransport:
         assert method == "InitProducerId"
         return cluster_pb2.InitProducerIdResponse(producer_id=7, producer_epoch=0)
 
-    def failed(self, address: str, exc: BaseException) -> Exception:
-        raise AssertionError(f"unexpected failure {exc}")
+    def failed(self, address: str, exc: BaseException) -> KafkaConnectionError:
+        assert isinstance(exc, LostAnswer), f"unexpected failure {exc}"
+        return KafkaConnectionError(f"{address}: {exc.details()}")
 
     def mark_failed(self, address: str) -> None:
         pass
