@@ -214,6 +214,14 @@ class Network:
             ha.cuts.add(hb.name)
             hb.cuts.add(ha.name)
 
+    def lossy(self, a: Host | str, probability: float) -> None:
+        """Drop each packet arriving at ``a`` with ``probability`` (iptables' statistic
+        match), from every host and the root namespace alike; ``heal`` removes it."""
+        ha = self._host(a)
+        rule = ("-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "DROP")
+        ha.iptables("-A", CHAIN, *rule)
+        ha.cuts.add("*loss")
+
     def isolate(self, a: Host | str) -> None:
         """Cut ``a`` from every other host of the network except the root namespace (the client)."""
         ha = self._host(a)
