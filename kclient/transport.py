@@ -45,6 +45,7 @@ from kclient.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    MessageSizeTooLargeError,
     NoBrokersAvailable,
     SaslAuthenticationFailedError,
     for_code,
@@ -80,7 +81,9 @@ KEEPALIVE_OPTIONS: list[tuple[str, int]] = [
 
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", 128 * 1024 * 1024),
-    ("grpc.max_send_message_length", 128 * 1024 * 1024),
+    # What a client sends is bounded by its own settings (max_request_size); the broker's
+    # limit (socket.request.max.bytes) then decides, answered as MessageSizeTooLargeError.
+    ("grpc.max_send_message_length", -1),
     ("grpc.enable_retries", 0),
     *KEEPALIVE_OPTIONS,
 ]
@@ -129,6 +132,9 @@ def map_rpc_error(exc: grpc.RpcError, address: str) -> KafkaError:
         return cls(details or "")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return KafkaTimeoutError(f"request to {address} timed out")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (details or ""):
+        # gRPC's own message-size limit, on either side: the broker's is socket.request.max.bytes.
+        return MessageSizeTooLargeError(f"request to {address} is too large: {details}")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         tls_failure = _tls_failure(details or "")
         if tls_failure:

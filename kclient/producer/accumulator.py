@@ -352,6 +352,12 @@ class RecordAccumulator:
         if self.sequences is not None:
             self.sequences.resolved(b)
 
+    def oldest_queued(self) -> float | None:
+        """When the oldest batch not in flight was created (None: there is none)."""
+        with self.lock:
+            heads = [q.batches[0].created for q in self.queues.values() if q.batches]
+        return min(heads) if heads else None
+
     def take_queued(self) -> list[ProducerBatch]:
         """Every batch not in flight (closing): their queues are emptied."""
         with self.lock:

@@ -112,6 +112,9 @@ class Sender:
         self.aborted = False
         """close() ran out of time: batches still undelivered fail."""
         self._needs_metadata = threading.Event()
+        self._requests_lock = threading.Lock()
+        self._requests_created: dict[int, float] = {}
+        """Requests in flight (by the id of their batch list) -> when their oldest batch was made."""
         self._producer_id_retry_at = 0.0
         self._thread = threading.Thread(target=self.run, name="kclient-producer-sender", daemon=True)
 
@@ -199,13 +202,25 @@ class Sender:
             self.accumulator.complete(b, in_flight=False)
 
     def _refresh_metadata(self) -> None:
-        """Refresh when asked (a send failed) or every ``metadata_max_age_ms``."""
+        """Refresh when asked (a send failed) or every ``metadata_max_age_ms``, waiting at most
+        until the oldest unsent batch's ``delivery_timeout_ms`` passes (it then fails on time)."""
+        if self.aborted:
+            return
         if self._needs_metadata.is_set():
             self._needs_metadata.clear()
             self.metadata.request_update()
-        if not self.metadata.needs_refresh(time.monotonic()):
+        now = time.monotonic()
+        if not self.metadata.needs_refresh(now):
             return
-        if self.metadata.maybe_refresh(self.request_timeout_s):
+        timeout = self.request_timeout_s
+        with self._requests_lock:
+            oldest = min(self._requests_created.values(), default=None)
+        queued = self.accumulator.oldest_queued()
+        if queued is not None and (oldest is None or queued < oldest):
+            oldest = queued
+        if oldest is not None:
+            timeout = min(timeout, max(oldest + self.delivery_timeout_s - now, 0.05))
+        if self.metadata.maybe_refresh(timeout):
             self.on_metadata()
         else:
             log.warning("metadata refresh failed; retrying after retry_backoff_ms")
@@ -255,9 +270,18 @@ class Sender:
             sent.append((b.count, len(payload), b.attempts > 1))
         self.metrics.request_sent(sent)
         start = time.monotonic()
+        # The answer is awaited until the request timeout, or until the oldest batch's
+        # delivery_timeout_ms passes (Kafka expires batches in flight too).
+        oldest = min(b.created for b in batches)
+        timeout = min(self.request_timeout_s + 5, max(oldest + self.delivery_timeout_s - start, 0.05))
+        key = id(batches)
+        with self._requests_lock:
+            self._requests_created[key] = oldest
         try:
-            call = self.transport.stub(addr).Produce.future(req, timeout=self.request_timeout_s + 5)
+            call = self.transport.stub(addr).Produce.future(req, timeout=timeout)
         except KafkaError as exc:
+            with self._requests_lock:
+                self._requests_created.pop(key, None)
             self._request_done(addr)
             for b in batches:
                 self._failed(b, exc)
@@ -283,6 +307,8 @@ class Sender:
 
     def _on_response(self, call: Any, batches: list[ProducerBatch], addr: str, start: float) -> None:
         self.metrics.response((time.monotonic() - start) * 1000.0)
+        with self._requests_lock:
+            self._requests_created.pop(id(batches), None)
         try:
             resp = call.result()
         except grpc.RpcError as exc:
