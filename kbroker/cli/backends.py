@@ -17,6 +17,7 @@ Thread safety: none; one command owns a backend for its lifetime.
 
 from __future__ import annotations
 
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -193,7 +194,36 @@ def connect_zookeeper(
         if isinstance(exc, NoAuthError):
             raise CliError(zk_acl.no_auth_message(credential)) from None
         raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(exc).__name__} {exc}".rstrip()) from None
+    _hint_other_chroot(zk)
     return zk
+
+
+def _hint_other_chroot(zk: ZkClient) -> None:
+    """One stderr line when no broker is registered under ``zk``'s chroot but one is under
+    another chroot of the ensemble (``--zookeeper host:2181`` for a cluster at ``/kbroker``)."""
+    try:
+        if zk.live_brokers():
+            return
+    except (KazooException, KazooTimeoutError, OSError):
+        return
+    line = other_chroot_hint(zk.connect, [c for c in zk.chroots_with_brokers() if c != (zk.chroot or "/")])
+    if line:
+        print(line, file=sys.stderr)
+
+
+def other_chroot_hint(connect: str, elsewhere: Sequence[str]) -> str | None:
+    """The hint for ``connect`` when brokers are registered under the chroots ``elsewhere``
+    (scripts/run's ``/kbroker`` first), or None."""
+    if not elsewhere:
+        return None
+    chroots = sorted(elsewhere, key=lambda c: (c != "/kbroker", c))
+    named = ", ".join(chroots[:3]) + (f" and {len(chroots) - 3} more" if len(chroots) > 3 else "")
+    hosts = connect.partition("/")[0]
+    first = chroots[0] if chroots[0] != "/" else ""
+    return (
+        f"kctl: no broker is registered at {connect}; brokers are registered under {named} "
+        f"(use --zookeeper {hosts}{first})"
+    )
 
 
 def refused_write_message() -> str:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zkdata
@@ -104,6 +105,27 @@ class ZkClient:
                 root.stop()
                 root.close()
         self.kazoo.start(timeout=timeout_s)
+
+    def chroots_with_brokers(self, timeout_s: float = 5.0) -> list[str]:
+        """The chroots of this ensemble (the root and its children) where brokers are
+        registered, for a hint when this client's own chroot holds none."""
+        root = self._kazoo(self._hosts, timeout=10.0)
+        found: list[str] = []
+        try:
+            root.start(timeout=timeout_s)
+            candidates = [""] + [f"/{c}" for c in sorted(root.get_children("/")) if c != "zookeeper"]
+            for chroot in candidates:
+                try:
+                    if root.get_children(chroot + zkdata.BROKER_IDS):
+                        found.append(chroot or "/")
+                except NoNodeError:
+                    pass
+        except (KazooException, KazooTimeoutError, OSError):
+            return found
+        finally:
+            root.stop()
+            root.close()
+        return found
 
     def close(self) -> None:
         try:

@@ -45,6 +45,10 @@ KAFKA_PORT = 29092
 """Broker i's Kafka-protocol listener (kafka.listeners): 29092 + i."""
 KAFKA_DOOR = "kafka"
 """The key of the Kafka-protocol port among a broker's listener ports (not a listener name)."""
+METRICS_PORT = 9404
+"""Broker i's Prometheus metrics (metrics.port): 9404 + i, kept across --restart."""
+METRICS = "metrics"
+"""The key of the metrics port among a broker's ports (not a listener name)."""
 CHROOT = "/kbroker"
 BROKER_GRACE_S = 60.0
 """How long a broker gets for its clean shutdown before SIGKILL."""
@@ -83,7 +87,7 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def default_port(listener: str, broker_id: int) -> int:
-    base = {"INTERNAL": INTERNAL_PORT, KAFKA_DOOR: KAFKA_PORT}.get(listener, CLIENT_PORT)
+    base = {"INTERNAL": INTERNAL_PORT, KAFKA_DOOR: KAFKA_PORT, METRICS: METRICS_PORT}.get(listener, CLIENT_PORT)
     return base + broker_id
 
 
@@ -122,10 +126,11 @@ def listener_names(overrides: dict[str, str]) -> list[str]:
 def with_ports(overrides: dict[str, str], ports: dict[str, int]) -> dict[str, str]:
     """The broker's settings: its listeners on these ports, the Kafka-protocol door on
     ``ports[KAFKA_DOOR]`` (as the clients' listener: PLAINTEXT, or CLIENT with --secure),
-    and Prometheus metrics on a free port (the broker logs the URL; ``metrics`` in
-    ``.run/cluster.json``)."""
-    grpc = {name: port for name, port in ports.items() if name != KAFKA_DOOR}
-    out = {"metrics.port": "0", **overrides, "listeners": ",".join(f"{n}://{HOST}:{p}" for n, p in grpc.items())}
+    and Prometheus metrics on ``ports[METRICS]`` (else a free port; the broker logs the
+    URL; ``metrics`` in ``.run/cluster.json``)."""
+    grpc = {name: port for name, port in ports.items() if name not in (KAFKA_DOOR, METRICS)}
+    metrics = str(ports.get(METRICS, 0))
+    out = {"metrics.port": metrics, **overrides, "listeners": ",".join(f"{n}://{HOST}:{p}" for n, p in grpc.items())}
     if KAFKA_DOOR in ports:
         client = CLIENT_LISTENER if CLIENT_LISTENER in grpc else "PLAINTEXT"
         out["kafka.listeners"] = f"{client}://{HOST}:{ports[KAFKA_DOOR]}"
@@ -321,7 +326,7 @@ def start(root: Path, brokers: int, secure: bool = False) -> int:
         wanted = {
             i: {
                 name: ports.take(f"broker {i} {name}", default_port(name, i))
-                for name in [*listener_names(overrides), KAFKA_DOOR]
+                for name in [*listener_names(overrides), KAFKA_DOOR, METRICS]
             }
             for i in range(brokers)
         }
@@ -431,6 +436,8 @@ def restart(root: Path, broker_id: int) -> int:
     wanted = {name: ports.take(f"broker {broker_id} {name}", _port(addr)) for name, addr in listeners.items()}
     if entry.get("kafka"):
         wanted[KAFKA_DOOR] = ports.take(f"broker {broker_id} Kafka protocol", _port(entry["kafka"]))
+    if entry.get("metrics"):  # http://host:port/metrics: the scrape address stays valid
+        wanted[METRICS] = ports.take(f"broker {broker_id} metrics", _port(entry["metrics"].rsplit("/", 1)[0]))
     ports.report()
     try:
         (b,) = start_brokers(root, state["zookeeper"]["connect"], overrides, {broker_id: wanted}, ports)

@@ -115,6 +115,7 @@ def test_ports_fall_back_restart_keeps_port_and_data_stop_broker(tmp_path: Path,
         new0 = state_of(root)["brokers"][0]
         assert new0["listeners"] == b0["listeners"] and new0["data"] == b0["data"]
         assert new0["kafka"] == b0["kafka"]
+        assert new0["metrics"] == b0["metrics"] and b0["metrics"]  # a scrape config stays valid
         assert new0["pid"] != b0["pid"] and alive(new0["pid"]) and not alive(b0["pid"])
         assert consume_all(new0["listeners"]["PLAINTEXT"], 9) == 9
 

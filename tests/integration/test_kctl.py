@@ -338,3 +338,21 @@ def test_brokers_list_and_partition_filters(cluster_factory: Callable[..., Local
             "\tTopic: both\tPartition: 0\tLeader: 0\tReplicas: 0,1\tIsr: 0",
             "\tTopic: both\tPartition: 1\tLeader: 0\tReplicas: 1,0\tIsr: 0",
         ], under
+
+
+def test_a_chroot_without_brokers_names_the_one_that_has_them(cluster: LocalCluster) -> None:
+    """``--zookeeper host:port/<empty chroot>`` says where the brokers are instead of
+    silently showing an empty cluster."""
+    hosts, _, chroot = cluster.zk_connect.partition("/")
+    zk = ZkClient(hosts)
+    zk.start()
+    try:
+        assert f"/{chroot}" in zk.chroots_with_brokers()
+    finally:
+        zk.close()
+    result = kctl(f"--zookeeper {hosts}/nothing-here topics list")
+    assert result.returncode == 0, result.stderr
+    assert f"kctl: no broker is registered at {hosts}/nothing-here; brokers are registered under" in result.stderr
+    assert "(use --zookeeper " in result.stderr
+    # With the right chroot: no hint.
+    assert "no broker is registered" not in kctl(f"--zookeeper {cluster.zk_connect} topics list").stderr
