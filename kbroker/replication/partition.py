@@ -409,10 +409,19 @@ class Partition:
             return replica_id in self.isr
 
     def read(
-        self, offset: int, max_bytes: int, replica_id: int, current_leader_epoch: int = -1, *, records: bool = True
+        self,
+        offset: int,
+        max_bytes: int,
+        replica_id: int,
+        current_leader_epoch: int = -1,
+        *,
+        records: bool = True,
+        min_one_batch: bool = True,
     ) -> ReadResult:
         """Records from ``offset`` (none if not ``records``: a throttled follower gets the
-        offsets only) after the leadership and epoch checks."""
+        offsets only) after the leadership and epoch checks. With ``min_one_batch`` the
+        first batch comes whole even when larger than ``max_bytes`` (KIP-74: only for the
+        first partition of a fetch that returns records)."""
         with self._lock:
             self._require_leader()
             self.check_epoch(current_leader_epoch)
@@ -422,7 +431,7 @@ class Partition:
         if not records or (replica_id < 0 and hw < offset <= end):
             # Above the HW but inside the log: nothing visible yet.
             return ReadResult(b"", hw, start, end)
-        data = self.log.read(offset, max_bytes, max_offset=limit, min_one_batch=True)
+        data = self.log.read(offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
         return ReadResult(data.records, hw, start, end)
 
     def _maybe_increment_hw(self) -> bool:

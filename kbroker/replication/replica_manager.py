@@ -612,7 +612,11 @@ class ReplicaManager:
         specs: list[FetchSpec],
         errors: dict[int, BrokerResponseError] | None = None,
     ) -> tuple[list[FetchResult], int]:
+        # KIP-74: the response holds at most ``max_bytes`` and each partition at most its
+        # ``max_bytes``, except the first batch of the first partition that has one, which
+        # comes whole even when larger (so that a consumer always makes progress).
         budget = max_bytes
+        min_one_batch = True
         throttled_bytes = 0
         out: list[FetchResult] = []
         for i, spec in enumerate(specs):
@@ -624,8 +628,12 @@ class ReplicaManager:
                 limit = max(min(spec.max_bytes, budget), 0)
                 listed = replica_id >= 0 and self.leader_quota.is_throttled(spec.topic, spec.partition)
                 held = listed and self._leader_throttled(p, replica_id)
-                r = p.read(spec.offset, limit, replica_id, spec.current_leader_epoch, records=not held)
+                r = p.read(
+                    spec.offset, limit, replica_id, spec.current_leader_epoch, records=not held, min_one_batch=min_one_batch
+                )
                 budget -= len(r.records)
+                if r.records:
+                    min_one_batch = False
                 if listed:
                     throttled_bytes += len(r.records)
                 out.append(FetchResult(None, r))

@@ -48,20 +48,30 @@ class ProduceTopicResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ProducePartitionResponse, _Mapping]]] = ...) -> None: ...
 
 class ProducePartitionResponse(_message.Message):
-    __slots__ = ("index", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset")
+    __slots__ = ("index", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "record_errors")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ERRORS_FIELD_NUMBER: _ClassVar[int]
     index: int
     error_code: _common_pb2.ErrorCode
     error_message: str
     base_offset: int
     log_append_time_ms: int
     log_start_offset: int
-    def __init__(self, index: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+    record_errors: _containers.RepeatedCompositeFieldContainer[ProduceRecordError]
+    def __init__(self, index: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., record_errors: _Optional[_Iterable[_Union[ProduceRecordError, _Mapping]]] = ...) -> None: ...
+
+class ProduceRecordError(_message.Message):
+    __slots__ = ("batch_index", "message")
+    BATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    batch_index: int
+    message: str
+    def __init__(self, batch_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes", "topics")
