@@ -126,6 +126,7 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         inter_broker: str = "",
         read_timeout_s: float = 30.0,
         connections: _Connections | None = None,
+        max_request_bytes: int = 100 * 1024 * 1024,
     ) -> None:
         self._budgets = budgets
         self._authenticate = authenticate
@@ -134,6 +135,8 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         """"all": every call is inter-broker (a dedicated inter-broker listener); "marked":
         calls with the inter-broker metadata are; "": none."""
         self._read_timeout_s = read_timeout_s
+        self._max_request_bytes = max_request_bytes
+        """socket.request.max.bytes: with a pool's limit and share, the largest message."""
         self._connections = connections if connections is not None else _Connections()
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
@@ -169,10 +172,15 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         decode: Callable[[bytes], Any],
     ) -> tuple[Any, int]:
         """Read the call's one request message once the pool and the connection's share
-        have room (a connection's requests one at a time); the message and the bytes
-        taken for it (from ``pool`` and ``holder``)."""
+        have room for a message of the largest size (a connection's requests one at a
+        time); the message and the bytes taken for it (from ``pool`` and ``holder``).
+
+        The message's bytes are taken as soon as it is received, before the lock lets
+        the connection's next request be read, so that read sees them; once decoded
+        (unknown fields dropped) it is held at its decoded size."""
+        largest = min(self._max_request_bytes, pool.limit, pool.per_connection)
         async with lock:
-            while pool.used >= pool.limit or holder.held >= holder.cap:
+            while not pool.may_read(largest, holder):
                 await pool.released()  # not read meanwhile: HTTP/2 flow control holds it back
             try:
                 raw = await asyncio.wait_for(context.read(), self._read_timeout_s)
@@ -181,21 +189,30 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"the request did not arrive within request.read.timeout.ms ({int(self._read_timeout_s * 1000)})",
                 )
-        if raw is grpc.aio.EOF or not isinstance(raw, bytes):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no {method} request message")
-        size = len(raw)
+            if raw is grpc.aio.EOF or not isinstance(raw, bytes):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no {method} request message")
+            size = len(raw)
+            pool.used += size  # it arrived while the pool had room: held even past the limit
+            holder.held += size
         try:
-            message = decode(raw)
-        except Exception as exc:
-            _GARBAGE.report(_Undecodable(method, size, exc))
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {method} message")
-        del raw
-        discard = getattr(message, "DiscardUnknownFields", None)
-        if discard is not None:
-            discard()
-            size = message.ByteSize()
-        pool.used += size  # it arrived while the pool had room: held even past the limit
-        holder.held += size
+            if pool.reclaimer is not None:  # gRPC's receive buffers, freed by now, go back first
+                await pool.reclaimer.received(size)
+            try:
+                message = decode(raw)
+            except Exception as exc:
+                _GARBAGE.report(_Undecodable(method, size, exc))
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {method} message")
+            del raw
+            discard = getattr(message, "DiscardUnknownFields", None)
+            if discard is not None:
+                discard()
+                decoded = message.ByteSize()
+                if decoded < size:
+                    pool.release(size - decoded, holder)
+                    size = decoded
+        except BaseException:
+            pool.release(size, holder)
+            raise
         return message, size
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -347,6 +364,7 @@ class GrpcServer:
             inter_broker=inter,
             read_timeout_s=self._read_timeout_s,
             connections=self._connections,
+            max_request_bytes=self._max_request_bytes,
         )
         # The largest message: socket.request.max.bytes, within what the listener's budget
         # (and one connection's share of it) can hold; gRPC refuses more before decoding.
