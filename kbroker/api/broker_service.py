@@ -266,6 +266,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                     log_append_time_ms=r.log_append_time,
                     log_start_offset=r.log_start_offset,
                 )
+                for index, message in getattr(r.error, "record_errors", ()):  # KIP-467
+                    tr.partitions[-1].record_errors.add(batch_index=index, message=message)
         return resp
 
     def _count_produce(self, entries: list[tuple[tuple[str, int], bytes]], results: dict[Any, Any]) -> None:

@@ -100,7 +100,13 @@ def parse_records(body: Buffer, count: int) -> list[RawRecord]:
 
 def has_null_key(buf: Buffer, pos: int, header: BatchHeader) -> bool:
     """Whether any record of the (checked) batch at ``pos`` has no key."""
-    return any(key is None for key in batch_columns(buf, pos, header).keys)
+    return bool(null_key_indices(buf, pos, header))
+
+
+def null_key_indices(buf: Buffer, pos: int, header: BatchHeader) -> list[int]:
+    """Positions in the (checked) batch at ``pos`` of its records without a key (keys are
+    decoded by kclient's compiled column decoder; values are not copied out)."""
+    return [i for i, key in enumerate(batch_columns(buf, pos, header).keys) if key is None]
 
 
 def _zigzag(value: int) -> bytes:

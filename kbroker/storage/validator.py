@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from kbroker.storage.batch_filter import has_null_key
+from kbroker.storage.batch_filter import null_key_indices
 from kbroker.storage.record_checks import check_records
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import (
@@ -37,6 +37,25 @@ _CONTROL_MASK = 0x20
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
+
+
+NULL_KEY_MESSAGE = "Compacted topic cannot accept message without key."
+"""Kafka's per-record message for a record without a key sent to a compacted topic."""
+
+
+class RecordValidationError(InvalidRecordError):
+    """INVALID_RECORD naming the bad records (Kafka's RecordValidationException, KIP-467).
+
+    ``record_errors`` holds (batch index, message) per bad record: the record's position
+    in its batch. The whole request's batches are refused, as Kafka does."""
+
+    def __init__(self, record_errors: list[tuple[int, str]]) -> None:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
+        super().__init__(
+            f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]"
+        )
+        self.record_errors = record_errors
 
 
 class BatchSummary(NamedTuple):
@@ -139,10 +158,10 @@ def validate_batches(
             if header.attributes & _CONTROL_MASK:
                 raise InvalidRecordError(f"batch at position {pos} is a control batch: clients cannot write those")
             check_records(records, pos, header, max_message_bytes)
-            if require_keys and has_null_key(records, pos, header):
-                raise InvalidRecordError(
-                    f"batch at position {pos}: a compacted topic cannot accept a record without a key"
-                )
+            if require_keys:
+                missing = null_key_indices(records, pos, header)
+                if missing:
+                    raise RecordValidationError([(i, NULL_KEY_MESSAGE) for i in missing])
         else:
             if count > delta + 1:
                 raise CorruptRecordError(

@@ -80,6 +80,10 @@ class LogApis:
                                 "base_offset": r.base_offset,
                                 "log_append_time": r.log_append_time_ms,
                                 "log_start_offset": r.log_start_offset,
+                                "record_errors": [  # v8+ (KIP-467)
+                                    {"batch_index": e.batch_index, "batch_index_error_message": e.message or None}
+                                    for e in r.record_errors
+                                ],
                             }
                             for r in t.partitions
                         ],
