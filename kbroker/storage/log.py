@@ -20,6 +20,7 @@ from kbroker.storage.producer_state import ProducerStateManager
 from kbroker.storage.segment import AppendUndoError, LogSegment
 from kbroker.storage.validator import (
     BatchSummary,
+    recompress,
     stamp_headers,
     summarize,
     validate_batches,
@@ -335,6 +336,9 @@ class Log:
             max_message_bytes=config.max_message_bytes,
             require_keys=config.compact_enabled,
         )
+        codec = config.codec
+        if codec is not None:  # compression.type: the one case where batches are re-encoded
+            records, batches = recompress(records, batches, codec, config.max_message_bytes)
         if len(records) > config.segment_bytes:
             raise RecordListTooLargeError(
                 f"{len(records)} bytes of batches are more than segment.bytes={config.segment_bytes} of {self.name}"

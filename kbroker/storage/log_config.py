@@ -24,6 +24,8 @@ DEFAULT_MIN_CLEANABLE_DIRTY_RATIO = 0.5
 DEFAULT_DELETE_RETENTION_MS = 24 * 60 * 60 * 1000
 
 CLEANUP_POLICIES = ("compact", "delete")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+"""Kafka's ``compression.type`` values: ``producer`` keeps the producer's codec."""
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -72,6 +74,9 @@ class LogConfig:
     """Replicas (``partition:broker,...`` or ``*``) whose leader side a move throttles."""
     follower_replication_throttled_replicas: str = ""
     """Replicas (``partition:broker,...`` or ``*``) whose follower side a move throttles."""
+    compression_type: str = "producer"
+    """The codec batches are stored with: ``producer`` keeps the producer's; otherwise the
+    leader recompresses a batch with another codec (see :func:`~.validator.recompress`)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -91,6 +96,15 @@ class LogConfig:
     def log_append_time(self) -> bool:
         """message.timestamp.type is LogAppendTime: the leader sets batch timestamps."""
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def codec(self) -> int | None:
+        """The compression codec id batches are stored with; None for ``producer``."""
+        if self.compression_type == "producer":
+            return None
+        if self.compression_type == "uncompressed":
+            return 0
+        return ("gzip", "snappy", "lz4", "zstd").index(self.compression_type) + 1
 
     def replace(self, **changes: Any) -> LogConfig:
         """A copy with some fields changed (validated)."""
@@ -150,6 +164,7 @@ CONFIG_NAMES: dict[str, str] = {
     "delete_retention_ms": "delete.retention.ms",
     "leader_replication_throttled_replicas": "leader.replication.throttled.replicas",
     "follower_replication_throttled_replicas": "follower.replication.throttled.replicas",
+    "compression_type": "compression.type",
 }
 """Python field name -> Kafka topic config name."""
 
@@ -206,6 +221,11 @@ def _normal_policy(parts: list[str]) -> str:
     return ",".join(sorted(set(parts)))
 
 
+def _compression_type(name: str, value: Any) -> None:
+    if value not in COMPRESSION_TYPES:
+        raise _bad(name, value, "must be one of " + ", ".join(COMPRESSION_TYPES))
+
+
 def _timestamp_type(name: str, value: Any) -> None:
     if value not in TIMESTAMP_TYPES:
         raise _bad(name, value, "must be CreateTime or LogAppendTime")
@@ -256,6 +276,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "delete_retention_ms": _int_range(0, _LONG_MAX),
     "leader_replication_throttled_replicas": _throttled_replicas,
     "follower_replication_throttled_replicas": _throttled_replicas,
+    "compression_type": _compression_type,
 }
 
 
@@ -321,6 +342,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
             "unclean_leader_election_enable": _parse_bool,
             "cleanup_policy": _parse_policy,
             "message_timestamp_type": _parse_str,
+            "compression_type": _parse_str,
             "min_cleanable_dirty_ratio": _parse_float,
             "leader_replication_throttled_replicas": _parse_replica_list,
             "follower_replication_throttled_replicas": _parse_replica_list,

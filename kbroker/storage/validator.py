@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from kbroker.storage.batch_filter import null_key_indices
+from kbroker.storage.batch_filter import batch_body, build_batch, null_key_indices
 from kbroker.storage.record_checks import check_records
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import (
@@ -34,6 +34,7 @@ _ATTRIBUTES_POS = 21
 _MAX_TIMESTAMP_POS = 35
 _TIMESTAMP_TYPE_MASK = 0x08
 _CONTROL_MASK = 0x20
+_CODEC_MASK = 0x07
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
@@ -176,6 +177,47 @@ def validate_batches(
         batches.append((pos, header))
         pos += size
     return batches
+
+
+def recompress(
+    records: Buffer, batches: list[tuple[int, BatchHeader]], codec: int, max_message_bytes: int | None
+) -> tuple[Buffer, list[tuple[int, BatchHeader]]]:
+    """The producer's (validated) batches with every batch stored in ``codec`` (topic config
+    ``compression.type``), and their positions and headers in the result.
+
+    Kafka's LogValidator does the same, and it is the one place where the broker
+    re-encodes batches: a batch whose codec differs is decompressed and its record bytes
+    recompressed as they are (kclient's codecs), in a new batch with the same offsets
+    delta, timestamps, producer id, epoch, sequence and record count; only batchLength,
+    the codec bits and the CRC change. Batches already in ``codec`` are kept as sent
+    (``records`` itself is returned when all are). The cost is one decompression and one
+    compression per recompressed batch on the append lane, and a copy of the request's
+    batches. A recompressed batch larger than ``max_message_bytes`` is a
+    MessageSizeTooLargeError, as in Kafka.
+    """
+    if all(h.attributes & _CODEC_MASK == codec for _, h in batches):
+        return records, batches
+    view = memoryview(records)
+    parts: list[bytes] = []
+    out: list[tuple[int, BatchHeader]] = []
+    at = 0
+    for pos, header in batches:
+        size = header.batch_length + LOG_OVERHEAD
+        if header.attributes & _CODEC_MASK == codec:
+            data = bytes(view[pos : pos + size])
+        else:
+            body = bytes(batch_body(records, pos, header))
+            attributes = (header.attributes & ~_CODEC_MASK) | codec
+            data = build_batch(header, body, header.record_count, attributes=attributes)
+            if max_message_bytes is not None and len(data) > max_message_bytes:
+                raise MessageSizeTooLargeError(
+                    f"batch at position {pos} is {len(data)} bytes once recompressed for the topic's "
+                    f"compression.type, larger than max.message.bytes={max_message_bytes}"
+                )
+        out.append((at, read_header(data, 0)))
+        parts.append(data)
+        at += len(data)
+    return b"".join(parts), out
 
 
 def stamp_headers(

@@ -3,7 +3,8 @@ Kafka's request -> the servicer's protobuf request -> the same handler as gRPC (
 validation, ACL checks and core calls) -> Kafka's response.
 
 Versions: CreateTopics 2-7, DeleteTopics 1-5, CreatePartitions 0-3, DescribeConfigs
-1-4, IncrementalAlterConfigs 0-1, ElectLeaders 0-2, DeleteRecords 0-2,
+1-4, AlterConfigs 0-2 (the whole-set API, see :meth:`AdminApis.alter_configs`),
+IncrementalAlterConfigs 0-1, ElectLeaders 0-2, DeleteRecords 0-2,
 AlterPartitionReassignments 0, ListPartitionReassignments 0, DescribeLogDirs 1-4.
 Not served: the versions below those (kio, Kafka's generated schemas, no longer carries
 them; every current client speaks the served ones), DeleteTopics 6 (topics named by id),
@@ -36,9 +37,18 @@ from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, log_pb2
 INVALID_REQUEST = InvalidRequestError.errno
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
+ALTER_CONFIGS = 33
 DESCRIBE_LOG_DIRS, CREATE_PARTITIONS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 35, 37, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 PREFERRED_ELECTION = 0
+SET, DELETE = 0, 1  # IncrementalAlterConfigs' config_operation
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+_OVERRIDE_SOURCES = {
+    (TOPIC_RESOURCE, True): (1,),  # DYNAMIC_TOPIC_CONFIG
+    (BROKER_RESOURCE, True): (2,),  # DYNAMIC_BROKER_CONFIG (one broker)
+    (BROKER_RESOURCE, False): (3,),  # DYNAMIC_DEFAULT_BROKER_CONFIG (resource name "")
+}
+"""(resource type, named) -> the DescribeConfigs sources AlterConfigs replaces."""
 
 
 def _message(msg: Any) -> str | None:
@@ -79,6 +89,7 @@ class AdminApis:
             Api(DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4, self.describe_log_dirs),
             Api(CREATE_PARTITIONS, "CreatePartitions", 0, 3, self.create_partitions),
             Api(ELECT_LEADERS, "ElectLeaders", 0, 2, self.elect_leaders),
+            Api(ALTER_CONFIGS, "AlterConfigs", 0, 2, self.alter_configs),
             Api(INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, self.incremental_alter_configs),
             Api(ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignments", 0, 0, self.alter_reassignments),
             Api(LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments", 0, 0, self.list_reassignments),
@@ -248,6 +259,48 @@ class AdminApis:
                 ]
             },
         )
+
+    async def alter_configs(self, req: KafkaRequest) -> Any:
+        """The whole-set AlterConfigs (librdkafka before 2.2 knows no other): the configs
+        given are set, and the resource's other dynamic overrides removed, as Kafka does.
+        Served as DescribeConfigs (which overrides the resource has now) then one
+        IncrementalAlterConfigs of SETs and DELETEs: not atomic against a concurrent
+        change of the same resource (Kafka's is not either across brokers)."""
+        p = req.payload
+        wanted = {(int(r.resource_type), r.resource_name): r for r in p.resources}
+        describe = config_pb2.DescribeConfigsRequest()
+        for rtype, name in wanted:
+            describe.resources.add(resource_type=rtype, resource_name=name)  # type: ignore[arg-type]
+        described = {
+            (int(r.resource_type), r.resource_name): r
+            for r in (await self._call("DescribeConfigs", describe, req)).results
+        }
+        refused: dict[tuple[int, str], Any] = {}
+        proto = config_pb2.IncrementalAlterConfigsRequest(validate_only=bool(p.validate_only))
+        for key, r in wanted.items():
+            current = described.get(key)
+            if current is not None and current.error_code:
+                refused[key] = current
+                continue
+            res = proto.resources.add(resource_type=key[0], resource_name=key[1])  # type: ignore[arg-type]
+            given = {c.name for c in r.configs}
+            for c in r.configs:
+                entry = res.configs.add(name=c.name, config_operation=SET)
+                if c.value is not None:
+                    entry.value = c.value
+            for c in current.configs if current is not None else ():
+                if int(c.config_source) in _OVERRIDE_SOURCES.get((key[0], bool(key[1])), ()) and c.name not in given:
+                    res.configs.add(name=c.name, config_operation=DELETE)
+        answered = {}
+        if proto.resources:
+            resp = await self._call("IncrementalAlterConfigs", proto, req)
+            answered = {(int(r.resource_type), r.resource_name): r for r in resp.responses}
+        out = []
+        for key in wanted:
+            r = refused.get(key) or answered.get(key)
+            code, message = (r.error_code, _message(r)) if r is not None else (0, None)
+            out.append({"error_code": code, "error_message": message, "resource_type": key[0], "resource_name": key[1]})
+        return build(response_class(ALTER_CONFIGS, req.version), {"responses": out})
 
     # --- leaders, records, log dirs ---------------------------------------------------
 
