@@ -451,6 +451,14 @@ class PreferredLeaderNotAvailableError(BrokerResponseError):
     description = "The preferred leader was not available."
 
 
+class FencedInstanceIdError(BrokerResponseError):
+    errno = 82
+    description = (
+        "The broker rejected this static consumer since another consumer with the same group.instance.id "
+        "has registered with a different member.id."
+    )
+
+
 class ElectionNotNeededError(BrokerResponseError):
     errno = 84
     description = "Leader election not needed for topic partition."

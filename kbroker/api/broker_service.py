@@ -37,6 +37,7 @@ from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
+from kbroker.group.group import MemberIdNeeded
 from kbroker.metrics import BrokerMetrics, count_records, error_name
 from kbroker.replication.replica_manager import (
     DeleteRecordsResult,
@@ -925,11 +926,15 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
                 protocol_type=request.protocol_type or "consumer",
                 protocols=[(p.name, p.metadata) for p in request.protocols],
+                group_instance_id=opt(request, "group_instance_id", None),
+                require_known_member_id=request.require_known_member_id,
             )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             _set_error(resp, as_response_error(exc))
+            if isinstance(exc, MemberIdNeeded):
+                resp.member_id = exc.member_id  # KIP-394: join again with it
             return resp
         resp.generation_id, resp.protocol_name, resp.leader_id, resp.member_id = (
             r.generation,
@@ -938,7 +943,9 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             r.member_id,
         )
         for mid, metadata in r.members:
-            resp.members.add(member_id=mid, metadata=metadata)
+            m = resp.members.add(member_id=mid, metadata=metadata)
+            if mid in r.instance_ids:
+                m.group_instance_id = r.instance_ids[mid]
         return resp
 
     async def SyncGroup(
@@ -950,7 +957,12 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         assignments = {a.member_id: a.assignment for a in request.assignments}
         try:
             resp.assignment = await self._groups.sync_async(
-                self._offload, request.group_id, request.member_id, opt(request, "generation_id", -1), assignments
+                self._offload,
+                request.group_id,
+                request.member_id,
+                opt(request, "generation_id", -1),
+                assignments,
+                opt(request, "group_instance_id", None),
             )
         except asyncio.CancelledError:
             raise
@@ -964,7 +976,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         if self._refuse_group(resp, Op.READ, request.group_id):
             return resp
         generation = opt(request, "generation_id", -1)
-        _answer(resp, lambda: self._groups.heartbeat(request.group_id, request.member_id, generation))
+        instance = opt(request, "group_instance_id", None)
+        _answer(resp, lambda: self._groups.heartbeat(request.group_id, request.member_id, generation, instance))
         return resp
 
     @blocking
@@ -972,7 +985,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         resp = group_pb2.LeaveGroupResponse()
         if self._refuse_group(resp, Op.READ, request.group_id):
             return resp
-        _answer(resp, lambda: self._groups.leave(request.group_id, request.member_id))
+        instance = opt(request, "group_instance_id", None)
+        _answer(resp, lambda: self._groups.leave(request.group_id, request.member_id, instance))
         return resp
 
     @blocking
@@ -998,7 +1012,13 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 results[(t.name, p.index)] = err
         if valid:
             try:
-                self._groups.commit(request.group_id, request.member_id, opt(request, "generation_id", -1), valid)
+                self._groups.commit(
+                    request.group_id,
+                    request.member_id,
+                    opt(request, "generation_id", -1),
+                    valid,
+                    opt(request, "group_instance_id", None),
+                )
             except Exception as exc:
                 failure = as_response_error(exc)
                 for tp in valid:
@@ -1073,13 +1093,15 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             d.state, d.protocol_type, d.protocol_name = state.value, g.protocol_type, g.protocol
             d.generation_id, d.leader_id = g.generation, g.leader_id
             for m in members:
-                d.members.add(
+                dm = d.members.add(
                     member_id=m.member_id,
                     client_id=m.client_id,
                     client_host=m.client_host,
                     metadata=m.metadata_for(g.protocol),
                     assignment=m.assignment,
                 )
+                if m.group_instance_id is not None:
+                    dm.group_instance_id = m.group_instance_id
         return resp
 
     @blocking

@@ -155,7 +155,8 @@ class GroupCoordinator:
                 self._store.add_member(
                     g.group_id,
                     m.member_id,
-                    {"client_id": m.client_id, "host": m.client_host, "generation": g.generation},
+                    {"client_id": m.client_id, "host": m.client_host, "generation": g.generation}
+                    | ({"group_instance_id": m.group_instance_id} if m.group_instance_id is not None else {}),
                 )
             if g.state == GroupState.STABLE and g.protocol_type == "consumer":
                 self._store.set_owners(g.group_id, owners_of(g.members.values()))
@@ -204,6 +205,8 @@ class GroupCoordinator:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
+        group_instance_id: str | None = None,
+        require_known_member_id: bool = False,
     ) -> tuple[Group, str, int]:
         self._check_session_timeout(session_timeout_ms)
         if len(client_id) > MAX_CLIENT_ID_LENGTH:
@@ -217,6 +220,8 @@ class GroupCoordinator:
             rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
             protocol_type=protocol_type,
             protocols=protocols,
+            group_instance_id=group_instance_id,
+            require_known_member_id=require_known_member_id,
         )
         return g, mid, my_round
 
@@ -238,12 +243,18 @@ class GroupCoordinator:
         return (m.rebalance_timeout_ms if m else 30000) / 1000.0
 
     async def sync_async(
-        self, offload: Offload, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]
+        self,
+        offload: Offload,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes],
+        group_instance_id: str | None = None,
     ) -> bytes:
         """SyncGroup as a long poll that holds no thread while the leader is assigning."""
         g = await offload(self._group, group_id)
         deadline = time.monotonic() + self._sync_timeout_s(g, member_id)
-        await offload(g.sync_begin, member_id, generation, assignments)
+        await offload(g.sync_begin, member_id, generation, assignments, group_instance_id)
         try:
             while True:
                 seen = g.version
@@ -257,18 +268,28 @@ class GroupCoordinator:
         finally:
             g.call_done(member_id)
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
-        self._group(group_id).heartbeat(member_id, generation)
+    def heartbeat(self, group_id: str, member_id: str, generation: int, group_instance_id: str | None = None) -> None:
+        self._group(group_id).heartbeat(member_id, generation, group_instance_id)
 
-    def leave(self, group_id: str, member_id: str) -> None:
-        self._group(group_id).leave(member_id)
+    def leave(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
+        self._group(group_id).leave(member_id, group_instance_id)
 
     def commit(
-        self, group_id: str, member_id: str, generation: int, offsets: Mapping[TopicPartition, CommittedOffset]
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+        group_instance_id: str | None = None,
     ) -> None:
+        """Check the member's right to commit and write the offsets, holding the group's
+        lock over both: no rebalance completes in between, so an offset accepted for a
+        generation lands before the next generation's owners are told their partitions
+        (a revoked partition's offset never moves after its new owner fetched it)."""
         g = self._group(group_id)
-        g.check_commit(member_id, generation)
-        self._store.commit(group_id, offsets)
+        with g.cond:
+            g.check_commit(member_id, generation, group_instance_id)
+            self._store.commit(group_id, offsets)
         with self._lock:
             self._committed.setdefault(group_id, {}).update((tp, c.offset) for tp, c in offsets.items())
 

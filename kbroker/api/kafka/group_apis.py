@@ -19,9 +19,10 @@ message definitions) has no schema for them, and every current client speaks new
 
 Kafka-protocol differences, each accepted by Kafka's clients:
 
-- a first JoinGroup (empty member id) is admitted at once with a new member id, as
-  before KIP-394; MEMBER_ID_REQUIRED is never sent;
-- ``group_instance_id`` (static membership, KIP-345) is ignored: the member is dynamic;
+- none in group membership: a first JoinGroup v4+ with an empty member id is answered
+  MEMBER_ID_REQUIRED with a new member id (KIP-394); ``group_instance_id`` (JoinGroup v5+,
+  SyncGroup/Heartbeat v3+, LeaveGroup v3+, OffsetCommit v7+, DescribeGroups v4+) makes
+  a static member (KIP-345, see :mod:`kbroker.group.group`);
 - OffsetCommit's retention time and commit timestamp, and the committed leader epoch,
   are ignored (OffsetFetch answers leader epoch -1); ``require_stable`` is moot (no
   transactions);
@@ -183,7 +184,11 @@ class GroupApis:
             protocol_type=p.protocol_type,
             client_id=req.header.client_id or "",
             client_host=req.connection.client_host,
+            require_known_member_id=req.version >= 4,  # KIP-394
         )
+        instance = getattr(p, "group_instance_id", None)
+        if instance is not None:
+            proto.group_instance_id = instance
         for pr in p.protocols:
             metadata = bytes(pr.metadata)
             if consumer:
@@ -210,7 +215,11 @@ class GroupApis:
                 "leader": r.leader_id,
                 "member_id": r.member_id,
                 "members": [
-                    {"member_id": m.member_id, "metadata": _out(subscription_to_kafka, m.metadata, version)}
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None,
+                        "metadata": _out(subscription_to_kafka, m.metadata, version),
+                    }
                     for m in r.members
                 ],
             },
@@ -224,6 +233,7 @@ class GroupApis:
         proto = group_pb2.SyncGroupRequest(
             group_id=p.group_id, generation_id=int(p.generation_id), member_id=p.member_id
         )
+        _instance(proto, p)
         for a in p.assignments:
             assignment = bytes(a.assignment)
             if consumer:
@@ -253,6 +263,7 @@ class GroupApis:
         proto = group_pb2.HeartbeatRequest(
             group_id=p.group_id, generation_id=int(p.generation_id), member_id=p.member_id
         )
+        _instance(proto, p)
         try:
             r = await self._service.Heartbeat(proto, req.service_context())  # type: ignore[arg-type]
             code = int(r.error_code)
@@ -263,14 +274,14 @@ class GroupApis:
     async def leave_group(self, req: KafkaRequest) -> Any:
         p = req.payload
         cls = response_class(LEAVE_GROUP, req.version)
-        ids = [m.member_id for m in p.members] if req.version >= 3 else [p.member_id]
+        ids = [(m.member_id, m.group_instance_id) for m in p.members] if req.version >= 3 else [(p.member_id, None)]
         codes = []
-        for mid in ids:
+        for mid, instance in ids:
+            leave = group_pb2.LeaveGroupRequest(group_id=p.group_id, member_id=mid)
+            if instance is not None:
+                leave.group_instance_id = instance
             try:
-                r = await self._service.LeaveGroup(
-                    group_pb2.LeaveGroupRequest(group_id=p.group_id, member_id=mid),
-                    req.service_context(),  # type: ignore[arg-type]
-                )
+                r = await self._service.LeaveGroup(leave, req.service_context())  # type: ignore[arg-type]
                 code = int(r.error_code)
             except RequestRefused as exc:
                 code = exc.errno
@@ -300,6 +311,7 @@ class GroupApis:
         proto = group_pb2.CommitOffsetsRequest(
             group_id=p.group_id, generation_id=int(p.generation_id_or_member_epoch), member_id=p.member_id
         )
+        _instance(proto, p)
         for t in p.topics:
             ct = proto.topics.add(name=t.name)
             for part in t.partitions:
@@ -415,6 +427,7 @@ class GroupApis:
             members.append(
                 {
                     "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None,
                     "client_id": m.client_id,
                     "client_host": m.client_host,
                     "member_metadata": _out(subscription_to_kafka, m.metadata, version if consumer else None),
@@ -475,6 +488,13 @@ def _out(convert: Any, data: bytes, version: int | None) -> bytes:
         return bytes(convert(data, version))
     except ConsumerProtocolError:
         return data
+
+
+def _instance(proto: Any, payload: Any) -> None:
+    """Copy a request's group_instance_id (the versions that carry one) to ``proto``."""
+    instance = getattr(payload, "group_instance_id", None)
+    if instance is not None:
+        proto.group_instance_id = instance
 
 
 def _partition_errors(topic: str, partitions: list[int], errno: int) -> dict[str, Any]:

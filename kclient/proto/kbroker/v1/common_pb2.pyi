@@ -67,6 +67,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OFFSET_NOT_AVAILABLE: _ClassVar[ErrorCode]
     MEMBER_ID_REQUIRED: _ClassVar[ErrorCode]
     PREFERRED_LEADER_NOT_AVAILABLE: _ClassVar[ErrorCode]
+    FENCED_INSTANCE_ID: _ClassVar[ErrorCode]
     ELECTION_NOT_NEEDED: _ClassVar[ErrorCode]
     NO_REASSIGNMENT_IN_PROGRESS: _ClassVar[ErrorCode]
     GROUP_SUBSCRIBED_TO_TOPIC: _ClassVar[ErrorCode]
@@ -136,6 +137,7 @@ STALE_BROKER_EPOCH: ErrorCode
 OFFSET_NOT_AVAILABLE: ErrorCode
 MEMBER_ID_REQUIRED: ErrorCode
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode
+FENCED_INSTANCE_ID: ErrorCode
 ELECTION_NOT_NEEDED: ErrorCode
 NO_REASSIGNMENT_IN_PROGRESS: ErrorCode
 GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode

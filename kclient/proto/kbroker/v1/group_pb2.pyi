@@ -28,7 +28,7 @@ class FindCoordinatorResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., node_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class JoinGroupRequest(_message.Message):
-    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "protocol_type", "protocols", "client_id", "client_host")
+    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "protocol_type", "protocols", "client_id", "client_host", "group_instance_id", "require_known_member_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,8 @@ class JoinGroupRequest(_message.Message):
     PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_KNOWN_MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
@@ -45,7 +47,9 @@ class JoinGroupRequest(_message.Message):
     protocols: _containers.RepeatedCompositeFieldContainer[JoinGroupProtocol]
     client_id: str
     client_host: str
-    def __init__(self, group_id: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., member_id: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[JoinGroupProtocol, _Mapping]]] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ...) -> None: ...
+    group_instance_id: str
+    require_known_member_id: bool
+    def __init__(self, group_id: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., member_id: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[JoinGroupProtocol, _Mapping]]] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., require_known_member_id: _Optional[bool] = ...) -> None: ...
 
 class JoinGroupProtocol(_message.Message):
     __slots__ = ("name", "metadata")
@@ -74,24 +78,28 @@ class JoinGroupResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., generation_id: _Optional[int] = ..., protocol_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., member_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[JoinGroupMember, _Mapping]]] = ...) -> None: ...
 
 class JoinGroupMember(_message.Message):
-    __slots__ = ("member_id", "metadata")
+    __slots__ = ("member_id", "metadata", "group_instance_id")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     metadata: bytes
-    def __init__(self, member_id: _Optional[str] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+    group_instance_id: str
+    def __init__(self, member_id: _Optional[str] = ..., metadata: _Optional[bytes] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
 
 class SyncGroupRequest(_message.Message):
-    __slots__ = ("group_id", "generation_id", "member_id", "assignments")
+    __slots__ = ("group_id", "generation_id", "member_id", "assignments", "group_instance_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation_id: int
     member_id: str
     assignments: _containers.RepeatedCompositeFieldContainer[SyncGroupAssignment]
-    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., assignments: _Optional[_Iterable[_Union[SyncGroupAssignment, _Mapping]]] = ...) -> None: ...
+    group_instance_id: str
+    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., assignments: _Optional[_Iterable[_Union[SyncGroupAssignment, _Mapping]]] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
 
 class SyncGroupAssignment(_message.Message):
     __slots__ = ("member_id", "assignment")
@@ -112,14 +120,16 @@ class SyncGroupResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., assignment: _Optional[bytes] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("group_id", "generation_id", "member_id")
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation_id: int
     member_id: str
-    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ...) -> None: ...
+    group_instance_id: str
+    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("error_code", "error_message")
@@ -130,12 +140,14 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class LeaveGroupRequest(_message.Message):
-    __slots__ = ("group_id", "member_id")
+    __slots__ = ("group_id", "member_id", "group_instance_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
+    group_instance_id: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
 
 class LeaveGroupResponse(_message.Message):
     __slots__ = ("error_code", "error_message")
@@ -146,16 +158,18 @@ class LeaveGroupResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
-    __slots__ = ("group_id", "generation_id", "member_id", "topics")
+    __slots__ = ("group_id", "generation_id", "member_id", "topics", "group_instance_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation_id: int
     member_id: str
     topics: _containers.RepeatedCompositeFieldContainer[CommitTopic]
-    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[CommitTopic, _Mapping]]] = ...) -> None: ...
+    group_instance_id: str
+    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[CommitTopic, _Mapping]]] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
 
 class CommitTopic(_message.Message):
     __slots__ = ("name", "partitions")
@@ -302,18 +316,20 @@ class DescribedGroup(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocol_name: _Optional[str] = ..., generation_id: _Optional[int] = ..., leader_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ...) -> None: ...
 
 class DescribedMember(_message.Message):
-    __slots__ = ("member_id", "client_id", "client_host", "metadata", "assignment")
+    __slots__ = ("member_id", "client_id", "client_host", "metadata", "assignment", "group_instance_id")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     client_id: str
     client_host: str
     metadata: bytes
     assignment: bytes
-    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., metadata: _Optional[bytes] = ..., assignment: _Optional[bytes] = ...) -> None: ...
+    group_instance_id: str
+    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., metadata: _Optional[bytes] = ..., assignment: _Optional[bytes] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
 
 class DeleteGroupsRequest(_message.Message):
     __slots__ = ("group_ids",)
@@ -382,16 +398,18 @@ class OffsetDeletePartitionResult(_message.Message):
     def __init__(self, index: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class ConsumerSubscription(_message.Message):
-    __slots__ = ("topics", "user_data", "owned_partitions", "generation_id")
+    __slots__ = ("topics", "user_data", "owned_partitions", "generation_id", "rack_id")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     USER_DATA_FIELD_NUMBER: _ClassVar[int]
     OWNED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_ID_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     user_data: bytes
     owned_partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
     generation_id: int
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., user_data: _Optional[bytes] = ..., owned_partitions: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., generation_id: _Optional[int] = ...) -> None: ...
+    rack_id: str
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., user_data: _Optional[bytes] = ..., owned_partitions: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., generation_id: _Optional[int] = ..., rack_id: _Optional[str] = ...) -> None: ...
 
 class ConsumerAssignment(_message.Message):
     __slots__ = ("partitions", "user_data")
