@@ -1,5 +1,6 @@
 """The request pool (queued.max.request.bytes): its limit, a connection's share, bytes
-taken as they arrive, waiting rather than failing, and the settings that configure it."""
+taken as they arrive, waiting rather than failing, reading only with room for the
+largest message, giving freed memory back, and the settings that configure it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 
 import pytest
 
-from kbroker.api.request_budget import RequestBudgets, RequestPool
+from kbroker.api.request_budget import MemoryReclaimer, RequestBudgets, RequestPool
 from kbroker.config import build_config
 from kclient.errors import InvalidConfigError
 
@@ -44,6 +45,63 @@ def test_a_waiting_request_is_admitted_when_bytes_are_released() -> None:
         pool.release(90)
         await asyncio.wait_for(waiter, 5)
         assert pool.used == 50
+
+    asyncio.run(run())
+
+
+def test_a_read_starts_only_with_room_for_the_largest_message() -> None:
+    mib = 1 << 20
+    pool = RequestPool("client", 256 * mib, 128 * mib)
+    a, b = pool.holder(), pool.holder()
+    assert pool.may_read(100 * mib, a)
+    pool.try_acquire(95 * mib, a)  # one 95 MiB request held: its connection reads no other
+    assert not pool.may_read(100 * mib, a)
+    assert pool.may_read(100 * mib, b)
+    pool.try_acquire(95 * mib, b)  # 190 MiB held: 100 MiB more would not fit the pool
+    assert not pool.may_read(100 * mib, pool.holder())
+    pool.release(95 * mib, a)
+    assert pool.may_read(100 * mib, a)
+    # Next to nothing held (a parked long poll): the next request is read whatever it is.
+    small = RequestPool("client", 4 * mib, 4 * mib)
+    c = small.holder()
+    small.try_acquire(300, c)
+    assert small.may_read(4 * mib, c)
+    small.try_acquire(2 * mib, c)
+    assert not small.may_read(4 * mib, c) and small.may_read(1 * mib, c)
+    tiny = RequestPool("client", 1000, 1000)  # a quarter of the pool counts as next to nothing
+    tiny.try_acquire(300)
+    assert not tiny.may_read(1000) and tiny.may_read(700)
+    tiny.try_acquire(700)
+    assert not tiny.may_read(1)
+
+
+def test_released_request_bytes_are_given_back_once_enough_add_up() -> None:
+    calls: list[str] = []
+
+    async def run() -> None:
+        reclaimer = MemoryReclaimer(
+            100, 0.05, collect=lambda: calls.append("collect"), trim=lambda: calls.append("trim")
+        )
+        budgets = RequestBudgets(1000, 1000, 1000, reclaimer)
+        budgets.client.try_acquire(90)
+        budgets.client.release(90)
+        await asyncio.sleep(0.01)
+        assert calls == []  # 90 bytes: not worth a collection
+        budgets.inter_broker.try_acquire(20)
+        budgets.inter_broker.release(20)  # both pools add up
+        await asyncio.sleep(0.01)  # later, not inside release: the caller still holds the request
+        assert calls == ["collect", "trim"] and reclaimer.reclaims == 1
+        for _ in range(3):  # a burst: one more reclaim, no sooner than the interval
+            budgets.client.try_acquire(200)
+            budgets.client.release(200)
+        await asyncio.sleep(0.01)
+        assert reclaimer.reclaims == 1
+        await asyncio.sleep(0.1)
+        assert reclaimer.reclaims == 2 and calls.count("trim") == 2
+        await reclaimer.received(50)  # a small request read: no trim
+        assert calls.count("trim") == 2
+        await reclaimer.received(500)  # a large one: trimmed before it is decoded
+        assert calls.count("trim") == 3
 
     asyncio.run(run())
 
