@@ -23,6 +23,7 @@ blocked callers and flushers when batches complete. ``drain`` expects the lock h
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -36,6 +37,8 @@ from kclient.records import BatchBuilder, Compression
 from kclient.structs import TopicPartition
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+log = logging.getLogger(__name__)
 
 
 class PartitionQueue:
@@ -343,7 +346,11 @@ class RecordAccumulator:
             self.cond.notify_all()
 
     def complete_locked(self, b: ProducerBatch, in_flight: bool = True) -> None:
-        """``complete`` with the lock held (the caller notifies)."""
+        """``complete`` with the lock held (the caller notifies). A batch completes once."""
+        if b.completed:  # never expected: counted once, whatever a caller does
+            log.warning("%r completed twice; the second time is ignored", b)
+            return
+        b.completed = True
         if in_flight:
             self.queues[b.tp].in_flight -= 1
             b.in_flight = False

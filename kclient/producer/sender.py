@@ -73,6 +73,16 @@ log = logging.getLogger(__name__)
 _DUPLICATE_SEQUENCE = DuplicateSequenceNumberError.errno
 _SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, InvalidProducerEpochError, UnknownProducerIdError)
 _OUTCOME_UNKNOWN = (RequestTimedOutError, NotEnoughReplicasAfterAppendError)
+_REFUSED_BEFORE_SERVED = frozenset(
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+"""Failed calls that the broker refused before serving them: nothing of them was written."""
 """Error answers after which the batch may be in the log (the leader wrote it first)."""
 
 
@@ -178,6 +188,9 @@ class Sender:
             if q is not None and q.in_flight:
                 continue
             out = seqs.restart(tp)
+            if q is not None:
+                for b in out:  # failed below, outside the lock; never drained again
+                    q.batches.remove(b)
             s = seqs.streams[tp]
             log.info(
                 "%s-%d: the partition's sequence restarts at 0 with producer id %d epoch %d%s",
@@ -273,7 +286,8 @@ class Sender:
         # The answer is awaited until the request timeout, or until the oldest batch's
         # delivery_timeout_ms passes (Kafka expires batches in flight too).
         oldest = min(b.created for b in batches)
-        timeout = min(self.request_timeout_s + 5, max(oldest + self.delivery_timeout_s - start, 0.05))
+        full = self.request_timeout_s + 5
+        timeout = min(full, max(oldest + self.delivery_timeout_s - start, 0.05))
         key = id(batches)
         with self._requests_lock:
             self._requests_created[key] = oldest
@@ -286,7 +300,8 @@ class Sender:
             for b in batches:
                 self._failed(b, exc)
             return
-        call.add_done_callback(lambda c: self._on_response(c, batches, addr, start))
+        expiring = timeout < full
+        call.add_done_callback(lambda c: self._on_response(c, batches, addr, start, expiring))
 
     def _request_done(self, addr: str, completed: Sequence[ProducerBatch] = ()) -> None:
         """The request to ``addr`` is answered; ``completed`` (their results set) are released.
@@ -305,7 +320,11 @@ class Sender:
                 acc.complete_locked(b)
             acc.cond.notify_all()
 
-    def _on_response(self, call: Any, batches: list[ProducerBatch], addr: str, start: float) -> None:
+    def _on_response(
+        self, call: Any, batches: list[ProducerBatch], addr: str, start: float, expiring: bool = False
+    ) -> None:
+        """``expiring``: the call's deadline was cut to the batches' delivery time, so its
+        DEADLINE_EXCEEDED says nothing about the connection."""
         self.metrics.response((time.monotonic() - start) * 1000.0)
         with self._requests_lock:
             self._requests_created.pop(id(batches), None)
@@ -313,11 +332,15 @@ class Sender:
             resp = call.result()
         except grpc.RpcError as exc:
             self._request_done(addr)
-            err = self.transport.failed(addr, exc)
-            self._needs_metadata.set()
+            code = exc.code() if hasattr(exc, "code") else None
+            if expiring and code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                err: KafkaError = KafkaTimeoutError(f"no answer from {addr} within the batches' delivery time")
+            else:
+                err = self.transport.failed(addr, exc)
+                self._needs_metadata.set()
             for b in batches:
-                if b.maybe_written is None:  # the call may have been served; its answer is lost
-                    b.maybe_written = b.sent_stamp
+                if b.maybe_written is None and code not in _REFUSED_BEFORE_SERVED:
+                    b.maybe_written = b.sent_stamp  # the call may have been served; its answer is lost
                 self._failed(b, err)
             return
         except Exception as exc:  # pragma: no cover - cancelled at close

@@ -157,7 +157,6 @@ class Sequences:
 
     def resolved(self, b: ProducerBatch) -> None:
         """``b`` completed (acknowledged or failed): the window slides past the resolved head."""
-        b.completed = True
         s = self.streams.get(b.tp)
         if s is not None:
             w = s.window

@@ -70,6 +70,7 @@ def test_close_with_a_timeout_leaves_no_sender_thread_behind(cluster: LocalClust
     cluster.brokers[0].resume() if stopped else None
 
 
+@pytest.mark.slow  # a 130 MiB record
 def test_a_record_over_the_brokers_limit_fails_with_message_size_too_large(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(1, **{"socket.request.max.bytes": str(8 << 20), "message.max.bytes": str(64 << 20)})
     with AdminClient(bootstrap_servers=cluster.bootstrap) as admin:

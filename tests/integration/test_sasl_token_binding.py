@@ -8,8 +8,6 @@ included."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from kclient.proto.kbroker.v1 import broker_pb2_grpc, metadata_pb2
 from kclient.security import SecurityConfig
 from kclient.transport import Transport
 from tests.conftest import FAST_BROKER
+from tests.integration.fault_proxy import FaultProxy
 from tests.integration.test_issue12_broker_listeners import add_user, scram_login, session
 from tests.support import wait_until
 
@@ -133,64 +132,10 @@ def test_a_token_replayed_on_another_connection_is_refused(env: Env, protocol: s
     )
 
 
-class CuttableProxy:
-    """A TCP forwarder to ``target`` whose connections :meth:`cut` closes: the client
-    reconnects through it, and the broker sees a new client port."""
-
-    def __init__(self, target: str) -> None:
-        host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self.accepted = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            with self._lock:
-                self._sockets += [client, upstream]
-                self.accepted += 1
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        with self._lock:
-            doomed, self._sockets = self._sockets, []
-        for s in doomed:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self) -> None:
-        self._server.close()
-        self.cut()
-
-
 @pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
 def test_kclient_logs_in_again_after_a_reconnect_and_before_its_session_expires(env: Env, protocol: str) -> None:
-    proxy = CuttableProxy(env.address("SCRAM" if protocol == "SASL_PLAINTEXT" else "SECURE"))
+    proxy = FaultProxy()
+    proxy.forward_to(env.address("SCRAM" if protocol == "SASL_PLAINTEXT" else "SECURE"))
     transport = Transport(proxy.address, 10000, SecurityConfig(**env.client_configs(protocol)))
     try:
         request = metadata_pb2.MetadataRequest()
@@ -198,7 +143,7 @@ def test_kclient_logs_in_again_after_a_reconnect_and_before_its_session_expires(
         sessions = transport.session(proxy.address)
         assert sessions is not None and sessions.logins == 1
 
-        proxy.cut()  # the broker now sees this client on another port: its token is refused there
+        proxy.reset_all()  # the broker now sees this client on another port: its token is refused there
         wait_until(lambda: transport.call(proxy.address, "Metadata", request).brokers, 30, "a call after the cut")
         assert proxy.accepted >= 2
         assert sessions.logins >= 2
