@@ -105,6 +105,14 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BrokerResponseError) ->
     raise AssertionError("context.abort returned")  # pragma: no cover
 
 
+TRANSACTIONS_REFUSED = 53
+"""TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the answer to every transactional request until
+transactions exist. Kafka's clients treat it as fatal at once (librdkafka's
+``init_transactions`` fails with the message; COORDINATOR_NOT_AVAILABLE would be retried
+until the call times out)."""
+NO_TRANSACTIONS = "transactions are not supported by this broker (only idempotent producers): unset transactional.id"
+
+
 def _no_duplicates(pairs: list[tuple[str, int]]) -> BrokerResponseError | None:
     repeated = [tp for tp, n in Counter(pairs).items() if n > 1]
     if repeated:
@@ -731,7 +739,15 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     @blocking
     def InitProducerId(self, request: cluster_pb2.InitProducerIdRequest) -> cluster_pb2.InitProducerIdResponse:
         """An idempotent producer's id: IDEMPOTENT_WRITE on the Cluster or WRITE on any topic
-        (Kafka's KIP-679 rule), else CLUSTER_AUTHORIZATION_FAILED."""
+        (Kafka's KIP-679 rule), else CLUSTER_AUTHORIZATION_FAILED. A transactional id is
+        refused at once (no transactions yet): see :data:`TRANSACTIONS_REFUSED`."""
+        if request.transactional_id:
+            return cluster_pb2.InitProducerIdResponse(
+                error_code=TRANSACTIONS_REFUSED,  # type: ignore[arg-type]
+                error_message=NO_TRANSACTIONS,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         try:
             if not self._access.cluster(Op.IDEMPOTENT_WRITE) and not self._access.any_of_type(
                 Op.WRITE, AclResourceType.TOPIC

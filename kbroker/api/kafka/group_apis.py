@@ -39,7 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from kbroker.api.broker_service import BrokerService
+from kbroker.api.broker_service import NO_TRANSACTIONS, TRANSACTIONS_REFUSED, BrokerService
 from kbroker.api.kafka.codec import build, millis, response_class
 from kbroker.api.kafka.consumer_protocol import (
     CONSUMER,
@@ -59,7 +59,9 @@ LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DEL
 INVALID_REQUEST = InvalidRequestError.errno
 INCONSISTENT_GROUP_PROTOCOL = InconsistentGroupProtocolError.errno
 GROUP_KEY = 0
-"""FindCoordinator key type of a consumer group (1, transactions, is not served)."""
+"""FindCoordinator key type of a consumer group."""
+TRANSACTION_KEY = 1
+"""FindCoordinator key type of a transactional id: not served, TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
 UNKNOWN_STATE = "Unknown"
 """ListGroups' state of a group another broker coordinates."""
 DESCRIBE_VERSION = 1
@@ -134,7 +136,14 @@ class GroupApis:
         keys = list(p.coordinator_keys) if req.version >= 4 else [p.key]
         found = []
         for key in keys:
-            if int(getattr(p, "key_type", GROUP_KEY)) != GROUP_KEY:
+            key_type = int(getattr(p, "key_type", GROUP_KEY))
+            if key_type == TRANSACTION_KEY:  # no transactions yet: fatal at once for clients
+                found.append(
+                    {"key": key, "node_id": -1, "port": -1, "error_code": TRANSACTIONS_REFUSED,
+                     "error_message": NO_TRANSACTIONS}
+                )  # fmt: skip
+                continue
+            if key_type != GROUP_KEY:
                 found.append(
                     {
                         "key": key,
