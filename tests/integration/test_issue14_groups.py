@@ -341,8 +341,10 @@ def test_the_group_apis_on_the_wire(door: LocalCluster) -> None:
             "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": subscription}],
         }
-        j = c.call(11, 4, join)  # v4+: admitted at once with a new member id (no MEMBER_ID_REQUIRED round)
-        assert int(j.error_code) == 0 and j.member_id and j.leader == j.member_id
+        first = c.call(11, 4, join)  # v4+: MEMBER_ID_REQUIRED (KIP-394), with the member id to join with
+        assert int(first.error_code) == 79 and first.member_id
+        j = c.call(11, 4, {**join, "member_id": first.member_id})
+        assert int(j.error_code) == 0 and j.member_id == first.member_id and j.leader == j.member_id
         assert [bytes(m.metadata) for m in j.members] == [subscription]  # v0 in, v0 back, user data kept
         mid, gen = j.member_id, int(j.generation_id)
         mine = KpAssignment(version=0, assigned_partitions=[KpAssignment.TopicPartition(topic="w", partitions=[0, 1])])
