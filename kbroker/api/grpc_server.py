@@ -22,14 +22,21 @@ they arrive, so memory is bounded around the message instead:
   with RESOURCE_EXHAUSTED by gRPC itself before it is decoded;
 - each handler reads its own request (a stream handler reading one message, which is
   the same on the wire): a connection's requests are read one at a time, and only while
-  the budget (and the connection's share of it) has room; otherwise the call waits,
-  unread (Kafka's muted channel) -- it does not fail. A message must arrive within
+  the budget (and the connection's share of it) would still hold a message of the
+  largest size (:meth:`RequestPool.may_read`); otherwise the call waits, unread (Kafka's
+  muted channel) -- it does not fail. The message is taken from the budget as soon as
+  it is received, before the connection's next read starts. A message must arrive within
   ``request.read.timeout.ms`` once its read starts (else DEADLINE_EXCEEDED);
 - once read, the message is held at its decoded size with unknown fields dropped (a
   parked long poll padded with an unknown field holds only what it means), until the
   call ends.
 
-So the broker holds at most the budget, plus one message per connection being read.
+So the broker holds at most ``max(budget, largest message + 1 MiB)``, plus one message
+per connection being read. gRPC holds a message three times while it receives it (its
+receive buffers, the bytearray it joins them into, the bytes it hands over); those
+buffers go back to the OS (``malloc_trim``) before a large message is decoded, and
+released request bytes are reclaimed (:class:`MemoryReclaimer`), so ten concurrent
+95 MiB requests cost idle + ~3 x 95 MiB at their peak, and nothing afterwards.
 Calls on the inter-broker listener that carry ``kbroker-inter-broker`` metadata (what a
 broker's own channels send), and every call on a dedicated inter-broker listener, use
 the inter-broker budget: replication never waits behind clients. Connections with no
