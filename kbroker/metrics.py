@@ -45,8 +45,11 @@ Every metric (name, type: meaning):
   state, 1 for the current one of CONNECTED, SUSPENDED, LOST (Kafka's SessionState is a
   string gauge the JMX exporter cannot export).
 - ``kafka_consumergroup_lag{consumergroup,topic,partition}`` gauge (kafka-exporter's
-  name): high watermark minus committed offset, for the groups this broker coordinates,
-  on the partitions it leads, from offsets committed through it since it started.
+  name): high watermark minus committed offset, for every committed partition of every
+  group this broker coordinates. The high watermark is this broker's own for the
+  partitions it leads and is asked of the leader (ListOffsets) for the others, as
+  kafka-exporter does; a partition whose leader does not answer is left out of that
+  scrape.
 
 Thread safety: prometheus_client's counters and histograms are thread safe; the
 collector only reads.
@@ -58,7 +61,7 @@ import logging
 import re
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -208,6 +211,9 @@ class BrokerState:
     purgatory_sizes: Callable[[], Mapping[str, int]]
     committed_offsets: Callable[[], Mapping[str, Mapping[TopicPartition, int]]]
     """Group -> partition -> committed offset, for the groups coordinated here."""
+    end_offsets: Callable[[Collection[TopicPartition]], Mapping[TopicPartition, int]] | None = None
+    """High watermarks of partitions led elsewhere, asked of their leaders. None: those of
+    ``committed_offsets``' owner when it has ``end_offsets`` (the group coordinator)."""
 
 
 class BrokerStateCollector(Collector):  # type: ignore[misc]
@@ -270,7 +276,15 @@ class BrokerStateCollector(Collector):  # type: ignore[misc]
                 under_min_isr += 1
             high_watermarks[(p.topic, p.index)] = p.high_watermark
         self._seen = seen
-        for group, offsets in s.committed_offsets().items():
+        committed = s.committed_offsets()
+        missing = {tp for offsets in committed.values() for tp in offsets if tp not in high_watermarks}
+        remote = s.end_offsets or getattr(getattr(s.committed_offsets, "__self__", None), "end_offsets", None)
+        if missing and remote is not None:
+            try:
+                high_watermarks.update(remote(missing))
+            except Exception:
+                log.exception("lag: cannot read the high watermarks of partitions led elsewhere")
+        for group, offsets in committed.items():
             for tp, offset in offsets.items():
                 hw = high_watermarks.get(tp)
                 if hw is not None and offset >= 0:

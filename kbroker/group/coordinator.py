@@ -29,6 +29,7 @@ from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.group import Group, GroupState, JoinResult, Member
+from kbroker.group.lag import LeaderEndOffsets
 from kbroker.purgatory import Purgatory
 from kclient.errors import (
     BrokerResponseError,
@@ -71,6 +72,7 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 3000,
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1800000,
+        inter_broker_channel: Callable[[str], Any] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self._store = store
@@ -81,7 +83,9 @@ class GroupCoordinator:
         self._lock = threading.Lock()
         self._groups: dict[str, Group] = {}
         self._committed: dict[str, dict[TopicPartition, int]] = {}
-        """Offsets committed through this coordinator (for kafka_consumergroup_lag)."""
+        """Committed offsets of the groups coordinated here (for kafka_consumergroup_lag):
+        read from ZooKeeper once per group, then kept current by the commits through here."""
+        self._end_offsets = LeaderEndOffsets(metadata, inter_broker_channel)
         self.waiters = Purgatory()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._reap, name="group-reaper", daemon=True)
@@ -101,6 +105,7 @@ class GroupCoordinator:
         for g in groups:
             g.kill()
         self.waiters.close()
+        self._end_offsets.close()
 
     # --- which groups are ours -----------------------------------------------------
 
@@ -294,14 +299,41 @@ class GroupCoordinator:
             self._committed.setdefault(group_id, {}).update((tp, c.offset) for tp, c in offsets.items())
 
     def committed_offsets(self) -> dict[str, dict[TopicPartition, int]]:
-        """Group -> partition -> offset, as committed through this coordinator since it
-        started, for the groups it still coordinates (a copy)."""
-        with self._lock:
-            committed = {g: dict(o) for g, o in self._committed.items()}
-        if not committed:
-            return committed
+        """Group -> partition -> committed offset, for every group this broker
+        coordinates (every group in ZooKeeper that hashes here, whether or not a member
+        committed through this broker since it started; a copy)."""
         brokers = sorted(self._metadata.snapshot().brokers)
-        return {g: o for g, o in committed.items() if coordinator_for(g, brokers) == self.broker_id}
+        try:
+            ours = [g for g in self._store.groups() if coordinator_for(g, brokers) == self.broker_id]
+        except Exception:
+            log.exception("lag: cannot list the groups in ZooKeeper")
+            ours = []
+        with self._lock:
+            known = set(self._committed)
+        for gid in ours:
+            if gid in known:
+                continue
+            try:
+                loaded = {tp: c.offset for tp, c in self._store.fetch(gid).items()}
+            except Exception:
+                log.exception("lag: cannot read the offsets of group %s", gid)
+                continue
+            with self._lock:
+                mine = self._committed.setdefault(gid, {})
+                for tp, offset in loaded.items():
+                    mine.setdefault(tp, offset)  # a commit through here meanwhile is newer
+        with self._lock:
+            committed = {
+                g: dict(o) for g, o in self._committed.items() if coordinator_for(g, brokers) == self.broker_id
+            }
+            for gone in [g for g in self._committed if coordinator_for(g, brokers) != self.broker_id]:
+                del self._committed[gone]  # moved away: reloaded if it comes back
+        return committed
+
+    def end_offsets(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition, asked of its leader (the partitions whose
+        leader answered), for the lag of partitions this broker does not lead."""
+        return self._end_offsets(partitions)
 
     def describe(self, group_id: str) -> tuple[Group, GroupState, list[Member]]:
         g = self._group(group_id)
