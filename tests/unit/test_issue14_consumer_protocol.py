@@ -116,7 +116,7 @@ def test_an_empty_assignment_is_a_valid_empty_one_for_kafka_clients() -> None:
     assert k.version == 1 and list(k.assigned_partitions) == [] and k.user_data is None
 
 
-def test_a_newer_version_is_read_as_v3_and_rack_id_is_dropped() -> None:
+def test_a_newer_version_is_read_as_v3_and_rack_id_is_kept() -> None:
     v3 = bytes(
         KpSubscription(
             version=3, topics=["t"], user_data=None, owned_partitions=[], generation_id=7, rack_id="r1"
@@ -125,7 +125,10 @@ def test_a_newer_version_is_read_as_v3_and_rack_id_is_dropped() -> None:
     proto, version = subscription_to_proto(b"\x00\x05" + v3[2:] + b"future fields")
     assert version == 5
     assert decode_subscription(proto) == Subscription(["t"], [], 7, b"")
-    assert KpSubscription.decode(subscription_to_kafka(proto, 3)).rack_id is None
+    assert KpSubscription.decode(subscription_to_kafka(proto, 3)).rack_id == "r1"  # for rack-aware assignors
+    assert (
+        KpSubscription.decode(subscription_to_kafka(subscription_to_proto(v3[:-4] + b"\xff\xff")[0], 3)).rack_id is None
+    )
     assert KpSubscription.decode(subscription_to_kafka(proto, 9)).version == 3  # clamped to what is known
 
 

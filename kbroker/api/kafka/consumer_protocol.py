@@ -10,9 +10,9 @@ the way in and converts back, to a version the receiving client reads, on the wa
 So members of both doors share one group, one assignor run and one ownership table.
 
 What survives a round trip Kafka -> protobuf -> Kafka at the same version: topics (in
-order), user_data, owned_partitions (v1+) and generation_id (v2+). Not kept: rack_id
-(v3; the protobuf has no field, so v3 is written with a null rack) and the difference
-between a null and an empty user_data (both are empty in protobuf; written back as
+order), user_data, owned_partitions (v1+), generation_id (v2+) and rack_id (v3, null or
+not: the leader's rack-aware assignor sees each member's rack, KIP-881). Not kept: the
+difference between a null and an empty user_data (both are empty in protobuf; written back as
 null, which Kafka's assignors read as "no user data"). A version above 3 is read as v3
 (its extra fields ignored), as Kafka's ConsumerProtocol reads a newer version.
 
@@ -95,6 +95,9 @@ def subscription_to_proto(data: bytes) -> tuple[bytes, int]:
         ],
         generation_id=int(getattr(s, "generation_id", -1)),
     )
+    rack = getattr(s, "rack_id", None)
+    if rack is not None:
+        msg.rack_id = rack
     return msg.SerializeToString(), version
 
 
@@ -111,6 +114,8 @@ def subscription_to_kafka(data: bytes, version: int) -> bytes:
         )
     if version >= 2:
         values["generation_id"] = msg.generation_id
+    if version >= 3:
+        values["rack_id"] = msg.rack_id if msg.HasField("rack_id") else None
     return _write(m.ConsumerProtocolSubscription(**values), version)
 
 
