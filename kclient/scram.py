@@ -292,6 +292,7 @@ class ScramServer:
         self._server_first = ""
         self._gs2_header = ""
         self._nonce = ""
+        self._client_nonce = ""
 
     @property
     def complete(self) -> bool:
@@ -342,6 +343,7 @@ class ScramServer:
         self._username, self._credential = username, credential
         self._gs2_header = text[: m.start("bare")]
         self._client_first_bare = m["bare"]
+        self._client_nonce = m["nonce"]
         self._nonce = m["nonce"] + self._server_nonce
         self._server_first = f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
         return self._server_first.encode("ascii")
@@ -350,7 +352,13 @@ class ScramServer:
         m = _CLIENT_FINAL.fullmatch(text)
         if m is None:
             raise ScramFormatError("invalid SCRAM client-final message")
-        if not hmac.compare_digest(m["nonce"].encode("utf-8"), self._nonce.encode("utf-8")):
+        # RFC 5802: the combined nonce, echoed. Older librdkafka (Debian's 2.0.2, not 2.16)
+        # sends its own nonce again in front of it, which Kafka 2.x-3.x accepted (its check
+        # was ``endsWith``); that one form is accepted too (the proof covers what was sent).
+        sent = m["nonce"].encode("utf-8")
+        combined = self._nonce.encode("utf-8")
+        doubled = (self._client_nonce + self._nonce).encode("utf-8")
+        if not (hmac.compare_digest(sent, combined) or hmac.compare_digest(sent, doubled)):
             raise ScramAuthenticationError("Invalid client nonce in the final client message.")
         if _unb64(m["binding"], "channel binding") != self._gs2_header.encode("utf-8"):
             raise ScramAuthenticationError("Invalid channel binding in the final client message.")

@@ -1,6 +1,6 @@
 """SASL authentication, ACLs and SCRAM users on the Kafka door.
 
-SASL (SaslHandshake 1, SaslAuthenticate 0-2): the connection is the exchange, as in
+SASL (SaslHandshake 0-1, SaslAuthenticate 0-2): the connection is the exchange, as in
 Kafka. SaslHandshake picks the mechanism (kept in ``Connection.sasl``); each
 SaslAuthenticate passes one client message to the listener's
 :class:`~kbroker.security.sasl.SaslAuthenticator` (the same one the gRPC side uses:
@@ -14,8 +14,15 @@ Session lifetime (KIP-368): SaslAuthenticate v1+ answers ``session_lifetime_ms``
 (``connections.max.reauth.ms``); the client re-authenticates on the open connection
 before it ends (SaslHandshake + SaslAuthenticate again, as the same principal: another
 one is refused with SASL_AUTHENTICATION_FAILED); a request after the end closes the
-connection, as Kafka does. SaslHandshake v0 (raw SASL tokens after the handshake,
-without SaslAuthenticate framing) is not served: every client since Kafka 1.0 sends v1.
+connection, as Kafka does.
+
+SaslHandshake v0 is advertised and its handshake answered, because librdkafka (Debian's
+2.0.2 among others) enables SASL only when the broker's SaslHandshake range covers v0
+("SASL Handshake not supported by broker" otherwise); with v1 in the range it then sends
+v1 and SaslAuthenticate. The v0 exchange itself (raw size-prefixed SASL tokens after the
+handshake, no SaslAuthenticate framing; Kafka clients before 1.0) is not served: a v0
+handshake marks the connection (``Connection.sasl["raw_tokens"]``) and the next frame,
+which is no Kafka request, ends it.
 
 ACLs (CreateAcls, DescribeAcls, DeleteAcls 1-3) and SCRAM users
 (DescribeUserScramCredentials, AlterUserScramCredentials 0) call the servicer's
@@ -36,7 +43,7 @@ from typing import Any
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.call_context import current
 from kbroker.api.kafka.codec import build, response_class
-from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
+from kbroker.api.kafka.server import Api, CloseConnection, Connection, KafkaRequest
 from kbroker.security.sasl import SaslAuthenticator, SaslResult
 from kclient.errors import (
     BrokerResponseError,
@@ -97,6 +104,14 @@ def _binding(b: security_pb2.AclBinding) -> dict[str, Any]:
     }
 
 
+class _Refused(Exception):
+    """A SASL step refused: ``error`` to answer, ``close`` the connection after it."""
+
+    def __init__(self, error: BrokerResponseError, *, close: bool = True) -> None:
+        super().__init__(str(error))
+        self.error, self.close = error, close
+
+
 class SecurityApis:
     """The SASL, ACL and SCRAM-user APIs over one :class:`BrokerService`; ``sasl`` gives
     each Kafka listener's authenticator."""
@@ -107,7 +122,7 @@ class SecurityApis:
 
     def apis(self) -> list[Api]:
         return [
-            Api(SASL_HANDSHAKE, "SaslHandshake", 1, 1, self.sasl_handshake),
+            Api(SASL_HANDSHAKE, "SaslHandshake", 0, 1, self.sasl_handshake),
             Api(SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, self.sasl_authenticate),
             Api(DESCRIBE_ACLS, "DescribeAcls", 1, 3, self.describe_acls),
             Api(CREATE_ACLS, "CreateAcls", 1, 3, self.create_acls),
@@ -136,44 +151,67 @@ class SecurityApis:
         except BrokerResponseError as exc:
             return build(cls, {"error_code": exc.errno, "mechanisms": sasl.mechanisms(call.security_protocol)})
         conn.sasl["mechanism"] = mechanism
+        if req.version == 0:
+            conn.sasl["raw_tokens"] = True  # see the module docstring: not served yet
         return build(cls, {"error_code": 0, "mechanisms": allowed})
 
     async def sasl_authenticate(self, req: KafkaRequest) -> Any:
-        conn = req.connection
+        cls = response_class(SASL_AUTHENTICATE, req.version)
+        try:
+            auth_bytes, lifetime_ms = await self._exchange(req.connection, bytes(req.payload.auth_bytes))
+        except _Refused as refused:
+            if refused.close:
+                raise CloseConnection(build(cls, _error(refused.error))) from refused.error
+            return build(cls, _error(refused.error))
+        if lifetime_ms is None:
+            return build(cls, {"error_code": 0, "auth_bytes": auth_bytes})
+        return build(cls, {"error_code": 0, "auth_bytes": auth_bytes, "session_lifetime": lifetime_ms})
+
+    async def raw_sasl_token(self, conn: Connection, token: bytes) -> bytes:
+        """One client token of a SaslHandshake v0 exchange (a raw size-prefixed frame, no
+        request header): the server's token to send back as a raw size-prefixed frame.
+        A failed exchange raises CloseConnection without an answer, as Kafka closes it.
+        For the frame loop (``kafka/server.py``), which does not call it yet: see the
+        module docstring."""
+        try:
+            auth_bytes, _ = await self._exchange(conn, token)
+        except _Refused as refused:
+            raise CloseConnection() from refused.error
+        return auth_bytes
+
+    async def _exchange(self, conn: Connection, auth_bytes: bytes) -> tuple[bytes, int | None]:
+        """One step of the connection's SASL exchange: (the server's bytes, the session
+        lifetime in ms once authenticated, else None). Raises _Refused."""
         call = current()
         sasl = self._sasl(call.listener)
-        cls = response_class(SASL_AUTHENTICATE, req.version)
         mechanism = conn.sasl.get("mechanism")
         if sasl is None or mechanism is None:
-            return build(cls, _error(IllegalSaslStateError("SaslAuthenticate before a successful SaslHandshake")))
+            raise _Refused(IllegalSaslStateError("SaslAuthenticate before a successful SaslHandshake"), close=False)
         exchange_id = str(conn.sasl.get("exchange_id", ""))
-        auth_bytes = bytes(req.payload.auth_bytes)
         try:
             result: SaslResult = await self._service._offload(
                 sasl.authenticate, mechanism, exchange_id, auth_bytes, call.security_protocol
             )
         except BrokerResponseError as exc:
             conn.sasl.clear()
-            raise CloseConnection(build(cls, _error(exc))) from exc  # Kafka closes after a failed exchange
+            raise _Refused(exc) from exc  # Kafka closes after a failed exchange
         if result.session_token is None:
             conn.sasl["exchange_id"] = result.exchange_id
-            return build(cls, {"error_code": 0, "auth_bytes": result.auth_bytes})
+            return result.auth_bytes, None
         session = sasl.sessions.session(result.session_token)
         sasl.sessions.revoke(result.session_token)  # the connection is the session
         conn.sasl.clear()
         if session is None:  # revoked in between (its credential changed)
-            failed = SaslAuthenticationFailedError("the credential changed: authenticate again")
-            raise CloseConnection(build(cls, _error(failed)))
+            raise _Refused(SaslAuthenticationFailedError("the credential changed: authenticate again"))
         if conn.authenticated and conn.principal != session.principal:  # KIP-368: then Kafka closes
-            failed = SaslAuthenticationFailedError(
-                f"re-authentication as {session.principal} on a connection of {conn.principal} is not allowed"
+            raise _Refused(
+                SaslAuthenticationFailedError(
+                    f"re-authentication as {session.principal} on a connection of {conn.principal} is not allowed"
+                )
             )
-            raise CloseConnection(build(cls, _error(failed)))
         conn.principal, conn.authenticated = session.principal, True
         conn.session_expiry = time.monotonic() + result.session_lifetime_ms / 1000.0
-        return build(
-            cls, {"error_code": 0, "auth_bytes": result.auth_bytes, "session_lifetime": result.session_lifetime_ms}
-        )
+        return result.auth_bytes, result.session_lifetime_ms
 
     # --- ACLs -------------------------------------------------------------------------
 
