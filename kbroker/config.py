@@ -53,6 +53,7 @@ LOG_DEFAULT_KEYS: dict[str, str] = {
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
     "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
     "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "compression.type": "compression.type",
 }
 
 HOURS_MS = 3_600_000
