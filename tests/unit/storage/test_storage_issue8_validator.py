@@ -114,7 +114,8 @@ def test_two_to_the_31_offsets_in_one_request_are_refused(log: Log) -> None:
     started = time.monotonic()
     with pytest.raises(InvalidRecordError):  # refused up front, not by walking 2^31 records
         validate(batch(records(20_000), 2**31 - 1), None)
-    assert time.monotonic() - started < 0.5
+    # Walking 2^31 records would take minutes; a loaded CI machine may take a second.
+    assert time.monotonic() - started < 10
 
 
 def test_fewer_records_than_declared_in_a_plausible_body_is_refused(log: Log) -> None:
