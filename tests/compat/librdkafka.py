@@ -50,7 +50,15 @@ SHIM = HERE / "kafka"
 VERSION = "2.0.2"
 BROKER_VERSION = "2.8.0"
 """``TEST_KAFKA_VERSION``: the Kafka release whose APIs the door serves."""
-BUILD_DEPS = ("build-essential", "zlib1g-dev", "libssl-dev", "libsasl2-dev", "libzstd-dev", "liblz4-dev")
+BUILD_DEPS = (
+    "build-essential",
+    "zlib1g-dev",
+    "libssl-dev",
+    "libsasl2-dev",
+    "libzstd-dev",
+    "liblz4-dev",
+    "rapidjson-dev",  # else the runner skips the tests that parse JSON (0053, 0101, 0110)
+)
 RUNNER_FLAGS = ("-E", "-L")
 """-E: no sockem tests (socket fault injection); -L: no local tests (no broker needed)."""
 DEB_SRC = """\
@@ -84,7 +92,13 @@ def _stamp() -> Path:
 
 
 def runner_built() -> bool:
-    return runner_path().is_file() and _stamp().is_file()
+    """Built, and with the build dependencies of this version of the harness."""
+    if not (runner_path().is_file() and _stamp().is_file()):
+        return False
+    try:
+        return bool(json.loads(_stamp().read_text()).get("deps") == list(BUILD_DEPS))
+    except ValueError:
+        return False
 
 
 # ----------------------------------------------------------------------------- source
@@ -164,10 +178,18 @@ def build(jobs: int = 2) -> Path:
     if runner_built():
         return runner_path()
     src = fetch_source()
+    missing = _missing_packages(BUILD_DEPS)
+    if missing:
+        say(f"installing build dependencies: {' '.join(missing)}")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+        subprocess.run(_root_cmd(install), check=True, env=env, stdout=subprocess.DEVNULL)
     logs = cache_dir()
     t0 = time.monotonic()
-    steps = [
-        ("configure", ["./configure"], src),
+    steps = [("configure", ["./configure"], src)]
+    if _stamp().exists():  # built before with other dependencies: the tests see config.h anew
+        steps.append(("make clean (tests)", ["make", "-C", "tests", "clean"], src))
+    steps += [
         ("make libs", ["make", f"-j{jobs}", "libs"], src),
         ("make tests", ["make", f"-j{jobs}", "build"], src / "tests"),
     ]
@@ -178,7 +200,9 @@ def build(jobs: int = 2) -> Path:
         if r.returncode != 0:
             raise SystemExit(f"librdkafka-suite: {name} failed (exit {r.returncode}); see {logs / 'build.log'}")
     took = time.monotonic() - t0
-    _stamp().write_text(json.dumps({"version": VERSION, "build_seconds": round(took, 1), "jobs": jobs}) + "\n")
+    _stamp().write_text(
+        json.dumps({"version": VERSION, "build_seconds": round(took, 1), "jobs": jobs, "deps": list(BUILD_DEPS)}) + "\n"
+    )
     say(f"built {runner_path()} in {took:.0f} s")
     return runner_path()
 
@@ -203,10 +227,18 @@ BROKER_SETTINGS = {
     "auto.create.topics.enable": "true",
     "num.partitions": "4",
 }
+PLAINTEXT_AUTHORIZER = {
+    # Tests 0109, 0115 and 0119 deny User:* a topic with kafka-acls.sh and expect the
+    # authorization errors; every other resource has no ACL and stays open to everyone.
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
+SCENARIOS = ("default", "noautocreate")
+"""The runner's -s: ``noautocreate`` runs the 4 tests that need auto-creation off."""
 
 
 @contextmanager
-def cluster(root: Path, brokers: int = 1, secure: bool = False) -> Iterator[Cluster]:
+def cluster(root: Path, brokers: int = 1, secure: bool = False, scenario: str = "default") -> Iterator[Cluster]:
     """ZooKeeper and ``brokers`` kbroker processes with the Kafka door, under ``root``."""
     from kbroker.local.cluster import LocalCluster
     from kbroker.local.zookeeper import ZooKeeperEnsemble
@@ -217,6 +249,10 @@ def cluster(root: Path, brokers: int = 1, secure: bool = False) -> Iterator[Clus
     try:
         zk_connect = f"{zk.connect_string}/kbroker"
         overrides = dict(BROKER_SETTINGS)
+        if scenario == "noautocreate":
+            overrides["auto.create.topics.enable"] = "false"
+        if not secure:
+            overrides.update(PLAINTEXT_AUTHORIZER)
         conf: dict[str, str] = {}
         env: dict[str, str] = {}
         listener = "PLAINTEXT"
@@ -279,9 +315,11 @@ class RunResult:
     brokers: int
     quick: bool
     secure: bool
+    scenario: str = "default"
 
 
 _SUMMARY = re.compile(r"^\|\S*\s+(\d{4}\w*)\s+\|\s+(\w+)\s+\|\s+([\d.]+)s\s*\S*\|\s*(.*)$")
+_SKIPPING = re.compile(r"^\[(\d{4}\w*)\s*/\s*[\d.]+s\] WARN: SKIPPING TEST: (.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -303,6 +341,10 @@ def parse_report(report_text: str, log_text: str = "") -> dict[str, Outcome]:
         m = _SUMMARY.match(line.strip())
         if m and m.group(1) in outcomes:
             outcomes[m.group(1)].reason = m.group(4).strip()
+            continue
+        m = _SKIPPING.match(line.strip())
+        if m and m.group(1) in outcomes and not outcomes[m.group(1)].reason:
+            outcomes[m.group(1)].reason = m.group(2).strip()
     return outcomes
 
 
@@ -331,6 +373,7 @@ def run_suite(
     timeout_s: float = 3600.0,
     skip: list[str] | None = None,
     echo: bool = True,
+    scenario: str = "default",
 ) -> RunResult:
     """Start a cluster under ``workdir``, run the suite against it, parse the reports.
 
@@ -345,7 +388,7 @@ def run_suite(
     outcomes: dict[str, Outcome] = {}
     t0 = time.monotonic()
     rc = 0
-    with cluster(workdir / "cluster", brokers=brokers, secure=secure) as c:
+    with cluster(workdir / "cluster", brokers=brokers, secure=secure, scenario=scenario) as c:
         write_test_conf(conf_path, c)
         env = {
             **os.environ,
@@ -365,7 +408,7 @@ def run_suite(
         env.pop("CI", None)  # the runner reads CI as "3 tests at a time"; -p decides here
         if skip:
             env["TESTS_SKIP"] = ",".join(skip)
-        cmd = [str(runner), *RUNNER_FLAGS, *(["-Q"] if quick else [])]
+        cmd = [str(runner), *RUNNER_FLAGS, *(["-Q"] if quick else []), "-s", scenario]
         if parallel:
             cmd.append(f"-p{parallel}")
         say(
@@ -408,7 +451,7 @@ def run_suite(
         for broker_log in c.logs:
             if broker_log.exists():
                 shutil.copy(broker_log, workdir / broker_log.name)
-    return RunResult(outcomes, time.monotonic() - t0, rc, log_path, workdir, brokers, quick, secure)
+    return RunResult(outcomes, time.monotonic() - t0, rc, log_path, workdir, brokers, quick, secure, scenario)
 
 
 def _run_runner(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, timeout_s: float, echo: bool) -> int:
@@ -449,10 +492,11 @@ def load_expected(path: Path = EXPECTED) -> dict[str, Any]:
     return data
 
 
-def expectation(entry: dict[str, Any], brokers: int, quick: bool, secure: bool) -> str:
-    """``pass`` or ``skip`` for this configuration: ``expect``, then the first matching
-    of ``when`` (keys ``brokers=N``, ``quick``, ``full``, ``secure``, ``plaintext``)."""
-    keys = {f"brokers={brokers}", "quick" if quick else "full", "secure" if secure else "plaintext"}
+def expectation(entry: dict[str, Any], brokers: int, quick: bool, secure: bool, scenario: str = "default") -> str:
+    """``pass`` or ``skip`` for this configuration: the first matching key of ``when``
+    (``brokers=N``, ``quick``, ``full``, ``secure``, ``plaintext``, ``noautocreate``),
+    else ``expect``."""
+    keys = {f"brokers={brokers}", "quick" if quick else "full", "secure" if secure else "plaintext", scenario}
     for key, value in entry.get("when", {}).items():
         if key in keys:
             return str(value)
@@ -487,7 +531,9 @@ def compare(result: RunResult, expected: dict[str, Any], only: str | None = None
             continue
         if only and not any(t in name for t in only.split(",")):
             continue  # not selected (TESTS=...): the runner marks it skipped
-        want = expectation(entry, result.brokers, result.quick, result.secure)
+        if result.scenario != "default" and entry.get("scenario") != result.scenario:
+            continue  # the runner skips the other scenarios' tests silently
+        want = expectation(entry, result.brokers, result.quick, result.secure, result.scenario)
         if o.state == "PASSED":
             v.passed.append(name)
             if want == "skip":
@@ -508,7 +554,9 @@ def compare(result: RunResult, expected: dict[str, Any], only: str | None = None
 
 def report_text(result: RunResult, v: Verdict) -> str:
     mode = "quick" if result.quick else "full"
-    sec = ", SASL_SSL/SCRAM" if result.secure else ""
+    sec = (", SASL_SSL/SCRAM" if result.secure else "") + (
+        f", scenario {result.scenario}" if result.scenario != "default" else ""
+    )
     lines = [
         f"librdkafka {VERSION} suite, {mode} mode, {result.brokers} broker(s){sec}: "
         f"{len(v.passed)} passed, {len(v.skipped)} skipped, "
@@ -539,6 +587,7 @@ def write_json(result: RunResult, v: Verdict, path: Path) -> None:
                 "brokers": result.brokers,
                 "mode": "quick" if result.quick else "full",
                 "secure": result.secure,
+                "scenario": result.scenario,
                 "seconds": round(result.seconds, 1),
                 "counts": {
                     "passed": len(v.passed),
@@ -560,12 +609,12 @@ def write_json(result: RunResult, v: Verdict, path: Path) -> None:
     )
 
 
-def excluded(expected: dict[str, Any], brokers: int, quick: bool, secure: bool) -> list[str]:
+def excluded(expected: dict[str, Any], brokers: int, quick: bool, secure: bool, scenario: str = "default") -> list[str]:
     """Test numbers the table keeps out of the run (``"run": false``: they hang or take
     minutes to fail, e.g. transactions)."""
     out = []
     for name, entry in expected["tests"].items():
-        if entry.get("run", True) is False and expectation(entry, brokers, quick, secure) == "skip":
+        if entry.get("run", True) is False and expectation(entry, brokers, quick, secure, scenario) == "skip":
             out.append(name.split("_", 1)[0])
     return sorted(set(out))
 
@@ -607,6 +656,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--brokers", type=int, default=1, help="brokers in the cluster (1 or 3; default 1)")
     p.add_argument("--full", action="store_true", help="full mode (default: quick mode, test-runner -Q)")
     p.add_argument("--secure", action="store_true", help="SASL_SSL with SCRAM on the door (scripts/run --secure)")
+    p.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="default",
+        help="noautocreate: auto-creation off, only the tests of that scenario (0045 two of them, 0107, 0111)",
+    )
     p.add_argument("--tests", help="only these tests: comma-separated numbers (the runner's TESTS), e.g. 0030,0118")
     p.add_argument("--parallel", type=int, help="tests at a time (test-runner -pN; its default is 5)")
     p.add_argument("--all", action="store_true", help='also run the tests the table keeps out ("run": false)')
@@ -627,8 +682,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     expected = load_expected()
     quick = not args.full
-    skip = [] if args.all else excluded(expected, args.brokers, quick, args.secure)
-    mode = ("quick" if quick else "full") + ("-secure" if args.secure else "")
+    skip = [] if args.all else excluded(expected, args.brokers, quick, args.secure, args.scenario)
+    mode = ("quick" if quick else "full") + ("-secure" if args.secure else "") + f"-{args.scenario}"
     tag = f"{time.strftime('%Y%m%d-%H%M%S')}-{args.brokers}b-{mode}"
     workdir = args.dir or cache_dir() / "runs" / tag
     result = run_suite(
@@ -640,6 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         parallel=args.parallel,
         timeout_s=args.timeout,
         skip=skip,
+        scenario=args.scenario,
     )
     v = compare(result, expected, only=args.tests)
     write_json(result, v, workdir / "verdict.json")
