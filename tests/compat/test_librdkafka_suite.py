@@ -17,15 +17,18 @@ from tests.compat import librdkafka as suite
 DOC = suite.ROOT / "docs" / "kafka-compatibility.md"
 
 
-def _run(tmp_path: Path, *, brokers: int = 1, quick: bool = True, secure: bool = False) -> None:
+def _run(
+    tmp_path: Path, *, brokers: int = 1, quick: bool = True, secure: bool = False, scenario: str = "default"
+) -> None:
     expected = suite.load_expected()
     result = suite.run_suite(
         tmp_path,
         brokers=brokers,
         quick=quick,
         secure=secure,
-        skip=suite.excluded(expected, brokers, quick, secure),
+        skip=suite.excluded(expected, brokers, quick, secure, scenario),
         echo=False,
+        scenario=scenario,
     )
     verdict = suite.compare(result, expected)
     suite.write_json(result, verdict, tmp_path / "verdict.json")
@@ -59,6 +62,13 @@ def test_full_mode_on_one_broker_matches_the_table(tmp_path: Path) -> None:
 @pytest.mark.timeout(3600)
 def test_quick_mode_over_sasl_ssl_scram_matches_the_table(tmp_path: Path) -> None:
     _run(tmp_path, secure=True)
+
+
+@pytest.mark.librdkafka
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_noautocreate_scenario_matches_the_table(tmp_path: Path) -> None:
+    _run(tmp_path, quick=False, scenario="noautocreate")
 
 
 def test_every_test_of_the_suite_has_an_expected_outcome_with_a_reason_for_each_skip() -> None:
