@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -597,6 +597,20 @@ class ZkClient:
         except NoNodeError:
             return None
         return zkdata.decode_leader_and_isr(data, int(stat.version))
+
+    def partition_states(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], LeaderAndIsr | None]:
+        """Many partition states at once: the reads are pipelined (kazoo's async API), one
+        round trip for all of them rather than one per partition."""
+        pending = [(tp, self.kazoo.get_async(zkdata.partition_state_path(*tp))) for tp in partitions]
+        out: dict[tuple[str, int], LeaderAndIsr | None] = {}
+        for tp, result in pending:
+            try:
+                data, stat = result.get()
+            except NoNodeError:
+                out[tp] = None
+                continue
+            out[tp] = zkdata.decode_leader_and_isr(data, int(stat.version))
+        return out
 
     def create_partition_state(self, topic: str, partition: int, state: LeaderAndIsr, epoch_zk_version: int) -> None:
         """Controller: create a new partition's state znode (and its parents)."""
