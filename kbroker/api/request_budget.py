@@ -16,15 +16,17 @@ Invariants: ``0 <= used``; ``used <= limit`` except for one request larger than 
 whole limit, admitted only while nothing else is held (the same rule per holder), so a
 request of up to ``socket.request.max.bytes`` can always run.
 
-Freed request memory goes back to the operating system (:class:`MemoryReclaimer`): a
-request refused deep in the write path can leave its bytes in a reference cycle (an
-exception's traceback holds the frames that hold the records), which CPython frees only
-at a full garbage collection, and glibc keeps freed heap pages of its arenas (gRPC
-receives a message as many small slices) rather than returning them. Once released
-request bytes add up to ``RECLAIM_AFTER_BYTES``, the pools run one ``gc.collect()`` on
-the loop and glibc's ``malloc_trim(0)`` on a worker thread (at most one every
-``RECLAIM_INTERVAL_S``). Measured with ten concurrent 95 MiB requests refused for size:
-1,080 MiB resident after them without this, 79 MiB (the idle broker) with it.
+Freed request memory goes back to the operating system (:class:`MemoryReclaimer`): glibc
+keeps freed heap pages of its arenas (gRPC receives a message as many small slices)
+rather than returning them, so once released request bytes add up to
+``RECLAIM_AFTER_BYTES`` the pools run glibc's ``malloc_trim(0)`` on a worker thread (at
+most one every ``RECLAIM_INTERVAL_S``). A request left in a reference cycle is freed only
+by a full garbage collection; the write path keeps none (a refused append's error is
+kept without its traceback, whose frames held the records), so the pools run
+``gc.collect()`` on the loop only rarely, as a backstop: at most one every
+``COLLECT_INTERVAL_S``, never at the rate of the traffic. Measured with ten concurrent
+95 MiB requests refused for size: 1,080 MiB resident after them without this, 79 MiB
+(the idle broker) with it.
 
 Thread safety: a pool and its holders are used from one event loop thread only (the
 gRPC server's loop, which also runs the Kafka door).
@@ -47,7 +49,12 @@ RECLAIM_AFTER_BYTES = 32 * 1024 * 1024
 """Released request bytes that make the pools give memory back (a collection and a trim)."""
 
 RECLAIM_INTERVAL_S = 0.05
-"""The least time between two reclaims (a full collection costs a few milliseconds)."""
+"""The least time between two trims (on a worker thread, off the loop)."""
+
+COLLECT_INTERVAL_S = 10.0
+"""The least time between two full garbage collections on the loop (a backstop for
+request memory left in a reference cycle; a collection stalls the loop serving both doors
+for milliseconds to tens of milliseconds, so never at the rate of the traffic)."""
 
 SMALL_HELD_BYTES = 1024 * 1024
 """A pool or connection share holding less than this (or a quarter of it) reads its next
@@ -86,10 +93,11 @@ def _glibc_malloc_trim() -> Callable[[], object] | None:
 
 
 class MemoryReclaimer:
-    """Gives freed request memory back: after ``after_bytes`` released request bytes, one
-    ``collect()`` (reference cycles that still hold requests) on the loop, then ``trim()``
-    (the C heap's free pages) on the loop's default executor; at most one reclaim every
-    ``interval_s``, and one more later for releases that came during the wait.
+    """Gives freed request memory back: after ``after_bytes`` released request bytes,
+    ``trim()`` (the C heap's free pages) on the loop's default executor, at most one
+    reclaim every ``interval_s`` (and one more later for releases that came during the
+    wait); a reclaim runs ``collect()`` (reference cycles that still hold requests) on the
+    loop first only if the last collection is ``collect_interval_s`` old.
 
     Invariants: ``_pending`` counts bytes released since the last reclaim started; at most
     one reclaim is scheduled at a time. Thread safety: event loop thread only.
@@ -100,6 +108,7 @@ class MemoryReclaimer:
         after_bytes: int = RECLAIM_AFTER_BYTES,
         interval_s: float = RECLAIM_INTERVAL_S,
         *,
+        collect_interval_s: float = COLLECT_INTERVAL_S,
         collect: Callable[[], object] = gc.collect,
         trim: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -111,9 +120,13 @@ class MemoryReclaimer:
         self._clock = clock
         self._pending = 0
         self._last = -interval_s
+        self.collect_interval_s = collect_interval_s
+        self._last_collect: float | None = None
         self._scheduled: asyncio.Handle | None = None
         self.reclaims = 0
         """Reclaims run so far (for tests)."""
+        self.collections = 0
+        """Full collections run so far (for tests)."""
 
     def released(self, n: int) -> None:
         """``n`` request bytes were freed: reclaim once enough have been."""
@@ -133,7 +146,10 @@ class MemoryReclaimer:
         self._pending = 0
         self._last = self._clock()
         self.reclaims += 1
-        self._collect()
+        if self._last_collect is None or self._last - self._last_collect >= self.collect_interval_s:
+            self._last_collect = self._last
+            self.collections += 1
+            self._collect()
         if self._trim is not None:
             loop.run_in_executor(None, self._trim).add_done_callback(_log_failure)
 
@@ -215,6 +231,12 @@ class RequestPool:
         if got > 0:
             self._take(got, holder)
         return max(got, 0)
+
+    def hold(self, n: int, holder: Holder | None = None) -> None:
+        """Count ``n`` bytes already received (a message read while there was room, the
+        rest of a frame whose read was admitted): taken even past the limit."""
+        if n > 0:
+            self._take(n, holder)
 
     def _take(self, n: int, holder: Holder | None) -> None:
         self.used += n

@@ -488,7 +488,7 @@ class ReplicaManager:
                 if acks == -1:
                     pending.partitions[tp] = (p, info.last_offset + 1, min_isr)
             except Exception as exc:
-                results[tp] = ProduceResult(as_response_error(exc))
+                results[tp] = ProduceResult(as_response_error(exc).with_traceback(None))  # no frames (records) kept
                 continue
             self.purgatory.progress(tp)
         return results, pending

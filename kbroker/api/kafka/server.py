@@ -6,21 +6,38 @@ Wire handling, per connection:
 - frames are ``int32 size`` + request; a size above ``socket.request.max.bytes`` or below
   a header, or an unreadable header or payload, closes that connection only (one WARNING
   line, rate-limited) — never the listener or another connection;
-- requests are pipelined: each one read becomes a task at once (tasks start in arrival
-  order, so appends are queued in the order produced), and responses are written in
-  request order by one writer task. At most ``MAX_IN_FLIGHT`` requests are outstanding
-  per connection;
-- request memory (:mod:`kbroker.api.request_budget`): a frame's bytes are taken from the
-  client pool (``queued.max.request.bytes``, shared with gRPC) as they arrive, never as
-  its size header promises them, and held until its request is answered; one connection
-  holds at most ``queued.max.request.bytes.per.connection``. When either is spent the
-  connection is not read (back-pressure through TCP), as Kafka mutes a channel; nothing
-  fails for it. Before SASL authentication a frame is at most 512 KiB and its bytes never
-  come from the pool (Kafka's rule);
+- requests are read ahead (pipelined clients keep the socket busy) but served one at a
+  time, in arrival order, for every API: a request starts only once the connection's
+  previous one is done, as Kafka mutes a channel until its request is answered, so a
+  later request (an OffsetCommit, a Produce) never takes effect before an earlier one.
+  Responses are written in request order by one writer task. At most ``MAX_IN_FLIGHT``
+  requests are outstanding per connection;
+- request memory (:mod:`kbroker.api.request_budget`): a frame's bytes are held in the
+  client pool (``queued.max.request.bytes``, shared with gRPC) until its request is
+  answered; one connection holds at most ``queued.max.request.bytes.per.connection``.
+  When a frame does not fit, the connection is not read (back-pressure through TCP), as
+  Kafka mutes a channel; nothing fails for it. How a frame is admitted depends on who
+  sent it:
+
+  - an identified principal (SASL-authenticated, or a TLS client certificate): the whole
+    declared frame is reserved in one step before its body is read, waiting unread until
+    it fits (Kafka's MemoryPool). A frame being read always has all its bytes, so frames
+    read together never wait for each other (no deadlock);
+  - anyone else (PLAINTEXT, TLS without a client certificate): a size header takes
+    nothing, so no stranger exhausts the pool with promises (issue 20). A new frame is
+    read only while the pool and the connection's share would still hold its declared
+    size; once started it is read to its end, its bytes counted as they arrive even past
+    the limit, so partial frames never deadlock the pool. The trade-off: frames admitted
+    at the same moment may together exceed the pool by up to one frame per connection
+    (as on the gRPC listeners), for at most request.read.timeout.ms each, and only with
+    bytes really sent;
+  - before SASL authentication a frame is at most 512 KiB and its bytes never come from
+    the pool (Kafka's rule);
 - deadlines: a connection with no request outstanding that sends nothing for
   ``connections.max.idle.ms`` is closed, and so is one whose request frame does not
-  arrive whole within ``request.read.timeout.ms`` of its first byte (so partial frames
-  cannot hold the pool for ever). A frame is at most ``socket.request.max.bytes``, the
+  arrive whole within ``request.read.timeout.ms`` of its admission (time waiting for the
+  pool does not count: a muted connection is not slow), so partial frames cannot hold
+  the pool for ever. A frame is at most ``socket.request.max.bytes``, the
   per-connection share and the pool, whichever is least;
 - a request that closes the connection (a malformed payload, a failed SASL exchange, a
   failed acks=0 Produce) stops it there: what was read after it is never answered
@@ -224,6 +241,7 @@ class KafkaProtocolServer:
         conn.holder = self._budget.holder()
         replies: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.ensure_future(self._send(replies, writer))
+        previous: asyncio.Task[bytes | None] | None = None
         try:
             while not sender.done():
                 read = await self._read_frame(conn, reader, sender)
@@ -237,8 +255,9 @@ class KafkaProtocolServer:
                     self._warn("kafka listener %s: closed %s: %s", endpoint.listener_name, conn.client_host, exc)
                     break
                 conn.outstanding += 1
-                task = asyncio.ensure_future(self._dispatch(conn, header, frame, start))
+                task = asyncio.ensure_future(self._in_turn(previous, conn, header, frame, start))
                 task.add_done_callback(partial(self._release, conn, pooled))
+                previous = task
                 if not conn.authenticated:
                     await asyncio.wait([task])  # the SASL stage is served one request at a time
                 if not await self._until_sender_ends(replies.put(task), sender):
@@ -283,24 +302,36 @@ class KafkaProtocolServer:
             )
             return None
         pooled = conn.authenticated  # bytes before authentication never come from the pool
+        reserve = pooled and conn.principal != ANONYMOUS
         taken = 0
-        body = bytearray()
-        deadline = time.monotonic() + self._read_timeout_s
+        framed = False
         try:
+            if reserve:
+                # An identified principal (SASL, or a TLS client certificate): Kafka's
+                # MemoryPool. The whole frame is reserved in one step before any of it is
+                # read, waiting unread until it fits, so partial frames never hold the pool
+                # between them (no deadlock).
+                while not self._budget.try_acquire(size, conn.holder):
+                    if not await self._until_sender_ends(self._budget.released(), sender):
+                        return None
+                taken = size
+            elif pooled:
+                # Anyone (PLAINTEXT, TLS without a client certificate): a size header takes
+                # nothing. A new frame is read only while the pool and this connection's
+                # share would still hold it; once started, it is read to its end, its bytes
+                # counted as they arrive even past the limit, so frames started together
+                # never wait for each other's bytes.
+                while not self._budget.may_read(size, conn.holder):
+                    if not await self._until_sender_ends(self._budget.released(), sender):
+                        return None
+            # The read deadline starts once the frame is admitted: time spent waiting for
+            # the pool (muted, Kafka's term) is not the client's.
+            deadline = time.monotonic() + self._read_timeout_s
+            body = bytearray()
             while len(body) < size:
                 want = min(size - len(body), READ_CHUNK)
-                left = max(deadline - time.monotonic(), 0.0)
                 try:
-                    if pooled:
-                        got = self._budget.take_up_to(want, conn.holder)
-                        if got == 0:  # the pool or this connection's share is spent: stop reading
-                            released = self._until_sender_ends(self._budget.released(), sender)
-                            if not await asyncio.wait_for(released, left):
-                                return None
-                            continue
-                        taken += got
-                        want = got
-                    chunk = await asyncio.wait_for(reader.read(want), left)
+                    chunk = await asyncio.wait_for(reader.read(want), max(deadline - time.monotonic(), 0.0))
                 except TimeoutError:
                     self._warn(
                         "kafka listener %s: closed %s: %d of a %d-byte request arrived within "
@@ -312,19 +343,19 @@ class KafkaProtocolServer:
                         int(self._read_timeout_s * 1000),
                     )
                     raise
-                if not chunk:
+                except ConnectionError:
                     return None
+                if not chunk:
+                    return None  # the client hung up mid-frame
                 body += chunk
-                if pooled and len(chunk) < want:
-                    self._budget.release(want - len(chunk), conn.holder)
-                    taken -= want - len(chunk)
-        except BaseException:
-            self._budget.release(taken, conn.holder)
-            raise
-        if len(body) < size:
-            self._budget.release(taken, conn.holder)
-            return None
-        return bytes(body), taken
+                if pooled and not reserve:
+                    self._budget.hold(len(chunk), conn.holder)
+                    taken += len(chunk)
+            framed = True
+            return bytes(body), taken
+        finally:
+            if not framed:  # whatever ended the read (hang-up, deadline, cancel): give it back
+                self._budget.release(taken, conn.holder)
 
     async def _read_head(
         self, conn: Connection, reader: asyncio.StreamReader, sender: asyncio.Future[None]
@@ -404,6 +435,19 @@ class KafkaProtocolServer:
                         return
         finally:
             writer.close()
+
+    async def _in_turn(
+        self, previous: asyncio.Task[bytes | None] | None, conn: Connection, header: Header, frame: bytes, start: int
+    ) -> bytes | None:
+        """Serve a request once the connection's previous one is done (Kafka mutes a
+        channel until its request is answered): a connection's requests take effect one at
+        a time, in arrival order. Behind a request that failed or closes the connection,
+        none runs."""
+        if previous is not None:
+            await asyncio.wait([previous])
+            if previous.cancelled() or previous.exception() is not None:
+                raise asyncio.CancelledError()
+        return await self._dispatch(conn, header, frame, start)
 
     async def _dispatch(self, conn: Connection, header: Header, frame: bytes, start: int) -> bytes | None:
         if conn.session_expiry is not None and time.monotonic() >= conn.session_expiry:
