@@ -208,6 +208,9 @@ class BrokerConfig:
     """What the broker registers for the Kafka door (``kafka.advertised.listeners``);
     empty -> kafka_listeners."""
     inter_broker_listener_name: str = "PLAINTEXT"
+    inter_broker_listener_named: bool = False
+    """``inter.broker.listener.name`` or ``security.inter.broker.protocol`` was set (the
+    inter-broker listener was chosen, not defaulted); see :attr:`dedicated_inter_broker_listener`."""
     listener_security_protocol_map: dict[str, str] = field(
         default_factory=lambda: dict(item.split(":") for item in DEFAULT_PROTOCOL_MAP.split(","))
     )
@@ -269,6 +272,14 @@ class BrokerConfig:
         if found is None:
             return self.listen_host
         return found.host or socket.getfqdn()  # an empty host binds every interface
+
+    @property
+    def dedicated_inter_broker_listener(self) -> bool:
+        """The inter-broker listener is for brokers only: named by configuration
+        (inter.broker.listener.name / security.inter.broker.protocol) beside other
+        listeners for clients. Then every call a trusted broker makes there uses the
+        inter-broker budget, marked or not (kbroker.api.grpc_server)."""
+        return self.inter_broker_listener_named and len(self.listeners) > 1
 
     def listener(self, name: str) -> EndPoint | None:
         """The bound listener called ``name``."""
@@ -427,6 +438,9 @@ def _finish_listeners(out: dict[str, Any]) -> None:
     out["advertised_listeners"] = advertised
     _finish_kafka_listeners(out, raw, cfg.protocol_map, legacy_host)
     out["inter_broker_listener_name"] = cfg.inter_broker_listener_name
+    out["inter_broker_listener_named"] = (
+        raw.get("inter.broker.listener.name") is not None or raw.get("security.inter.broker.protocol") is not None
+    )
     out["listener_security_protocol_map"] = dict(cfg.protocol_map)
     inter = cfg.inter_broker
     out["listen_host"], out["listen_port"] = inter.bind_host, inter.port

@@ -30,7 +30,7 @@ import grpc
 from kazoo.protocol.states import KazooState
 
 from kbroker.api.broker_service import BrokerService
-from kbroker.api.call_context import ListenerAuthenticator
+from kbroker.api.call_context import CallContext, ListenerAuthenticator
 from kbroker.api.grpc_server import GrpcServer
 from kbroker.api.kafka.door import kafka_door
 from kbroker.api.kafka.server import KafkaProtocolServer
@@ -50,6 +50,7 @@ from kbroker.metrics import BrokerMetrics, BrokerState, BrokerStateCollector
 from kbroker.replication.fetcher import insecure_channel
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.security import zk_acl
+from kbroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.security.authorizer import AclAuthorizer
 from kbroker.security.credentials import CredentialStore
 from kbroker.security.listeners import EndPoint, with_bound_ports
@@ -217,6 +218,8 @@ class KafkaServer:
                 cfg.inter_broker_queued_max_request_bytes,
             ),
             inter_broker_listener=cfg.inter_broker_listener_name,
+            dedicated_inter_broker_listener=cfg.dedicated_inter_broker_listener,
+            trusted_broker=self._trusted_broker,
             idle_timeout_ms=cfg.connections_max_idle_ms,
             read_timeout_ms=cfg.request_read_timeout_ms,
             metrics=self.metrics,
@@ -244,6 +247,22 @@ class KafkaServer:
         self.dynamic.start()
         self._serve_metrics(services[0])
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
+
+    def _trusted_broker(self, call: CallContext) -> bool:
+        """Whether a gRPC caller may use the inter-broker budget: allowed ClusterAction on
+        the cluster (super users are), or anyone without an authorizer (as Kafka trusts a
+        replica_id then; the README's "What an unsecured cluster trusts")."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize(
+            call.principal,
+            call.client_host,
+            AclOperation.CLUSTER_ACTION,
+            ResourceType.CLUSTER,
+            CLUSTER_NAME,
+            log_denied=False,
+        )
 
     def _start_kafka_door(self, service: BrokerService) -> None:
         """Serve Kafka's binary protocol on ``kafka.listeners`` (none: the door stays shut)."""

@@ -38,8 +38,12 @@ buffers go back to the OS (``malloc_trim``) before a large message is decoded, a
 released request bytes are reclaimed (:class:`MemoryReclaimer`), so ten concurrent
 95 MiB requests cost idle + ~3 x 95 MiB at their peak, and nothing afterwards.
 Calls on the inter-broker listener that carry ``kbroker-inter-broker`` metadata (what a
-broker's own channels send), and every call on a dedicated inter-broker listener, use
-the inter-broker budget: replication never waits behind clients. Connections with no
+broker's own channels send), and every call on a dedicated inter-broker listener (one
+named by ``inter.broker.listener.name`` or ``security.inter.broker.protocol`` beside
+other listeners), use the inter-broker budget, so replication never waits behind
+clients -- but only for a caller the broker trusts as a broker: allowed ClusterAction on
+the cluster (a super user is), or anyone when no authorizer is configured (as Kafka
+trusts a replica_id then). Anyone else's call uses the client budget, marker or not. Connections with no
 call for ``connections.max.idle.ms`` are closed (``grpc.max_connection_idle_ms``).
 
 An undecodable request gets INVALID_ARGUMENT and one log line (at most one every 10 s),
@@ -75,6 +79,15 @@ from kclient.transport import ERROR_CODE_METADATA_KEY, SERVER_KEEPALIVE_OPTIONS
 Authenticate = Callable[[str, Any], CallContext]
 """A listener's authenticator: (method, servicer context) -> the caller, or a
 BrokerResponseError (SASL_AUTHENTICATION_FAILED) to refuse the call."""
+
+TrustedBroker = Callable[[CallContext], bool]
+"""Whether a caller may use the inter-broker budget: allowed ClusterAction on the cluster
+(or no authorizer configured)."""
+
+
+def _everyone(call: CallContext) -> bool:
+    return True
+
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +147,15 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         read_timeout_s: float = 30.0,
         connections: _Connections | None = None,
         max_request_bytes: int = 100 * 1024 * 1024,
+        trusted: TrustedBroker = _everyone,
     ) -> None:
         self._budgets = budgets
+        self._trusted = trusted
         self._authenticate = authenticate
         self._metrics = metrics
         self._inter_broker = inter_broker
-        """"all": every call is inter-broker (a dedicated inter-broker listener); "marked":
-        calls with the inter-broker metadata are; "": none."""
+        """"all": every trusted call is inter-broker (a dedicated inter-broker listener);
+        "marked": trusted calls with the inter-broker metadata are; "": none."""
         self._read_timeout_s = read_timeout_s
         self._max_request_bytes = max_request_bytes
         """socket.request.max.bytes: with a pool's limit and share, the largest message."""
@@ -160,14 +175,15 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             wrapped = self._wrapped[details.method] = self._wrap(details.method, handler)
         return wrapped
 
-    def _pool(self, context: grpc.aio.ServicerContext) -> RequestPool:
+    def _pool(self, context: grpc.aio.ServicerContext, call: CallContext) -> RequestPool:
+        """The inter-broker budget for a broker's call (see the module), else the client one."""
         if self._inter_broker == "all":
-            return self._budgets.inter_broker
-        if self._inter_broker == "marked":
-            for key, _ in context.invocation_metadata() or ():
-                if key == INTER_BROKER_METADATA_KEY:
-                    return self._budgets.inter_broker
-        return self._budgets.client
+            inter = True
+        elif self._inter_broker == "marked":
+            inter = any(key == INTER_BROKER_METADATA_KEY for key, _ in context.invocation_metadata() or ())
+        else:
+            inter = False
+        return self._budgets.inter_broker if inter and self._trusted(call) else self._budgets.client
 
     async def _read(
         self,
@@ -199,8 +215,7 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if raw is grpc.aio.EOF or not isinstance(raw, bytes):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no {method} request message")
             size = len(raw)
-            pool.used += size  # it arrived while the pool had room: held even past the limit
-            holder.held += size
+            pool.hold(size, holder)  # it arrived while the pool had room: held even past the limit
         try:
             if pool.reclaimer is not None:  # gRPC's receive buffers, freed by now, go back first
                 await pool.reclaimer.received(size)
@@ -248,7 +263,7 @@ class _Guard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except BrokerResponseError as exc:
                 context.set_trailing_metadata(((ERROR_CODE_METADATA_KEY, str(exc.errno)),))
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
-            pool = self._pool(context)
+            pool = self._pool(context, call)
             peer = context.peer() or ""
             lock, holder = self._connections.enter(peer, pool)
             try:
@@ -317,6 +332,8 @@ class GrpcServer:
         max_request_bytes: int,
         budgets: RequestBudgets,
         inter_broker_listener: str = "",
+        dedicated_inter_broker_listener: bool = False,
+        trusted_broker: TrustedBroker = _everyone,
         idle_timeout_ms: int = 600000,
         read_timeout_ms: int = 30000,
         metrics: BrokerMetrics | None = None,
@@ -328,6 +345,9 @@ class GrpcServer:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="request")
         self._budgets = budgets
         self._inter_broker_listener = inter_broker_listener
+        self._dedicated = dedicated_inter_broker_listener
+        """The inter-broker listener is for brokers only (by configuration, see the module)."""
+        self._trusted = trusted_broker
         self._max_request_bytes = max_request_bytes
         self._read_timeout_s = read_timeout_ms / 1000.0
         self._connections = _Connections()
@@ -362,8 +382,7 @@ class GrpcServer:
     async def _start(self, endpoint: EndPoint, authenticate: Authenticate) -> int:
         inter = ""
         if endpoint.listener_name == self._inter_broker_listener:
-            inter = "all" if len(self._listeners) > 1 else "marked"
-        pool = self._budgets.inter_broker if inter == "all" else self._budgets.client
+            inter = "all" if self._dedicated else "marked"
         guard = _Guard(
             self._budgets,
             authenticate,
@@ -372,11 +391,13 @@ class GrpcServer:
             read_timeout_s=self._read_timeout_s,
             connections=self._connections,
             max_request_bytes=self._max_request_bytes,
+            trusted=self._trusted,
         )
+        pool = self._budgets.client
         # The largest message: socket.request.max.bytes, within what the listener's budget
         # (and one connection's share of it) can hold; gRPC refuses more before decoding.
         largest = min(self._max_request_bytes, pool.limit, pool.per_connection)
-        if inter == "marked":  # the broker's own calls come from the inter-broker budget here
+        if inter:  # the broker's own calls come from the inter-broker budget here
             largest = max(largest, min(self._max_request_bytes, self._budgets.inter_broker.limit))
         options = [("grpc.max_receive_message_length", largest), *self._options]
         server = grpc.aio.server(options=options, interceptors=[guard])

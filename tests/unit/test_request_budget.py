@@ -5,12 +5,19 @@ largest message, giving freed memory back, and the settings that configure it.""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import grpc
 import pytest
 
-from kbroker.api.request_budget import MemoryReclaimer, RequestBudgets, RequestPool
+from kbroker.api.call_context import CallContext
+from kbroker.api.grpc_server import GrpcServer
+from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, MemoryReclaimer, RequestBudgets, RequestPool
 from kbroker.config import build_config
+from kbroker.security.listeners import EndPoint
+from kbroker.security.principal import KafkaPrincipal
 from kclient.errors import InvalidConfigError
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, metadata_pb2
 
 BASE = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/x"}
 
@@ -98,6 +105,8 @@ def test_released_request_bytes_are_given_back_once_enough_add_up() -> None:
         assert reclaimer.reclaims == 1
         await asyncio.sleep(0.1)
         assert reclaimer.reclaims == 2 and calls.count("trim") == 2
+        # A full collection on the loop only rarely (COLLECT_INTERVAL_S): trims do the rest.
+        assert calls.count("collect") == 1 and reclaimer.collections == 1
         await reclaimer.received(50)  # a small request read: no trim
         assert calls.count("trim") == 2
         await reclaimer.received(500)  # a large one: trimmed before it is decoded
@@ -106,10 +115,63 @@ def test_released_request_bytes_are_given_back_once_enough_add_up() -> None:
     asyncio.run(run())
 
 
-def test_the_inter_broker_budget_is_separate() -> None:
-    budgets = RequestBudgets(100, 50, 30)
-    assert budgets.client.try_acquire(100)
-    assert budgets.inter_broker.try_acquire(30)
+class _Recording(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
+    """Metadata answers empty and notes which pool held the request meanwhile."""
+
+    def __init__(self, budgets: RequestBudgets) -> None:
+        self.budgets = budgets
+        self.pools: list[str] = []
+
+    async def Metadata(self, request: Any, context: Any) -> metadata_pb2.MetadataResponse:
+        held = [p.name for p in (self.budgets.client, self.budgets.inter_broker) if p.used]
+        self.pools.append(",".join(held))
+        return metadata_pb2.MetadataResponse()
+
+
+@pytest.mark.parametrize("dedicated", [False, True], ids=["shared listener", "dedicated listener"])
+def test_only_a_trusted_broker_is_served_from_the_inter_broker_budget(dedicated: bool) -> None:
+    """The server's routing: the marker (or, on a dedicated inter-broker listener, any
+    call) counts only for a caller allowed ClusterAction; a client adding the marker is
+    served from the client budget. Before: anyone with the marker got the inter-broker
+    budget, and two listeners made the inter-broker one "dedicated" by their count."""
+    budgets = RequestBudgets(1 << 20, 1 << 20, 1 << 20)
+    servicer = _Recording(budgets)
+
+    def authenticate(method: str, context: Any) -> CallContext:
+        who = dict(context.invocation_metadata()).get("who", "User:ANONYMOUS")
+        return CallContext(KafkaPrincipal.parse(who), "INTERNAL", "PLAINTEXT", "127.0.0.1")
+
+    listeners = [
+        (EndPoint("INTERNAL", "127.0.0.1", 0, "PLAINTEXT"), authenticate),
+        (EndPoint("CLIENTS", "127.0.0.1", 0, "PLAINTEXT"), authenticate),
+    ]
+    server = GrpcServer(
+        lambda offload: servicer,
+        listeners,
+        workers=1,
+        max_request_bytes=1 << 20,
+        budgets=budgets,
+        inter_broker_listener="INTERNAL",
+        dedicated_inter_broker_listener=dedicated,
+        trusted_broker=lambda call: str(call.principal) == "User:broker",
+    )
+    ports = server.start()
+    try:
+        for listener, metadata in [
+            ("INTERNAL", [(INTER_BROKER_METADATA_KEY, "1"), ("who", "User:broker")]),  # the broker
+            ("INTERNAL", [(INTER_BROKER_METADATA_KEY, "1"), ("who", "User:alice")]),  # a client with the marker
+            ("INTERNAL", [("who", "User:broker")]),  # the broker, unmarked
+            ("INTERNAL", [("who", "User:alice")]),
+            ("CLIENTS", [(INTER_BROKER_METADATA_KEY, "1"), ("who", "User:broker")]),
+        ]:
+            with grpc.insecure_channel(f"127.0.0.1:{ports[listener]}") as channel:
+                broker_pb2_grpc.BrokerStub(channel).Metadata(
+                    metadata_pb2.MetadataRequest(topics=["t"]), metadata=metadata, timeout=10
+                )
+    finally:
+        server.stop(1)
+    unmarked_broker = "inter-broker" if dedicated else "client"
+    assert servicer.pools == ["inter-broker", "client", unmarked_broker, "client", "client"]
 
 
 def test_the_request_memory_settings() -> None:
@@ -123,3 +185,15 @@ def test_the_request_memory_settings() -> None:
     assert set_.per_connection_request_bytes == 1048576
     with pytest.raises(InvalidConfigError, match=r"connections\.max\.idle\.ms"):
         build_config({**BASE, "connections.max.idle.ms": "0"})
+
+
+def test_a_dedicated_inter_broker_listener_is_one_named_by_configuration() -> None:
+    two = {**BASE, "listeners": "INTERNAL://127.0.0.1:9092,CLIENTS://127.0.0.1:9093"}
+    two["listener.security.protocol.map"] = "INTERNAL:PLAINTEXT,CLIENTS:PLAINTEXT"
+    assert build_config({**two, "inter.broker.listener.name": "INTERNAL"}).dedicated_inter_broker_listener
+    assert not build_config(BASE).dedicated_inter_broker_listener  # one listener: shared with clients
+    one = {**BASE, "listeners": "PLAINTEXT://127.0.0.1:9092", "security.inter.broker.protocol": "PLAINTEXT"}
+    assert not build_config(one).dedicated_inter_broker_listener
+    defaulted = {**two, "listeners": "PLAINTEXT://127.0.0.1:9092,CLIENTS://127.0.0.1:9093"}
+    defaulted["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CLIENTS:PLAINTEXT"
+    assert not build_config(defaulted).dedicated_inter_broker_listener  # two listeners alone say nothing
