@@ -17,7 +17,10 @@ credentials change or are deleted (``CredentialStore(on_user_changed=sessions.re
 Channel binding: a token is bound to the connection whose SaslAuthenticate completed the
 exchange, and a call on any other connection that carries it is refused
 (:class:`SessionBindingError`, SASL_AUTHENTICATION_FAILED, UNAUTHENTICATED on gRPC), so a
-token seen in one call's metadata cannot be replayed from another connection. Kafka ties
+token seen in one call's metadata cannot be replayed from another connection. A SCRAM
+exchange in progress is bound the same way: its next message is taken only from the
+connection it started on, so one who sees an ``exchange_id`` can neither end the
+client's login nor finish it (a replayed client-final) on their own connection. Kafka ties
 authentication to the connection; gRPC calls carry no connection, and grpcio gives a
 servicer neither the TLS exporter (RFC 5705/9266) nor the TLS session, only
 ``context.peer()`` (``ipv4:<client ip>:<client port>``, one TCP connection while it is
@@ -257,6 +260,9 @@ class _Exchange:
     server: ScramServer
     listener_protocol: str
     deadline: float
+    binding: str = ""
+    """The connection the exchange started on (:func:`channel_binding`): only a message
+    from that connection continues it."""
 
 
 class SaslAuthenticator:
@@ -327,10 +333,11 @@ class SaslAuthenticator:
             return self._plain(auth_bytes, binding)
         scram = ScramMechanism(mechanism)
         if exchange_id:
-            exchange = self._take(exchange_id, scram, listener_protocol)
+            exchange = self._take(exchange_id, scram, listener_protocol, binding)
         else:
             exchange_id = secrets.token_urlsafe(16)
-            exchange = _Exchange(ScramServer(scram, lambda user: self._lookup(user, scram)), listener_protocol, 0.0)
+            server = ScramServer(scram, lambda user: self._lookup(user, scram))
+            exchange = _Exchange(server, listener_protocol, 0.0, binding)
         try:
             answer = exchange.server.evaluate(auth_bytes)
         except ScramError as exc:
@@ -407,11 +414,24 @@ class SaslAuthenticator:
         if listener_protocol not in SASL_PROTOCOLS:
             raise IllegalSaslStateError(f"SASL authentication is not enabled on a {listener_protocol} listener")
 
-    def _take(self, exchange_id: str, mechanism: ScramMechanism, listener_protocol: str) -> _Exchange:
+    def _take(self, exchange_id: str, mechanism: ScramMechanism, listener_protocol: str, binding: str) -> _Exchange:
+        """The exchange ``exchange_id``, taken out of the table, if ``binding`` is the
+        connection it started on. A message from any other connection leaves it in place
+        (one who saw the exchange id can neither end the client's login nor finish it on
+        their own connection: the session token would be bound there)."""
         now = self._clock()
         with self._lock:
             self._expire(now)
-            exchange = self._exchanges.pop(exchange_id, None)
+            exchange = self._exchanges.get(exchange_id)
+            if exchange is not None and secrets.compare_digest(exchange.binding, binding):
+                del self._exchanges[exchange_id]
+            elif exchange is not None:
+                log.info(
+                    "SASL exchange continued from %s, not the connection it started on (%s): refused",
+                    binding_peer(binding),
+                    binding_peer(exchange.binding),
+                )
+                raise IllegalSaslStateError("The SASL exchange was started on another connection; start a new one")
         if exchange is None:
             raise IllegalSaslStateError("Unknown or expired SASL exchange; start a new one")
         if exchange.server.mechanism is not mechanism or exchange.listener_protocol != listener_protocol:
