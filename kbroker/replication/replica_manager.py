@@ -628,9 +628,8 @@ class ReplicaManager:
                 limit = max(min(spec.max_bytes, budget), 0)
                 listed = replica_id >= 0 and self.leader_quota.is_throttled(spec.topic, spec.partition)
                 held = listed and self._leader_throttled(p, replica_id)
-                r = p.read(
-                    spec.offset, limit, replica_id, spec.current_leader_epoch, records=not held, min_one_batch=min_one_batch
-                )
+                epoch = spec.current_leader_epoch
+                r = p.read(spec.offset, limit, replica_id, epoch, records=not held, min_one_batch=min_one_batch)
                 budget -= len(r.records)
                 if r.records:
                     min_one_batch = False

@@ -284,7 +284,7 @@ def test_filter_batch_keeps_offsets_and_sequence_fields() -> None:
 
 
 def test_a_keyless_record_to_a_compacted_topic_is_refused(log: Log) -> None:
-    with pytest.raises(InvalidRecordError, match="without (a )?key"):
+    with pytest.raises(InvalidRecordError, match=r"without (a )?key"):
         log.append_as_leader(keyed_batch([(b"k", b"v"), (None, b"v")]), 0)
     assert log.log_end_offset == 0
     log.update_config(log.config.replace(cleanup_policy="delete"))
