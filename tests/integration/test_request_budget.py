@@ -175,6 +175,7 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
             "socket.request.max.bytes": str(2 * MIB),
             "min.insync.replicas": "2",  # the write is acknowledged only once the follower has it
             "replica.lag.time.max.ms": "30000",
+            "request.read.timeout.ms": "120000",  # the clients' frames hold the budget throughout
         },
     )
     make_topic(cluster, "t", replicas=[0, 1])
@@ -195,10 +196,18 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
             data = size.to_bytes(4, "big") + b"\0" * (size - 1)
             threading.Thread(target=_send_quietly, args=(s, data), daemon=True).start()
         time.sleep(2.0)
+        assert not pending.done()
     finally:
         cluster.brokers[1].resume()
+    resumed = time.monotonic()
+    # The follower's fetches come from the inter-broker budget: the write is acknowledged
+    # within seconds (with the client budget it would wait for the clients' frames, which
+    # hold it past the write's 40 s timeout).
     resp = pending.result(timeout=60)
     assert resp.topics[0].partitions[0].error_code == 0
+    assert time.monotonic() - resumed < 10, (
+        f"acknowledged {time.monotonic() - resumed:.1f} s after the follower resumed"
+    )
 
 
 def _send_quietly(s: socket.socket, data: bytes) -> None:
