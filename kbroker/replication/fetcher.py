@@ -88,6 +88,12 @@ class LeaderEndPoint(Protocol):
     def close(self) -> None: ...
 
 
+REPLICA_FETCH_RESPONSE_MAX_BYTES = 10 * 1024 * 1024
+"""Kafka's ``replica.fetch.response.max.bytes`` default: a follower's Fetch total (its
+``max_bytes``); ``replica.fetch.max.bytes`` is the per-partition limit. The leader keeps
+the answer within the total, except for the first batch (KIP-74)."""
+
+
 def insecure_channel(address: str) -> grpc.Channel:
     """A plaintext channel to another broker (the default inter-broker channel)."""
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
@@ -145,6 +151,7 @@ class ReplicaFetcher(threading.Thread):
         purgatory: Purgatory,
         quota: ReplicationQuota | None = None,
         error_log: RateLimiter | None = None,
+        response_max_bytes: int = REPLICA_FETCH_RESPONSE_MAX_BYTES,
     ) -> None:
         super().__init__(name=f"replica-fetcher-{leader_id}", daemon=True)
         self._error_log = error_log if error_log is not None else RateLimiter(ERROR_LOG_INTERVAL_S)
@@ -157,6 +164,7 @@ class ReplicaFetcher(threading.Thread):
         self.leader = leader
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
+        self._response_max_bytes = max(response_max_bytes, max_bytes)
         self._purgatory = purgatory
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, _FetchState] = {}
@@ -305,7 +313,7 @@ class ReplicaFetcher(threading.Thread):
 
     def _fetch(self, states: list[_FetchState]) -> float:
         req = log_pb2.FetchRequest(
-            replica_id=self.broker_id, max_wait_ms=self._max_wait_ms, min_bytes=1, max_bytes=self._max_bytes
+            replica_id=self.broker_id, max_wait_ms=self._max_wait_ms, min_bytes=1, max_bytes=self._response_max_bytes
         )
         unthrottled = [s for s in states if not self._throttled(s)]
         if not unthrottled:
