@@ -271,6 +271,7 @@ def cluster(root: Path, brokers: int = 1, secure: bool = False, scenario: str = 
                 "ssl.ca.location": c["ssl_cafile"],
             }
             env["KBROKER_ZK_DIGEST"] = setup.zk_digest
+            overrides["zookeeper.auth.digest"] = setup.zk_digest  # the brokers' ZooKeeper credential
         overrides["kafka.listeners"] = f"{listener}://127.0.0.1:0"
         if secure:
             # The admin user must exist before a client logs in; brokers make the chroot.
@@ -338,13 +339,13 @@ def parse_report(report_text: str, log_text: str = "") -> dict[str, Outcome]:
             outcomes[m.group(1)] = Outcome(m.group(1), m.group(2), float(m.group(3)))
     outcomes.pop("<MAIN>", None)
     for line in _ANSI.sub("", log_text).splitlines():
-        m = _SUMMARY.match(line.strip())
-        if m and m.group(1) in outcomes:
-            outcomes[m.group(1)].reason = m.group(4).strip()
+        row = _SUMMARY.match(line.strip())
+        if row and row.group(1) in outcomes:
+            outcomes[row.group(1)].reason = row.group(4).strip()
             continue
-        m = _SKIPPING.match(line.strip())
-        if m and m.group(1) in outcomes and not outcomes[m.group(1)].reason:
-            outcomes[m.group(1)].reason = m.group(2).strip()
+        skipping = _SKIPPING.match(line.strip())
+        if skipping and skipping.group(1) in outcomes and not outcomes[skipping.group(1)].reason:
+            outcomes[skipping.group(1)].reason = skipping.group(2).strip()
     return outcomes
 
 
@@ -623,14 +624,23 @@ DOC = ROOT / "docs" / "kafka-compatibility.md"
 TABLE_START, TABLE_END = "<!-- librdkafka-table:start -->", "<!-- librdkafka-table:end -->"
 
 
+_LABELS = {
+    "brokers=1": "on 1 broker",
+    "brokers=3": "on 3 brokers",
+    "quick": "in quick mode",
+    "full": "in full mode",
+    "secure": "over SASL_SSL",
+    "plaintext": "over PLAINTEXT",
+    "noautocreate": "in scenario noautocreate",
+}
+
+
 def markdown_table(expected: dict[str, Any]) -> str:
     """The compatibility table of docs/kafka-compatibility.md, made from the JSON table."""
     rows = [TABLE_START, "", "| test | expected | why / note |", "|---|---|---|"]
     for name, entry in expected["tests"].items():
         outcome = entry["expect"]
-        when = ", ".join(
-            f"{v} with {k.replace('brokers=', '').replace('3', '3 brokers')}" for k, v in entry.get("when", {}).items()
-        )
+        when = "; ".join(f"{_LABELS.get(k, k)}: {v}" for k, v in entry.get("when", {}).items())
         if when:
             outcome = f"{outcome} ({when})"
         note = entry.get("reason", "")

@@ -68,7 +68,7 @@ def test_quick_mode_over_sasl_ssl_scram_matches_the_table(tmp_path: Path) -> Non
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_noautocreate_scenario_matches_the_table(tmp_path: Path) -> None:
-    _run(tmp_path, quick=False, scenario="noautocreate")
+    _run(tmp_path, brokers=3, quick=False, scenario="noautocreate")
 
 
 def test_every_test_of_the_suite_has_an_expected_outcome_with_a_reason_for_each_skip() -> None:
