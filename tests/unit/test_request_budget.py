@@ -87,7 +87,11 @@ def test_released_request_bytes_are_given_back_once_enough_add_up() -> None:
 
     async def run() -> None:
         reclaimer = MemoryReclaimer(
-            100, 0.05, collect=lambda: calls.append("collect"), trim=lambda: calls.append("trim")
+            100,
+            0.05,
+            collect_interval_s=0.5,
+            collect=lambda: calls.append("collect"),
+            trim=lambda: calls.append("trim"),
         )
         budgets = RequestBudgets(1000, 1000, 1000, reclaimer)
         budgets.client.try_acquire(90)
@@ -105,8 +109,11 @@ def test_released_request_bytes_are_given_back_once_enough_add_up() -> None:
         assert reclaimer.reclaims == 1
         await asyncio.sleep(0.1)
         assert reclaimer.reclaims == 2 and calls.count("trim") == 2
-        # A full collection on the loop only rarely (COLLECT_INTERVAL_S): trims do the rest.
+        # A full collection on the loop only rarely (COLLECT_INTERVAL_S): trims do the rest,
+        # and one more collection follows once the interval is over.
         assert calls.count("collect") == 1 and reclaimer.collections == 1
+        await asyncio.sleep(0.5)
+        assert calls.count("collect") == 2 and reclaimer.reclaims == 2
         await reclaimer.received(50)  # a small request read: no trim
         assert calls.count("trim") == 2
         await reclaimer.received(500)  # a large one: trimmed before it is decoded
