@@ -320,6 +320,7 @@ class RunResult:
 
 
 _SUMMARY = re.compile(r"^\|\S*\s+(\d{4}\w*)\s+\|\s+(\w+)\s+\|\s+([\d.]+)s\s*\S*\|\s*(.*)$")
+_FAILURE = re.compile(r'^### Test "(\d{4}\w*)[ "].* failed at .*###$')
 _SKIPPING = re.compile(r"^\[(\d{4}\w*)\s*/\s*[\d.]+s\] WARN: SKIPPING TEST: (.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -338,7 +339,12 @@ def parse_report(report_text: str, log_text: str = "") -> dict[str, Outcome]:
         for m in re.finditer(pat, report_text):
             outcomes[m.group(1)] = Outcome(m.group(1), m.group(2), float(m.group(3)))
     outcomes.pop("<MAIN>", None)
-    for line in _ANSI.sub("", log_text).splitlines():
+    lines = _ANSI.sub("", log_text).splitlines()
+    for i, line in enumerate(lines):
+        failure = _FAILURE.match(line.strip())
+        if failure and failure.group(1) in outcomes and not outcomes[failure.group(1)].reason and i + 1 < len(lines):
+            outcomes[failure.group(1)].reason = lines[i + 1].strip()
+            continue
         row = _SUMMARY.match(line.strip())
         if row and row.group(1) in outcomes:
             outcomes[row.group(1)].reason = row.group(4).strip()
@@ -553,20 +559,28 @@ def compare(result: RunResult, expected: dict[str, Any], only: str | None = None
     return v
 
 
+def counts(result: RunResult) -> dict[str, int]:
+    """The runner's own verdicts: passed, skipped, failed (RUNNING and DNS count as failed)."""
+    states = [o.state for o in result.outcomes.values()]
+    passed, skipped = states.count("PASSED"), states.count("SKIPPED")
+    return {"passed": passed, "skipped": skipped, "failed": len(states) - passed - skipped}
+
+
 def report_text(result: RunResult, v: Verdict) -> str:
     mode = "quick" if result.quick else "full"
     sec = (", SASL_SSL/SCRAM" if result.secure else "") + (
         f", scenario {result.scenario}" if result.scenario != "default" else ""
     )
+    c = counts(result)
     lines = [
         f"librdkafka {VERSION} suite, {mode} mode, {result.brokers} broker(s){sec}: "
-        f"{len(v.passed)} passed, {len(v.skipped)} skipped, "
-        f"{len(v.failed) + len(v.failed_expected)} failed ({len(v.failed)} expected to pass) "
-        f"in {result.seconds:.0f} s (runner exit {result.returncode})"
+        f"{c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed; "
+        f"{len(v.failed)} expected to pass did not, {len(v.newly_passing)} listed as skip passed; "
+        f"{result.seconds:.0f} s (runner exit {result.returncode})"
     ]
     for title, names in (
-        ("FAILED (expected to pass)", v.failed),
-        ("failed, expected (a documented skip)", v.failed_expected),
+        ("EXPECTED TO PASS, did not", v.failed),
+        ("failed, as expected (a documented skip)", v.failed_expected),
         ("NEWLY PASSING (listed as skip: update the table)", v.newly_passing),
         ("not in the table / not in the run", v.missing),
     ):
@@ -574,9 +588,9 @@ def report_text(result: RunResult, v: Verdict) -> str:
             lines.append(f"{title}:")
             for n in names:
                 o = result.outcomes.get(n)
-                detail = f"{o.state} after {o.duration:.1f} s: {o.reason}" if o else "absent from the run"
+                detail = f"{o.state}: {o.reason}" if o else "absent from the run"
                 lines.append(f"  {n}: {detail}"[:300])
-    lines.append(f"runner log: {result.log}; report: {result.report}")
+    lines.append(f"runner log: {result.log}; reports: {result.report}")
     return "\n".join(lines)
 
 
@@ -590,11 +604,7 @@ def write_json(result: RunResult, v: Verdict, path: Path) -> None:
                 "secure": result.secure,
                 "scenario": result.scenario,
                 "seconds": round(result.seconds, 1),
-                "counts": {
-                    "passed": len(v.passed),
-                    "skipped": len(v.skipped),
-                    "failed": len(v.failed) + len(v.failed_expected),
-                },
+                "counts": counts(result),
                 "failed": v.failed,
                 "failed_expected": v.failed_expected,
                 "newly_passing": v.newly_passing,
@@ -677,11 +687,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all", action="store_true", help='also run the tests the table keeps out ("run": false)')
     p.add_argument("--build-only", action="store_true", help="fetch and build test-runner, then exit")
     p.add_argument(
+        "--compare", type=Path, metavar="DIR", help="compare an earlier run (its verdict.json) with the table"
+    )
+    p.add_argument(
         "--write-docs", action="store_true", help="rewrite docs/kafka-compatibility.md's table from the JSON"
     )
     p.add_argument("--dir", type=Path, help="work directory (default: .cache/librdkafka/runs/<time>)")
     p.add_argument("--timeout", type=float, default=3600.0, help="stop the runner after this many seconds")
     args = p.parse_args(argv)
+    if args.compare:
+        saved = json.loads((args.compare / "verdict.json").read_text())
+        earlier = RunResult(
+            {n: Outcome(n, t["state"], t["duration"], t["reason"]) for n, t in saved["tests"].items()},
+            saved["seconds"],
+            0,
+            args.compare / "test-runner.log",
+            args.compare,
+            saved["brokers"],
+            saved["mode"] == "quick",
+            saved["secure"],
+            saved.get("scenario", "default"),
+        )
+        v = compare(earlier, load_expected())
+        print(report_text(earlier, v))
+        return 0 if v.ok else 1
     if args.write_docs:
         write_docs(load_expected())
         return 0
