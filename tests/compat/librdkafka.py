@@ -423,6 +423,8 @@ def run_suite(
             f"; log: {log_path}"
         )
         selection = tests
+        interrupted: set[str] = set()
+        decided = -1
         for attempt in range(1, 100):
             report = workdir / f"report-{attempt}.json"
             env["TEST_REPORT"] = str(report)
@@ -436,24 +438,25 @@ def run_suite(
                 say(f"the runner wrote no report (exit {rc}); the end of its log:\n{log_text[-3000:]}")
                 break
             chosen = selection.split(",") if selection else None
+            again: set[str] = set()
             for name, o in parse_report(report.read_text(errors="replace"), log_text).items():
-                if name in outcomes or o.state == "DNS":
-                    continue
-                if chosen is not None and test_number(name) not in chosen:
-                    continue  # "not included in TESTS list"
-                if o.state == "RUNNING":
-                    o.reason = o.reason or "never finished: the runner stopped (a test timed out)"
-                outcomes[name] = o
-            pending = sorted(
-                {
-                    test_number(n)
-                    for n, o in parse_report(report.read_text(errors="replace")).items()
-                    if o.state == "DNS" and n not in outcomes
-                }
-            )
-            if not pending or time.monotonic() - t0 > timeout_s:
-                break
-            say(f"the runner stopped early (exit {rc}); again for the {len(pending)} tests not started")
+                if name in outcomes or (chosen is not None and test_number(name) not in chosen):
+                    continue  # decided before, or "not included in TESTS list"
+                if o.state == "DNS":
+                    again.add(test_number(name))
+                elif o.state == "RUNNING" and name not in interrupted:
+                    # cut short by another test's timeout: once more, on its own terms
+                    interrupted.add(name)
+                    again.add(test_number(name))
+                else:
+                    if o.state == "RUNNING":
+                        o.reason = o.reason or "never finished: the runner stopped (a test timed out) twice"
+                    outcomes[name] = o
+            pending = sorted(again)
+            if not pending or time.monotonic() - t0 > timeout_s or len(outcomes) == decided:
+                break  # done, out of time, or a rerun that decided nothing (the same test timed out again)
+            decided = len(outcomes)
+            say(f"the runner stopped early (exit {rc}); again for the {len(pending)} tests not finished")
             selection = ",".join(pending)
         for broker_log in c.logs:
             if broker_log.exists():
