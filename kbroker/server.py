@@ -84,7 +84,14 @@ class KafkaServer:
         )
         self.sessions = SessionStore(max_reauth_ms=config.connections_max_reauth_ms)
         """SASL session tokens issued by this broker."""
-        self.credentials = CredentialStore(self.zk, on_user_changed=self.sessions.revoke_user)
+        # A changed or deleted credential ends the sessions made with the old one; the late
+        # notification of a credential's creation ends none.
+        self.credentials = CredentialStore(
+            self.zk,
+            on_user_changed=lambda user: self.sessions.revoke_user(
+                user, lambda: self.credentials.credentials(user).values()
+            ),
+        )
         self.authorizer: AclAuthorizer | None = None
         """kafka.security.authorizer.AclAuthorizer when authorizer.class.name names it."""
         self.dynamic = DynamicBrokerConfig(config, self.zk)
@@ -165,6 +172,7 @@ class KafkaServer:
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            inter_broker_channel=self._inter_broker_channel,
         )
 
         producer_ids = ProducerIdManager(self.zk, cfg.broker_id)

@@ -199,8 +199,12 @@ def connect_zookeeper(
 
 
 def _hint_other_chroot(zk: ZkClient) -> None:
-    """One stderr line when no broker is registered under ``zk``'s chroot but one is under
-    another chroot of the ensemble (``--zookeeper host:2181`` for a cluster at ``/kbroker``)."""
+    """One stderr line when ``--zookeeper`` names no chroot, or one that did not exist, and
+    no broker is registered there but some are under another chroot of the ensemble
+    (``--zookeeper host:2181`` for a cluster at ``/kbroker``). A cluster's own chroot with
+    its brokers down gets no hint."""
+    if zk.chroot and not zk.created_chroot:
+        return
     try:
         if zk.live_brokers():
             return

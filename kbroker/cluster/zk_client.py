@@ -75,6 +75,8 @@ class ZkClient:
             raise KafkaError(f"zookeeper.set.acl is true, but no ZooKeeper credential was given; {zk_acl.NO_AUTH_HINT}")
         self.connect = connect
         self.chroot = chroot
+        self.created_chroot = False
+        """``start`` had to create the chroot: nothing of a cluster was there."""
         self.write_timeout_s = 5.0
         self.credential = credential
         self.set_acl = set_acl
@@ -100,7 +102,9 @@ class ZkClient:
             root = self._kazoo(self._hosts, timeout=10.0)
             root.start(timeout=timeout_s)
             try:
-                root.ensure_path(self.chroot)
+                if root.exists(self.chroot) is None:
+                    root.ensure_path(self.chroot)
+                    self.created_chroot = True
             finally:
                 root.stop()
                 root.close()

@@ -145,6 +145,9 @@ class Session:
     """The connection the session belongs to (:func:`channel_binding`); "" for one made
     outside a gRPC call (the Kafka door, which revokes it at once: the connection is the
     session there)."""
+    credential: object = None
+    """The credential the user authenticated with: a change notification that leaves it
+    current (the notification of its own creation, read late) keeps the session."""
 
 
 class SessionStore:
@@ -170,14 +173,19 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._next_purge = clock() + self.PURGE_INTERVAL_S
 
-    def create(self, principal: KafkaPrincipal, mechanism: str, binding: str = "") -> tuple[str, int]:
-        """A new session bound to ``binding`` (:func:`channel_binding`); (token, lifetime in ms)."""
+    def create(
+        self, principal: KafkaPrincipal, mechanism: str, binding: str = "", credential: object = None
+    ) -> tuple[str, int]:
+        """A new session bound to ``binding`` (:func:`channel_binding`), made with
+        ``credential``; (token, lifetime in ms)."""
         token = secrets.token_urlsafe(32)
         now = self._clock()
         with self._lock:
             if now >= self._next_purge:
                 self._purge(now)
-            self._sessions[token] = Session(principal, mechanism, now + self.max_reauth_ms / 1000.0, binding)
+            self._sessions[token] = Session(
+                principal, mechanism, now + self.max_reauth_ms / 1000.0, binding, credential
+            )
         return token, self.max_reauth_ms
 
     def session(self, token: str) -> Session | None:
@@ -220,10 +228,16 @@ class SessionStore:
         with self._lock:
             return self._sessions.pop(token, None) is not None
 
-    def revoke_user(self, user: str) -> int:
-        """End every session of ``User:<user>``; how many there were."""
+    def revoke_user(self, user: str, current: Callable[[], Iterable[object]] = tuple) -> int:
+        """End every session of ``User:<user>`` made with a credential not among ``current()``
+        (the user's credentials now; none: every session ends); how many ended."""
+        still = list(current())
         with self._lock:
-            gone = [t for t, s in self._sessions.items() if s.principal.type == "User" and s.principal.name == user]
+            gone = [
+                t
+                for t, s in self._sessions.items()
+                if s.principal.type == "User" and s.principal.name == user and s.credential not in still
+            ]
             for token in gone:
                 del self._sessions[token]
         if gone:
@@ -403,7 +417,7 @@ class SaslAuthenticator:
         The session is made first and the credential re-read after: a change notified
         before the re-read is seen by it, one notified after revokes the new session.
         """
-        token, lifetime_ms = self.sessions.create(KafkaPrincipal.user(user), mechanism, binding)
+        token, lifetime_ms = self.sessions.create(KafkaPrincipal.user(user), mechanism, binding, used)
         if current() != used:
             self.sessions.revoke(token)
             log.info("SASL %s authentication of user %r refused: its credential changed meanwhile", mechanism, user)

@@ -238,6 +238,20 @@ def test_revoke_user_ends_only_that_users_sessions(auth: SaslAuthenticator, user
     assert auth.sessions.revoke(bob) and not auth.sessions.revoke(bob)
 
 
+def test_a_late_notification_of_the_credential_used_keeps_the_session(auth: SaslAuthenticator, users: Users) -> None:
+    """The user logs in before the broker has seen the notification of its credential's
+    creation: that notification leaves the credential current, so the session stays; a
+    changed password then ends it."""
+    token, _ = _scram(auth, SHA256, "alice", "alice-secret")
+    current = [users.table[("alice", m)] for m in (SHA256, SHA512)]
+    assert auth.sessions.revoke_user("alice", lambda: current) == 0
+    assert auth.sessions.lookup(token) == KafkaPrincipal.user("alice")
+    users.set("alice", "new-secret")
+    changed = [users.table[("alice", m)] for m in (SHA256, SHA512)]
+    assert auth.sessions.revoke_user("alice", lambda: changed) == 1
+    assert auth.sessions.lookup(token) is None
+
+
 def test_sessions_are_thread_safe() -> None:
     sessions = SessionStore()
     tokens: list[str] = []
