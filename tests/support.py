@@ -1,9 +1,16 @@
-"""Small helpers shared by the process-level tests."""
+"""Small helpers shared by the tests: polling, and fakes for one role each."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from kbroker.cluster import zkdata
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 60, what: str = "condition") -> None:
@@ -17,3 +24,65 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 60, what: str
             pass
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+class FakeZooKeeper:
+    """An in-memory stand-in for :class:`kbroker.cluster.zk_client.ZkClient` as the metadata
+    cache uses it: kazoo's ``get_async``/``exists_async``/``get_children``/``exists`` (as
+    ``.kazoo``), ``broker``, ``controller_epoch`` and ``add_state_listener``. Watches are
+    not kept (a test fires them); ``reads`` counts the ``get_async`` calls per path."""
+
+    def __init__(self) -> None:
+        self.kazoo = self
+        self.nodes: dict[str, bytes] = {}
+        self.versions: Counter[str] = Counter()
+        self.reads: Counter[str] = Counter()
+
+    def set(self, path: str, data: bytes) -> None:
+        if path in self.nodes:
+            self.versions[path] += 1
+        self.nodes[path] = data
+
+    def _stat(self, path: str) -> Any:
+        return ZnodeStat(0, 0, 0, 0, self.versions[path], 0, 0, 0, len(self.nodes[path]), 0, 0)
+
+    def get_async(self, path: str, watch: object = None) -> _Result:
+        self.reads[path] += 1
+        if path not in self.nodes:
+            return _Result(error=NoNodeError(path))
+        return _Result((self.nodes[path], self._stat(path)))
+
+    def exists_async(self, path: str, watch: object = None) -> _Result:
+        return _Result(self._stat(path) if path in self.nodes else None)
+
+    def exists(self, path: str, watch: object = None) -> object:
+        return self._stat(path) if path in self.nodes else None
+
+    def get_children(self, path: str, watch: object = None) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        children = {p[len(prefix) :].split("/", 1)[0] for p in self.nodes if p.startswith(prefix)}
+        if not children and path not in self.nodes:
+            raise NoNodeError(path)
+        return sorted(children)
+
+    def broker(self, broker_id: int) -> Any:
+        data = self.nodes.get(zkdata.broker_path(broker_id))
+        return None if data is None else zkdata.decode_broker(broker_id, data)
+
+    def controller_epoch(self) -> tuple[int, int]:
+        return 0, -1
+
+    def add_state_listener(self, listener: object) -> None:
+        pass
+
+
+class _Result:
+    """A completed kazoo async result."""
+
+    def __init__(self, value: Any = None, error: Exception | None = None) -> None:
+        self._value, self._error = value, error
+
+    def get(self, timeout: float | None = None) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value

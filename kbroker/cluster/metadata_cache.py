@@ -14,6 +14,15 @@ one thread whatever the partition count. kazoo forgets every watch when its conn
 drops, so on reconnect one ``resync`` event re-reads every znode, re-arms its watch and
 notifies the listeners of what changed meanwhile.
 
+Events are applied in batches: the event thread drains its queue, coalesces the
+watched paths (a znode named twice is read once), reads them with one pipelined round,
+publishes one snapshot and notifies the listeners of exactly the partitions whose view
+changed, then logs one summary line for the batch. The work for a batch is O(events),
+not O(partitions of the cluster): a state event touches only its partition's entries
+(the topic's states are copied once per batch), and only the topics and partitions the
+batch touched are compared and notified. Derived views (:meth:`ClusterSnapshot.offline_count`,
+:meth:`ClusterSnapshot.leader_counts`) are computed lazily, once per snapshot.
+
 Listeners: a partition listener is called for each partition when it is first seen
 (state None until the controller elects a leader), and again when its state, its
 replicas, its topic's config or its topic id change.
@@ -27,8 +36,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
@@ -67,6 +79,21 @@ class ClusterSnapshot:
         state = info.states.get(partition) if info else None
         return state.leader if state else zkdata.NO_LEADER
 
+    @cached_property
+    def offline_count(self) -> int:
+        """Partitions without a live leader (computed once per snapshot, on first use)."""
+        return sum(
+            1
+            for info in self.topics.values()
+            for state in info.states.values()
+            if state.leader < 0 or state.leader not in self.brokers
+        )
+
+    @cached_property
+    def leader_counts(self) -> Counter[int]:
+        """Broker id -> partitions it leads (computed once per snapshot, on first use)."""
+        return Counter(state.leader for info in self.topics.values() for state in info.states.values())
+
 
 def _broker_or_none(broker_id: int) -> str:
     return f"broker {broker_id}" if broker_id >= 0 else "none"
@@ -91,8 +118,11 @@ class MetadataCache:
         self._partition_listeners: list[PartitionListener] = []
         self._deleted_listeners: list[TopicDeletedListener] = []
         self._broker_listeners: list[Callable[[], None]] = []
-        # Event thread only: watched znode path -> ("assignment"|"config", topic) or ("state", topic, p).
+        # Event thread only: watched znode path -> ("assignment"|"config", topic) or ("state", topic, p);
+        # each topic's watched paths, and the partitions whose state znode is watched.
         self._paths: dict[str, tuple[Any, ...]] = {}
+        self._topic_paths: dict[str, set[str]] = {}
+        self._state_keys: set[tuple[str, int]] = set()
         self._thread = threading.Thread(target=self._run, name="metadata-events", daemon=True)
         self._changed = threading.Condition()
         self._stopped = False
@@ -183,46 +213,72 @@ class MetadataCache:
     # --- event thread --------------------------------------------------------------
 
     def _run(self) -> None:
-        while True:
-            event = self._events.get()
-            if event is None:
-                return
-            try:
-                self._apply(event)
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                # The reconnect's resync reads everything again.
-                log.warning("metadata event %s: ZooKeeper unreachable (%r)", event[0], exc)
-            except Exception:
-                log.exception("metadata event %s failed", event[0])
+        while self._step():
+            pass
+
+    def _step(self, block: bool = True) -> bool:
+        """Drain the queue and apply what it held as one batch; False once stopped."""
+        batch: list[tuple[Any, ...]] = []
+        stop = False
+        try:
+            event = self._events.get(block=block)
+            while True:
+                if event is None:
+                    stop = True
+                    break
+                batch.append(event)
+                event = self._events.get_nowait()
+        except queue.Empty:
+            pass
+        try:
+            self._apply_batch(batch)
+        finally:
+            for event in batch:
+                if event[0] == "barrier":
+                    event[1].set()
             with self._changed:
                 self._changed.notify_all()
+        return not stop
+
+    def _guarded(self, what: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            # The reconnect's resync reads everything again.
+            log.warning("metadata event %s: ZooKeeper unreachable (%r)", what, exc)
+        except Exception:
+            log.exception("metadata event %s failed", what)
 
     def _publish(self, snap: ClusterSnapshot) -> None:
         with self._lock:
             self._snapshot = snap
 
-    def _apply(self, event: tuple[Any, ...]) -> None:
-        kind = event[0]
-        if kind == "barrier":
-            event[1].set()
-        elif kind == "resync":
-            self._resync()
-        elif kind == "path":
-            path = event[1]
-            if path == zkdata.BROKER_IDS:
-                self._read_brokers()
-            elif path == zkdata.CONTROLLER:
-                self._read_controller()
-            elif path == zkdata.BROKER_TOPICS:
-                self._read_topics(resync=False)
-            elif path in self._paths:
-                self._read_topic_znodes([path])
+    def _apply_batch(self, batch: list[tuple[Any, ...]]) -> None:
+        """Apply a batch of events: each watched znode is read once, the topic znodes
+        of the whole batch together (one pipelined round, one snapshot, one summary line)."""
+        resync = any(e[0] == "resync" for e in batch)
+        paths = dict.fromkeys(e[1] for e in batch if e[0] == "path")
+        if resync:
+            # Everything is read again (and every watch re-armed): the paths go with it.
+            self._guarded("resync", self._resync)
+            return
+        if zkdata.BROKER_IDS in paths:
+            self._guarded("path", self._read_brokers)
+        if zkdata.CONTROLLER in paths:
+            self._guarded("path", self._read_controller)
+        topic_paths: list[str] = []
+        if zkdata.BROKER_TOPICS in paths:
+            self._guarded("path", lambda: topic_paths.extend(self._read_topics(resync=False)))
+        new_topics = set(topic_paths)
+        topic_paths += [p for p in paths if p in self._paths and p not in new_topics]
+        if topic_paths:
+            self._guarded("path", lambda: self._read_topic_znodes(topic_paths))
 
     def _resync(self) -> None:
         """Re-read everything (start-up, reconnect), re-arm every watch, notify changes."""
         self._read_brokers()
         self._read_controller()
-        self._read_topics(resync=True)
+        self._read_topic_znodes(self._read_topics(resync=True))
 
     def _read_brokers(self) -> None:
         brokers: dict[int, BrokerInfo] = {}
@@ -273,7 +329,8 @@ class MetadataCache:
                     old[b].epoch,
                 )
 
-    def _read_topics(self, *, resync: bool) -> None:
+    def _read_topics(self, *, resync: bool) -> list[str]:
+        """Read the topic list (dropping deleted topics); the topic znode paths to read."""
         current = {zkdata.decode_segment(c) for c in self._children(zkdata.BROKER_TOPICS)}
         known = set(self.snapshot().topics)
         for topic in sorted(known - current):
@@ -286,78 +343,137 @@ class MetadataCache:
             except Exception:
                 log.warning("ignoring znode %r under %s: not a topic name", topic, zkdata.BROKER_TOPICS)
                 continue
-            self._paths[tpath] = ("assignment", topic)
-            self._paths[cpath] = ("config", topic)
+            self._watch_path(tpath, ("assignment", topic))
+            self._watch_path(cpath, ("config", topic))
             paths += [tpath, cpath]
             if resync:
                 info = self.snapshot().topics.get(topic)
                 for p in info.assignment if info else ():
                     paths.append(self._state_path(topic, p))
-        self._read_topic_znodes(paths)
+        return paths
+
+    def _watch_path(self, path: str, key: tuple[Any, ...]) -> None:
+        self._paths[path] = key
+        self._topic_paths.setdefault(key[1], set()).add(path)
 
     def _state_path(self, topic: str, partition: int) -> str:
         path = zkdata.partition_state_path(topic, partition)
-        self._paths[path] = ("state", topic, partition)
+        self._watch_path(path, ("state", topic, partition))
+        self._state_keys.add((topic, partition))
         return path
 
     def _read_topic_znodes(self, paths: list[str]) -> None:
         """Read topic znodes (and the states of partitions seen for the first time),
-        publish one snapshot, then notify every partition whose view changed."""
+        publish one snapshot, then notify every partition whose view changed.
+
+        O(znodes read): only the topics and partitions named by ``paths`` are touched,
+        compared and notified; a topic's states are copied once, however many change."""
+        started = time.monotonic()
         old = self.snapshot().topics
         topics = dict(old)
+        states_of: dict[str, dict[int, LeaderAndIsr]] = {}
+        touched: dict[str, set[int] | None] = {}
+        """Topic -> the partitions to compare and notify; None: all of them (its assignment,
+        config or topic id was read)."""
         deleted: set[str] = set()
         reads = self._read(paths)
         while reads:
+            assigned: list[str] = []
             # Assignments first: they create a topic's entry, its config and states fill it.
             for path, (data, stat) in sorted(reads.items(), key=lambda r: _ORDER[self._paths[r[0]][0]]):
-                kind, topic = self._paths[path][:2]
+                key = self._paths[path]
+                kind, topic = key[:2]
                 info = topics.get(topic)
-                if kind == "assignment":
-                    if data is None:
-                        deleted.add(topic)
-                        continue
-                    znode = zkdata.decode_topic_znode(data)
-                    if info is None:
-                        info = TopicInfo(topic, znode.partitions)
-                    topics[topic] = replace(
-                        info,
-                        assignment=znode.partitions,
-                        topic_id=znode.topic_id,
-                        adding=znode.adding,
-                        removing=znode.removing,
-                    )
-                elif info is None:
-                    continue  # the topic's assignment is gone or unread: it brings the rest
-                elif kind == "config":
-                    topics[topic] = replace(info, config=zkdata.decode_topic_config(data) if data else {})
-                else:
-                    states = dict(info.states)
-                    if data is None or stat is None:
-                        states.pop(self._paths[path][2], None)
+                try:
+                    if kind == "assignment":
+                        if data is None:
+                            deleted.add(topic)
+                            continue
+                        znode = zkdata.decode_topic_znode(data)
+                        if info is None:
+                            info = TopicInfo(topic, znode.partitions)
+                        topics[topic] = replace(
+                            info,
+                            assignment=znode.partitions,
+                            topic_id=znode.topic_id,
+                            adding=znode.adding,
+                            removing=znode.removing,
+                        )
+                        touched[topic] = None
+                        assigned.append(topic)
+                    elif info is None:
+                        continue  # the topic's assignment is gone or unread: it brings the rest
+                    elif kind == "config":
+                        topics[topic] = replace(info, config=zkdata.decode_topic_config(data) if data else {})
+                        touched[topic] = None
                     else:
-                        states[self._paths[path][2]] = zkdata.decode_leader_and_isr(data, int(stat.version))
-                    topics[topic] = replace(info, states=states)
+                        states = states_of.get(topic)
+                        if states is None:
+                            states = states_of[topic] = dict(info.states)
+                        partition = key[2]
+                        if data is None or stat is None:
+                            states.pop(partition, None)
+                        else:
+                            states[partition] = zkdata.decode_leader_and_isr(data, int(stat.version))
+                        parts = touched.setdefault(topic, set())
+                        if parts is not None:
+                            parts.add(partition)
+                except Exception:
+                    log.exception("cannot apply znode %s", path)
             # Partitions never read before (a new topic, added partitions): their states.
-            unseen = [
-                (t, p)
-                for t, info in topics.items()
-                for p in info.assignment
-                if zkdata.partition_state_path(t, p) not in self._paths
-            ]
+            unseen = [(t, p) for t in assigned for p in topics[t].assignment if (t, p) not in self._state_keys]
             reads = self._read([self._state_path(t, p) for t, p in unseen]) if unseen else {}
+        for topic, states in states_of.items():
+            if topic in topics:
+                topics[topic] = replace(topics[topic], states=states)
         self._publish(replace(self.snapshot(), topics=topics))
         for topic in sorted(deleted):
             self._drop_topic(topic)
-        for topic, info in sorted(topics.items()):
-            if topic in deleted:
+        summary: Counter[str] = Counter()
+        for topic in sorted(touched):
+            info = topics.get(topic)
+            if topic in deleted or info is None:
                 continue
             before = old.get(topic)
-            for p in sorted(info.assignment):
+            parts = touched[topic]
+            for p in sorted(info.assignment if parts is None else parts):
+                if p not in info.assignment:
+                    continue
                 if before is None or _partition_view(before, p) != _partition_view(info, p):
-                    self._notify(topic, p)
+                    summary[_change_kind(before, info, p)] += 1
+                    summary["topics:" + topic] = 1
+                    self._notify(info, p)
+        self._log_batch(summary, len(deleted), time.monotonic() - started)
+
+    @staticmethod
+    def _log_batch(summary: Counter[str], deleted: int, took_s: float) -> None:
+        """One line per batch: INFO when a partition is new or changed leader (or lost it),
+        DEBUG when only ISRs or configs changed (routine, and frequent under load)."""
+        changed = sum(n for k, n in summary.items() if not k.startswith("topics:"))
+        if not changed and not deleted:
+            return
+        topics = sum(1 for k in summary if k.startswith("topics:"))
+        kinds = ", ".join(f"{summary[k]} {k}" for k in _KINDS if summary[k])
+        level = (
+            logging.INFO
+            if summary["new"] or summary["new leader"] or summary["no leader"] or deleted
+            else logging.DEBUG
+        )
+        log.log(
+            level,
+            "metadata: applied %d partition change(s) over %d topic(s)%s in %.3f s (%s)",
+            changed,
+            topics,
+            f", {deleted} topic(s) deleted" if deleted else "",
+            took_s,
+            kinds or "none",
+        )
 
     def _forget_paths(self, topic: str) -> None:
-        self._paths = {path: key for path, key in self._paths.items() if key[1] != topic}
+        for path in self._topic_paths.pop(topic, ()):
+            key = self._paths.pop(path, None)
+            if key is not None and key[0] == "state":
+                self._state_keys.discard((topic, key[2]))
 
     def _drop_topic(self, topic: str) -> None:
         self._forget_paths(topic)
@@ -369,17 +485,35 @@ class MetadataCache:
             for listener in self._deleted_listeners:
                 listener(topic)
 
-    def _notify(self, topic: str, partition: int) -> None:
-        info = self.snapshot().topics.get(topic)
-        if info is None or partition not in info.assignment:
-            return
+    def _notify(self, info: TopicInfo, partition: int) -> None:
         for listener in self._partition_listeners:
             listener(
-                topic, partition, info.assignment[partition], info.states.get(partition), info.config, info.topic_id
+                info.name,
+                partition,
+                info.assignment[partition],
+                info.states.get(partition),
+                info.config,
+                info.topic_id,
             )
 
 
 _ORDER = {"assignment": 0, "config": 1, "state": 2}
+_KINDS = ("new", "new leader", "no leader", "isr", "replicas", "config")
+
+
+def _change_kind(before: TopicInfo | None, after: TopicInfo, partition: int) -> str:
+    """How a partition's view changed, for the batch's summary line."""
+    old = before.states.get(partition) if before is not None else None
+    new = after.states.get(partition)
+    if before is None or partition not in before.assignment:
+        return "new"
+    if new is not None and (old is None or (old.leader, old.leader_epoch) != (new.leader, new.leader_epoch)):
+        return "new leader" if new.has_leader else "no leader"
+    if old != new:
+        return "isr"
+    if before.assignment.get(partition) != after.assignment.get(partition):
+        return "replicas"
+    return "config"
 
 
 def _partition_view(info: TopicInfo, partition: int) -> tuple[Any, ...]:

@@ -180,6 +180,8 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._configs: dict[str, LogConfig] = {}
         self._overrides: dict[str, dict[str, str]] = {}
+        self._topic_ids: dict[TopicPartition, str] = {}
+        """The topic id recorded in each hosted partition's ``partition.metadata`` (metadata thread)."""
         self._config_lock = threading.Lock()
         """Guards ``_defaults``, ``_configs``, ``_overrides`` and applying them to logs."""
         self.purgatory = Purgatory()
@@ -302,6 +304,7 @@ class ReplicaManager:
         with self._lock:
             p = self._partitions.get((topic, index))
         if p is None:
+            self._topic_ids.pop((topic, index), None)
             if self._logs.offline_reason(topic, index) is not None:
                 return  # its requests get KAFKA_STORAGE_ERROR; the other partitions go on
             existing = self._logs.get(topic, index)
@@ -326,20 +329,22 @@ class ReplicaManager:
             current = self._configs.get(topic, self._defaults)
             if p.log.config != current:
                 p.log.update_config(current)
-        if topic_id is not None:
-            _record_topic_id(p.log.dir, topic_id)
+        if topic_id is not None and self._topic_ids.get((topic, index)) != topic_id:
+            _record_topic_id(p.log.dir, topic_id)  # a file read (and write) once, not at every change
+            self._topic_ids[(topic, index)] = topic_id
         if state is None:
             return
         if state.leader == self.broker_id:
             self.fetchers.unfollow((topic, index))
             if p.make_leader(state, replicas):
-                log.info("%s-%d: leader, epoch %d, isr %s", topic, index, state.leader_epoch, state.isr)
+                # Per-partition lines are DEBUG: the metadata cache logs one line per batch.
+                log.debug("%s-%d: leader, epoch %d, isr %s", topic, index, state.leader_epoch, state.isr)
         elif p.make_follower(state, replicas):
             if state.has_leader:
-                log.info("%s-%d: follower of %d, epoch %d", topic, index, state.leader, state.leader_epoch)
+                log.debug("%s-%d: follower of %d, epoch %d", topic, index, state.leader, state.leader_epoch)
                 self.fetchers.follow(p, state.leader, state.leader_epoch)
             else:
-                log.warning("%s-%d: offline (no leader)", topic, index)
+                log.debug("%s-%d: offline (no leader)", topic, index)
                 self.fetchers.unfollow((topic, index))
         self.purgatory.progress((topic, index))
 
@@ -375,6 +380,9 @@ class ReplicaManager:
 
     def _config_for(self, topic: str, overrides: dict[str, str]) -> LogConfig:
         with self._config_lock:
+            cached = self._configs.get(topic)
+            if cached is not None and self._overrides.get(topic) == overrides:
+                return cached  # unchanged overrides (a state change): no re-parse per partition
             self._overrides[topic] = dict(overrides)
             return self._recompute_locked(topic, overrides)
 
@@ -414,6 +422,7 @@ class ReplicaManager:
     def _drop(self, topic: str, index: int, delete: bool = True) -> None:
         with self._lock:
             p = self._partitions.pop((topic, index), None)
+        self._topic_ids.pop((topic, index), None)
         self.fetchers.unfollow((topic, index))
         if p is not None:
             p.resign()
