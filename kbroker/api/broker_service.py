@@ -726,7 +726,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
 
         def grow(name: str, i: int) -> None:
             count = request.topics[i].count
-            self._admin.create_partitions(name, count, validate_only=request.validate_only)
+            assignments = [list(r.broker_ids) for r in request.topics[i].assignments]
+            self._admin.create_partitions(name, count, validate_only=request.validate_only, assignments=assignments)
             if not request.validate_only:
                 self._wait_for_leaders(name, count, timeout)
 

@@ -28,6 +28,7 @@ Thread-safe: no mutable state (ZooKeeper is the only state).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -126,6 +127,19 @@ DYNAMIC_BROKER_CONFIGS: tuple[str, ...] = (
 )
 """Broker configs Kafka allows to change without a restart and that kbroker has."""
 
+log = logging.getLogger(__name__)
+
+DYNAMIC_BROKER_CONFIGS_WITHOUT_EFFECT: tuple[str, ...] = (
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules",
+)
+"""Kafka's dynamic listener configs for GSSAPI (Kerberos), which kbroker does not have:
+accepted and stored as Kafka would (Kafka clients and tools set them), with no effect."""
+
 TOPIC_TO_BROKER_KEY = {topic_key: broker_key for broker_key, topic_key in LOG_DEFAULT_KEYS.items()}
 """Topic config -> its broker-wide default's name (``retention.ms`` -> ``log.retention.ms``)."""
 
@@ -162,6 +176,9 @@ def static_broker_configs(log_defaults: LogConfig) -> dict[str, str]:
 
 def validate_broker_config(key: str, value: str) -> None:
     """INVALID_REQUEST if ``key`` cannot change dynamically; INVALID_CONFIG for a bad value."""
+    if key in DYNAMIC_BROKER_CONFIGS_WITHOUT_EFFECT:
+        log.info("broker config %s=%r is stored but has no effect: kbroker has no GSSAPI (Kerberos)", key, value)
+        return
     if key not in DYNAMIC_BROKER_CONFIGS:
         raise InvalidRequestError(f"Cannot update these configs dynamically: [{key}]")
     if key in THROTTLE_RATE_KEYS:

@@ -28,7 +28,7 @@ topic's assignment is one znode):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
@@ -144,7 +144,11 @@ class TopicAdmin:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         self._zk.mark_topic_for_deletion(name)
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> Assignment:
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False, assignments: Sequence[Sequence[int]] = ()
+    ) -> Assignment:
+        """Grow ``name`` to ``total`` partitions; ``assignments``: the replicas of each new
+        partition in order (Kafka's CreatePartitions assignments), else placed here."""
         validate_topic_name(name)
         found = self._zk.topic_znode(name)
         if found is None:
@@ -164,7 +168,17 @@ class TopicAdmin:
         rf = len(znode.target(min(current))) if current else self.default_replication_factor
         brokers = self._zk.live_brokers()
         self._check_broker_load(name, (total - len(current)) * rf, len(brokers), None)
-        added = self._place(brokers, total - len(current), rf, first=len(current))
+        if assignments:
+            if len(assignments) != total - len(current):
+                raise InvalidReplicaAssignmentError(
+                    f"{len(assignments)} replica assignments for {total - len(current)} new partitions of {name!r}"
+                )
+            if any(len(r) != rf for r in assignments):
+                raise InvalidReplicaAssignmentError(f"every new partition of {name!r} needs {rf} replicas")
+            explicit = {len(current) + i: list(r) for i, r in enumerate(assignments)}
+            added = self._check_assignment(explicit, set(brokers), first=len(current))
+        else:
+            added = self._place(brokers, total - len(current), rf, first=len(current))
         self._check_broker_load(name, 0, len(brokers), added)
         new = {**current, **added}
         if not validate_only:

@@ -173,7 +173,10 @@ class GroupCoordinator:
             log.exception("group %s: cannot mirror state to ZooKeeper", g.group_id)
 
     def _reap(self) -> None:
-        while not self._stopped.wait(0.5):
+        """Expire sessions on time: the thread wakes at the earliest session deadline (at most
+        0.5 s apart, so groups that moved are noticed), as Kafka's heartbeat purgatory does."""
+        wait = 0.5
+        while not self._stopped.wait(wait):
             with self._lock:
                 groups = list(self._groups.items())
             brokers = sorted(self._metadata.snapshot().brokers)
@@ -189,6 +192,9 @@ class GroupCoordinator:
                         log.info("group %s: member %s expired (no heartbeat)", gid, mid)
                 except Exception:
                     log.exception("group %s: expiry failed", gid)
+            deadlines = [d for _, g in groups if (d := g.next_expiry()) is not None]
+            wait = min([0.5, *(d - time.monotonic() + 0.001 for d in deadlines)])
+            wait = max(wait, 0.005)
 
     # --- protocol ------------------------------------------------------------------
 

@@ -613,6 +613,15 @@ class Group:
                 raise RebalanceInProgressError(f"group {self.group_id!r} is rebalancing")
             self.members[member_id].last_heartbeat = time.monotonic()
 
+    def next_expiry(self) -> float | None:
+        """When the next member's session or pending member id runs out (monotonic), if any."""
+        with self.cond:
+            if self.state == GroupState.DEAD:
+                return None
+            times = [m.last_heartbeat + m.session_timeout_ms / 1000.0 for m in self.members.values() if m.in_call == 0]
+            times += list(self.pending.values())
+            return min(times, default=None)
+
     def expire(self, now: float) -> list[str]:
         """Drop members whose session timed out; returns their ids."""
         with self.cond:

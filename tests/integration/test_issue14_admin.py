@@ -105,6 +105,23 @@ def test_confluent_admin_creates_describes_alters_and_deletes_topics(cluster: Lo
     with pytest.raises(ck.KafkaException) as info:
         fewer["events"].result(30)
     assert info.value.args[0].code() == ck.KafkaError.INVALID_PARTITIONS
+    # Explicit replicas of the new partitions (librdkafka's 0081 asks for them).
+    rf = len(_grpc_topics(cluster)["events"].partitions[0].replicas)  # type: ignore[attr-defined]
+    chosen = sorted(cluster.brokers)[-rf:]
+    _results(
+        admin.create_partitions(
+            [ck_admin.NewPartitions("events", 6, replica_assignment=[chosen])], operation_timeout=30
+        )
+    )
+    grown = {p.partition: list(p.replicas) for p in _grpc_topics(cluster)["events"].partitions}  # type: ignore[attr-defined]
+    assert len(grown) == 6 and grown[5] == chosen
+    unknown = admin.create_partitions(
+        [ck_admin.NewPartitions("events", 7, replica_assignment=[[99] * rf])], operation_timeout=30
+    )
+    with pytest.raises(ck.KafkaException) as info:
+        unknown["events"].result(30)
+    assert info.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert len(_grpc_topics(cluster)["events"].partitions) == 6  # type: ignore[attr-defined]
 
     # DeleteTopics
     _results(admin.delete_topics(["events", "pinned"], operation_timeout=30))

@@ -121,3 +121,18 @@ def test_a_member_in_a_call_is_not_expired() -> None:
     assert g.expire(time.monotonic() + 3600) == []  # still in its JoinGroup call
     g.call_done(a)
     assert g.expire(time.monotonic() + 3600) == [a]
+
+
+def test_the_next_expiry_is_the_earliest_session_deadline() -> None:
+    """The reaper wakes at this deadline (not on a fixed tick), so a silent member is gone
+    when its session timeout has passed, as Kafka's heartbeat purgatory does."""
+    g, _, _ = new_group()
+    assert g.next_expiry() is None
+    a, ra = join(g)
+    g.join_poll(a, ra)
+    assert g.next_expiry() is None  # in its JoinGroup call: no deadline runs
+    g.call_done(a)
+    deadline = g.next_expiry()
+    assert deadline is not None
+    assert g.expire(deadline - 0.01) == []
+    assert g.expire(deadline + 0.01) == [a]

@@ -197,6 +197,14 @@ def test_broker_refused_changes_nothing(op: AlterOp, error: type[Exception], mes
     assert zk.writes == []
 
 
+def test_kafkas_dynamic_kerberos_settings_are_stored_without_effect() -> None:
+    """librdkafka's admin test sets sasl.kerberos.min.time.before.relogin on a broker, as
+    Kafka allows; kbroker has no GSSAPI, so it stores the value, which changes nothing."""
+    zk = FakeZk()
+    admin(zk).incremental_alter(BROKER, "1", [AlterOp("sasl.kerberos.min.time.before.relogin", SET, "58000")])
+    assert zk.writes
+
+
 def test_broker_name_must_be_an_id_or_default() -> None:
     with pytest.raises(InvalidRequestError):
         admin(FakeZk()).incremental_alter(BROKER, "one", [AlterOp("log.retention.ms", SET, "1")])

@@ -9,8 +9,7 @@ AlterPartitionReassignments 0, ListPartitionReassignments 0, DescribeLogDirs 1-4
 Not served: the versions below those (kio, Kafka's generated schemas, no longer carries
 them; every current client speaks the served ones), DeleteTopics 6 (topics named by id),
 ElectLeaders with ``election_type`` UNCLEAN (1) (the gRPC side elects preferred leaders
-only: INVALID_REQUEST; unclean election follows ``unclean.leader.election.enable``),
-CreatePartitions with explicit ``assignments`` (that topic: INVALID_REQUEST), and
+only: INVALID_REQUEST; unclean election follows ``unclean.leader.election.enable``), and
 DescribeConfigs' ``config_type``/``documentation`` (UNKNOWN and null: the servicer has
 neither).
 
@@ -189,19 +188,20 @@ class AdminApis:
     async def create_partitions(self, req: KafkaRequest) -> Any:
         p = req.payload
         proto = admin_pb2.CreatePartitionsRequest(timeout_ms=millis(p.timeout), validate_only=bool(p.validate_only))
-        refused = {t.name for t in p.topics if t.assignments is not None}
-        proto.topics.extend(
-            admin_pb2.PartitionsIncrease(name=t.name, count=int(t.count)) for t in p.topics if t.name not in refused
-        )
+        for t in p.topics:
+            proto.topics.append(
+                admin_pb2.PartitionsIncrease(
+                    name=t.name,
+                    count=int(t.count),
+                    assignments=[
+                        admin_pb2.ReplicaList(broker_ids=[int(b) for b in a.broker_ids]) for a in t.assignments or ()
+                    ],
+                )
+            )
         results = {}
         if proto.topics:
             resp = await self._call("CreatePartitions", proto, req)
             results = {r.name: {"error_code": r.error_code, "error_message": _message(r)} for r in resp.topics}
-        for name in refused:
-            results[name] = {
-                "error_code": INVALID_REQUEST,
-                "error_message": "explicit assignments of new partitions are not supported: leave them out",
-            }
         return build(
             response_class(CREATE_PARTITIONS, req.version),
             {"results": [{"name": t.name, **results[t.name]} for t in p.topics]},

@@ -128,12 +128,14 @@ class CreatePartitionsRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[PartitionsIncrease, _Mapping]]] = ..., timeout_ms: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class PartitionsIncrease(_message.Message):
-    __slots__ = ("name", "count")
+    __slots__ = ("name", "count", "assignments")
     NAME_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     count: int
-    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    assignments: _containers.RepeatedCompositeFieldContainer[ReplicaList]
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[ReplicaList, _Mapping]]] = ...) -> None: ...
 
 class CreatePartitionsResponse(_message.Message):
     __slots__ = ("topics",)
