@@ -187,6 +187,9 @@ class BrokerConfig:
     """Topic-level default configs (topic key names), from the ``log.*`` keys."""
     log_cleaner_enable: bool = True
     """log.cleaner.enable: run the log cleaner (compaction of cleanup.policy=compact topics)."""
+    num_recovery_threads_per_data_dir: int = 1
+    """Threads that load (and after an unclean shutdown recover) the logs at start-up
+    and flush and close them at shutdown (Kafka's num.recovery.threads.per.data.dir)."""
     log_cleaner_threads: int = 1
     log_cleaner_backoff_ms: int = 15000
     log_cleaner_dedupe_buffer_size: int = 134217728
@@ -361,6 +364,7 @@ for _key, _attr, _min in (
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),
     ("metrics.port", "metrics_port", -1),
+    ("num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", 1),
     ("log.cleaner.threads", "log_cleaner_threads", 1),
     ("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", 0),
     ("log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", 1024),

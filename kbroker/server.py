@@ -128,6 +128,7 @@ class KafkaServer:
             cfg.data_dir,
             self.static_log_defaults,
             retention_check_interval_ms=cfg.retention_check_interval_ms,
+            recovery_threads=cfg.num_recovery_threads_per_data_dir,
             cleaner_config=effective.cleaner_config(),
             current_default=self.log_defaults,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +41,11 @@ def _remove_leftovers(dir: Path) -> list[int]:
     """
     bases: list[int] = []
     index_files: list[tuple[int, Path]] = []
-    for path in dir.iterdir():
-        name = path.name
-        if not path.is_file():
+    with os.scandir(dir) as entries:  # one listing, file types without a stat per file
+        listing = [(entry.name, entry.is_file()) for entry in entries]
+    for name, is_file in listing:
+        path = dir / name
+        if not is_file:
             if (files.is_log_file(path) or files.is_index_file(path)) and _is_segment_name(name):
                 raise KafkaStorageError(f"segment file {path} is not a regular file")
             continue
@@ -76,7 +79,7 @@ def _complete_swaps(dir: Path, config: LogConfig, now_ms: int) -> None:
     :func:`_remove_leftovers`, which deletes them, and so is a swap without a valid batch.
     """
     swap_tail = files.LOG_SUFFIX + files.SWAP_SUFFIX
-    for path in sorted(dir.glob("*" + swap_tail)):
+    for path in sorted(dir / name for name in os.listdir(dir) if name.endswith(swap_tail)):
         try:
             base = files.offset_from_filename(path.name)
         except ValueError:

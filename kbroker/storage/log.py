@@ -903,7 +903,9 @@ class Log:
             if self._closed:
                 return
             online = self._offline_reason is None
-            if snapshot and online:
+            # As Kafka's takeSnapshot: none when the newest one is at this offset already
+            # (a log without appends since it was loaded; replacing the file costs a flush).
+            if snapshot and online and self._next_offset not in self._producer_state.snapshot_offsets:
                 self._snapshot_producer_state(self._next_offset)
             self._closed = True
             with _storage_errors(f"closing {self.name}"):

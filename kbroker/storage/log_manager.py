@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,6 +54,11 @@ class LogManager:
     the background thread), use, :meth:`shutdown` (flushes, closes, checkpoints,
     writes the marker, releases the lock).
 
+    ``recovery_threads`` (Kafka's num.recovery.threads.per.data.dir, default 1) threads
+    load the logs at start-up and flush and close them at shutdown. Loading is mostly
+    Python work under the GIL: on a busy 2-core machine 4 threads loaded 2,000 logs
+    more slowly than 1 did; more threads pay off only where disk reads are the wait.
+
     Offline logs: a partition directory that cannot be loaded (an unopenable or
     unreadable segment) does not stop the start-up. It is logged once at ERROR and
     kept offline: not in :meth:`logs`, :meth:`get` answers None, :meth:`get_or_create`
@@ -85,8 +91,10 @@ class LogManager:
         checkpoint_interval_ms: int = 60_000,
         cleaner_config: CleanerConfig | None = None,
         current_default: LogConfig | None = None,
+        recovery_threads: int = 1,
     ) -> None:
         for name, value in (
+            ("recovery_threads", recovery_threads),
             ("retention_check_interval_ms", retention_check_interval_ms),
             ("flush_check_interval_ms", flush_check_interval_ms),
             ("checkpoint_interval_ms", checkpoint_interval_ms),
@@ -99,6 +107,7 @@ class LogManager:
         self._retention_interval_ms = retention_check_interval_ms
         self._flush_interval_ms = flush_check_interval_ms
         self._checkpoint_interval_ms = checkpoint_interval_ms
+        self._recovery_threads = recovery_threads
         self._logs: dict[TopicPartition, Log] = {}
         self._unloaded: dict[TopicPartition, _UnloadedLog] = {}
         self._lock = threading.RLock()
@@ -185,53 +194,69 @@ class LogManager:
             recovery_points = files.read_offsets_checkpoint(self._data_dir / files.RECOVERY_POINT_CHECKPOINT)
             start_offsets = files.read_offsets_checkpoint(self._data_dir / files.LOG_START_OFFSET_CHECKPOINT)
             started = time.monotonic()
-            try:
-                for path in sorted(self._data_dir.iterdir()):
-                    if not path.is_dir():
-                        continue
-                    if files.is_delete_dir_name(path.name):
-                        logger.info("removing partition directory %s marked for deletion", path)
-                        shutil.rmtree(path, ignore_errors=True)
-                        continue
-                    try:
-                        topic, partition = files.parse_partition_dir_name(path.name)
-                        validate_topic_name(topic)
-                    except Exception:
-                        logger.warning("ignoring %s: not a partition directory", path)
-                        continue
-                    key = (topic, partition)
-                    try:
-                        self._logs[key] = Log.open(
-                            path,
-                            configs.get(topic, self._current_default),
-                            recovery_point=recovery_points.get(key, 0),
-                            log_start_offset=start_offsets.get(key),
-                            clean_shutdown=clean,
-                        )
-                    except Exception as exc:
-                        reason = getattr(exc, "message", None) or str(exc)
-                        logger.error(
-                            "cannot load the log of %s-%d in %s, it stays offline (KAFKA_STORAGE_ERROR) "
-                            "until a restart loads it: %s",
-                            topic,
-                            partition,
-                            path,
-                            reason,
-                        )
-                        self._unloaded[key] = _UnloadedLog(
-                            path, reason, recovery_points.get(key), start_offsets.get(key)
-                        )
-            except BaseException:
-                for log in self._logs.values():
-                    log.close()
-                self._logs.clear()
-                raise
+            jobs: list[tuple[TopicPartition, Path]] = []
+            for path in sorted(self._data_dir.iterdir()):
+                if not path.is_dir():
+                    continue
+                if files.is_delete_dir_name(path.name):
+                    logger.info("removing partition directory %s marked for deletion", path)
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                try:
+                    topic, partition = files.parse_partition_dir_name(path.name)
+                    validate_topic_name(topic)
+                except Exception:
+                    logger.warning("ignoring %s: not a partition directory", path)
+                    continue
+                jobs.append(((topic, partition), path))
+
+            def load(key: TopicPartition, path: Path) -> Log | _UnloadedLog:
+                try:
+                    return Log.open(
+                        path,
+                        configs.get(key[0], self._current_default),
+                        recovery_point=recovery_points.get(key, 0),
+                        log_start_offset=start_offsets.get(key),
+                        clean_shutdown=clean,
+                    )
+                except Exception as exc:
+                    reason = getattr(exc, "message", None) or str(exc)
+                    logger.error(
+                        "cannot load the log of %s-%d in %s, it stays offline (KAFKA_STORAGE_ERROR) "
+                        "until a restart loads it: %s",
+                        key[0],
+                        key[1],
+                        path,
+                        reason,
+                    )
+                    return _UnloadedLog(path, reason, recovery_points.get(key), start_offsets.get(key))
+
+            threads = min(self._recovery_threads, len(jobs))
+            if threads > 1:
+                results = self._load_in_parallel(jobs, load, threads)
+            else:
+                results = []
+                try:
+                    for key, path in jobs:
+                        results.append((key, load(key, path)))
+                except BaseException:
+                    for _, done in results:
+                        if isinstance(done, Log):
+                            done.close()
+                    raise
+            for key, result in results:
+                if isinstance(result, Log):
+                    self._logs[key] = result
+                else:
+                    self._unloaded[key] = result
             loaded = len(self._logs) + len(self._unloaded)
             logger.info(
-                "loaded %d logs from %s in %.1f s (%s)%s",
+                "loaded %d logs from %s in %.1f s with %d thread%s (%s)%s",
                 len(self._logs),
                 self._data_dir,
                 time.monotonic() - started,
+                max(threads, 1),
+                "" if threads <= 1 else "s",
                 # Only a directory that holds logs and lacks the marker had an unclean shutdown.
                 "clean shutdown" if clean else "unclean shutdown, recovered" if loaded else "new data directory",
                 f"; {len(self._unloaded)} offline" if self._unloaded else "",
@@ -242,6 +267,34 @@ class LogManager:
             self._thread = threading.Thread(target=self._run, name=f"log-manager-{self._data_dir.name}", daemon=True)
             self._thread.start()
             self._cleaner.startup()
+
+    def _load_in_parallel(
+        self,
+        jobs: list[tuple[TopicPartition, Path]],
+        load: Callable[[TopicPartition, Path], Log | _UnloadedLog],
+        threads: int,
+    ) -> list[tuple[TopicPartition, Log | _UnloadedLog]]:
+        """``load`` every job on a pool of ``threads`` (Kafka's recovery threads); the
+        results in job order. If anything escapes (an interrupt), every log that did
+        load is closed before it propagates."""
+        pool = ThreadPoolExecutor(threads, thread_name_prefix=f"log-recovery-{self._data_dir.name}")
+        futures = [(key, pool.submit(load, key, path)) for key, path in jobs]
+        results: list[tuple[TopicPartition, Log | _UnloadedLog]] = []
+        try:
+            for key, future in futures:
+                results.append((key, future.result()))
+        except BaseException:
+            for _, future in futures:
+                future.cancel()
+            pool.shutdown(wait=True)
+            for _, future in futures:
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    loaded = future.result()
+                    if isinstance(loaded, Log):
+                        loaded.close()
+            raise
+        pool.shutdown(wait=True)
+        return results
 
     def shutdown(self) -> None:
         """Stop the background thread, flush and close every log, write the checkpoints
@@ -256,17 +309,27 @@ class LogManager:
         if thread is not None:
             thread.join()
         with self._lock:
-            clean = not self._unloaded
-            for key, log in self._logs.items():
+
+            def close(key: TopicPartition, log: Log) -> bool:
+                """Flush and close one log; whether it closed clean."""
                 try:
-                    if log.offline:
-                        clean = False
-                    else:
+                    online = not log.offline
+                    if online:
                         log.flush()
                     log.close()
+                    return online
                 except Exception:
-                    clean = False
                     logger.exception("error closing the log of %s-%d", *key)
+                    return False
+
+            logs = list(self._logs.items())
+            threads = min(self._recovery_threads, len(logs))
+            if threads > 1:
+                with ThreadPoolExecutor(threads, thread_name_prefix=f"log-close-{self._data_dir.name}") as pool:
+                    closed = list(pool.map(lambda item: close(*item), logs))
+            else:
+                closed = [close(key, log) for key, log in logs]
+            clean = not self._unloaded and all(closed)
             try:
                 if self._started:
                     self._write_checkpoints()

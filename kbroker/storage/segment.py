@@ -456,8 +456,8 @@ class LogSegment:
         (nor below ``min_offset``) and fit the segment. Leader epochs of the valid
         batches are assigned to ``epoch_cache``. Returns the number of bytes removed.
         """
-        self._offset_index.reset()
-        self._time_index.reset()
+        self._offset_index.begin_rebuild()
+        self._time_index.begin_rebuild()
         self._max_timestamp = -1
         self._offset_of_max_timestamp = -1
         self._bytes_since_last_index_entry = 0
@@ -534,6 +534,8 @@ class LogSegment:
                 since = 0
             since += header.batch_length + LOG_OVERHEAD
             self._next_offset = header.next_offset
+        self._offset_index.end_rebuild()
+        self._time_index.end_rebuild()
         self._bytes_since_last_index_entry = since
         if batches:
             self._rolling_based_timestamp = batches[0][1].max_timestamp

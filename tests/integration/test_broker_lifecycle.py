@@ -152,3 +152,41 @@ def test_a_leader_cut_off_from_zookeeper_and_its_followers_stops_leading(
         wait_until(lambda: leaders() == [0] and produce() == 0, 30, "leading again once the follower is back")
     finally:
         cluster.stop()
+
+
+def test_the_clean_shutdown_marker_through_sigterm_and_sigkill(
+    own_zookeeper: ZooKeeperEnsemble, tmp_path: Path
+) -> None:
+    """Kafka's ``.kafka_cleanshutdown``: a SIGTERM leaves it (every log flushed and closed),
+    the next start trusts the logs and removes it; a SIGKILL leaves none and the next
+    start recovers from the recovery points. Logs load on num.recovery.threads.per.data.dir
+    threads (issue 22)."""
+    quick = {"zookeeper.session.timeout.ms": "6000", "num.recovery.threads.per.data.dir": "3"}
+    cluster = LocalCluster(tmp_path / "c", own_zookeeper.connect_string, quick).start(1)
+    try:
+        with AdminClient(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("t", replica_assignments={p: [0] for p in range(6)})])
+        with Producer(bootstrap_servers=cluster.bootstrap, acks=1) as producer:
+            for i in range(60):
+                producer.send("t", f"v{i}".encode(), partition=0 if i < 50 else 1 + i % 5)
+            producer.flush(30)
+        broker = cluster.brokers[0]
+        marker = broker.data_dir / files.CLEAN_SHUTDOWN_FILE
+        assert not marker.exists()
+        assert broker.stop() == 0
+        assert marker.exists()
+        broker.start()
+        assert not marker.exists()
+        log_text = broker.log_path.read_text()
+        assert "loaded 6 logs from" in log_text and "with 3 threads (clean shutdown)" in log_text
+        broker.kill()
+        assert not marker.exists()
+        broker.start()
+        log_text = broker.log_path.read_text()
+        assert "with 3 threads (unclean shutdown, recovered)" in log_text
+        assert not marker.exists()
+        assert broker.stop() == 0
+        assert marker.exists()
+        assert values_on_disk(broker.data_dir) == [f"v{i}".encode() for i in range(50)]
+    finally:
+        cluster.stop()

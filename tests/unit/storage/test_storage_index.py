@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.storage import index as index_module
 from kbroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 
@@ -141,3 +142,59 @@ def test_offset_index_floor_by_position(tmp_path: Path) -> None:
     assert index.floor_entry_by_position(5000, max_offset=19) == (9, 900)
     assert index.floor_entry_by_position(5000, max_offset=3) is None
     index.close()
+
+
+def _no_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object) -> None:
+        raise AssertionError("the index file was written")
+
+    monkeypatch.setattr(index_module.os, "pwrite", refuse)
+    monkeypatch.setattr(index_module.os, "ftruncate", refuse)
+
+
+@pytest.mark.parametrize("kind", ["offset", "time"])
+def test_a_rebuild_that_finds_the_same_entries_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A recovery rebuilds every index it checks; an unchanged one is not cut and rewritten
+    (issue 22: that cost a journal transaction per file and slowed unclean starts)."""
+    path = tmp_path / "a.index"
+    entries = [(104, 400), (109, 900), (120, 2000)]
+
+    def build(index: OffsetIndex | TimeIndex) -> None:
+        for a, b in entries:
+            if isinstance(index, OffsetIndex):
+                index.append(a, b)
+            else:
+                index.maybe_append(b, a)
+
+    cls = OffsetIndex if kind == "offset" else TimeIndex
+    index = cls(path, 100, 1024)
+    build(index)
+    index.close()
+    before = path.read_bytes()
+    index = cls(path, 100, 1024)
+    with monkeypatch.context() as m:
+        _no_writes(m)
+        index.begin_rebuild()
+        assert index.entries == 0
+        build(index)
+        index.end_rebuild()
+    assert index.entries == 3 and path.read_bytes() == before
+    # A rebuild that finds fewer entries cuts the file; one that finds others rewrites it.
+    index.begin_rebuild()
+    entries = entries[:2]
+    build(index)
+    index.end_rebuild()
+    assert path.read_bytes() == before[: 2 * index.entry_size]
+    index.begin_rebuild()
+    entries = [(101, 50), (102, 60), (103, 70), (130, 3000)]
+    build(index)
+    index.end_rebuild()
+    index.close()
+    reopened = cls(path, 100, 1024)
+    assert [tuple(reopened.entry(i)) for i in range(reopened.entries)] == (
+        entries if kind == "offset" else [(b, a) for a, b in entries]
+    )
+    reopened.sanity_check()
+    reopened.close()

@@ -1,11 +1,14 @@
 import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from storage_testutil import append_batches, log_files, make_batch, read_all, small_config, truncate_file
 
+from kbroker.config import InvalidConfigError, build_config
 from kbroker.storage import files
+from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import InvalidTopicError, KafkaStorageError
@@ -171,3 +174,105 @@ def test_shut_down_manager_refuses_new_logs(tmp_path: Path) -> None:
     manager.shutdown()
     with pytest.raises(KafkaStorageError):
         manager.get_or_create("t", 0)
+
+
+# ---------------------------------------------------------------- parallel loading (issue 22)
+
+
+def _count_opens(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, int], set[str]]:
+    """Count Log.open per directory and name the threads it ran on (each open is slowed
+    a little so that a pool's threads overlap)."""
+    opened: dict[str, int] = {}
+    threads: set[str] = set()
+    guard = threading.Lock()
+    real_open = Log.open
+
+    def counting_open(dir: Path, *args: object, **kw: object) -> Log:
+        with guard:
+            opened[Path(dir).name] = opened.get(Path(dir).name, 0) + 1
+            threads.add(threading.current_thread().name)
+        time.sleep(0.005)
+        return real_open(dir, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Log, "open", counting_open)
+    return opened, threads
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_parallel_loading_loads_every_log_exactly_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean: bool
+) -> None:
+    manager = started(tmp_path)
+    keys = [(f"t{i % 3}", i) for i in range(40)]
+    for n, (topic, partition) in enumerate(keys):
+        append_batches(manager.get_or_create(topic, partition), 1 + n % 5, per_batch=2)
+    if clean:
+        manager.shutdown()
+    else:
+        crash(manager)
+        assert not (tmp_path / files.CLEAN_SHUTDOWN_FILE).exists()
+    # One directory that cannot be loaded: it stays offline, the others load.
+    (tmp_path / "bad-0").mkdir()
+    (tmp_path / "bad-0" / "00000000000000000000.log").mkdir()
+    opened, threads = _count_opens(monkeypatch)
+
+    again = started(tmp_path, recovery_threads=4)
+    try:
+        assert opened == {f"{t}-{p}": 1 for t, p in keys} | {"bad-0": 1}
+        assert len(threads) > 1 and all(name.startswith("log-recovery-") for name in threads)
+        assert set(again.logs()) == set(keys)
+        assert set(again.offline_logs()) == {("bad", 0)}
+        for n, key in enumerate(keys):
+            log = again.get(*key)
+            assert log is not None
+            assert [r.offset for r in read_all(log)] == list(range(2 * (1 + n % 5)))
+        assert not (tmp_path / files.CLEAN_SHUTDOWN_FILE).exists()
+    finally:
+        again.shutdown()
+    assert not (tmp_path / files.CLEAN_SHUTDOWN_FILE).exists()  # bad-0 is still offline
+
+
+def test_parallel_shutdown_closes_every_log_then_writes_the_marker(tmp_path: Path) -> None:
+    manager = started(tmp_path, recovery_threads=4)
+    keys = [("t", i) for i in range(30)]
+    for key in keys:
+        append_batches(manager.get_or_create(*key), 3)
+    logs = list(manager.logs().values())
+    manager.shutdown()
+    assert all(log._closed for log in logs)
+    assert (tmp_path / files.CLEAN_SHUTDOWN_FILE).exists()
+    assert files.read_offsets_checkpoint(tmp_path / files.RECOVERY_POINT_CHECKPOINT) == {key: 3 for key in keys}
+    again = started(tmp_path, recovery_threads=4)
+    assert not (tmp_path / files.CLEAN_SHUTDOWN_FILE).exists()
+    assert all(log.log_end_offset == 3 and log.recovery_point == 3 for log in again.logs().values())
+    again.shutdown()
+
+
+def test_a_failing_close_leaves_no_marker_with_parallel_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = started(tmp_path, recovery_threads=4)
+    for i in range(8):
+        append_batches(manager.get_or_create("t", i), 2)
+    bad = manager.get("t", 5)
+    assert bad is not None
+
+    def failing_flush() -> None:
+        raise KafkaStorageError("disk gone")
+
+    monkeypatch.setattr(bad, "flush", failing_flush)
+    manager.shutdown()
+    assert not (tmp_path / files.CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_recovery_threads_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="recovery_threads"):
+        LogManager(tmp_path, CONFIG, recovery_threads=0)
+
+
+def test_num_recovery_threads_per_data_dir_is_a_broker_setting() -> None:
+    base = {"broker.id": "0", "zookeeper.connect": "h:1", "log.dirs": "/tmp/x"}
+    assert build_config(base).num_recovery_threads_per_data_dir == 1  # Kafka's default
+    assert build_config({**base, "num.recovery.threads.per.data.dir": "4"}).num_recovery_threads_per_data_dir == 4
+    with pytest.raises(InvalidConfigError):
+        build_config({**base, "num.recovery.threads.per.data.dir": "0"})
