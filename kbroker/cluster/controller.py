@@ -31,6 +31,19 @@ The controller reacts to:
   (StaleBrokerEpochError). The broker counts as shutting down only while that very
   registration lives: it ends when the broker re-registers or its session ends.
 
+Batches (issue 22): every event that changes many partitions (membership, controlled
+shutdown, preferred election, new partitions) reads their states in one pipelined round
+(:meth:`ZkClient.partition_states`), decides every new leader and ISR, and writes them all
+pipelined (:meth:`ZkClient.update_partition_states` / ``create_partition_states``: one
+small transaction per partition, each fenced by the ``/controller_epoch`` version and
+compare-and-set on the state's znode version). Only the partitions whose version check
+failed (a leader changed its ISR meanwhile) are re-read and decided again. One summary
+line per batch; the per-partition lines stay at INFO.
+
+A controlled shutdown first marks the broker's registration (its znode's data version,
+see :meth:`ZkClient.mark_broker_shutting_down`), which leaders check when they write an
+ISR, then moves all its leaderships and ISR memberships in one batch before answering.
+
 Watches: a fixed set of kazoo recipes (``/controller``, ``/brokers/ids``,
 ``/brokers/topics``, ``/admin/delete_topics``, the preferred-election znode), set once
 at start, plus one plain ZooKeeper watch per topic znode, all with the same callback.
@@ -76,6 +89,8 @@ UNCLEAN_KEY = "unclean.leader.election.enable"
 REASSIGN_TICK_S = 5.0  # while a move is under way, try to complete it at least this often
 
 TP = tuple[str, int]
+_Change = tuple[int, list[int], str]  # new leader, new ISR, reason
+MAX_BATCH_ROUNDS = 5  # re-reads of partitions whose compare-and-set failed, per batch
 
 
 def _ids(brokers: list[int]) -> str:
@@ -423,7 +438,6 @@ class Controller:
         if found is None:
             return
         znode, version = found
-        assignment = znode.partitions
         if znode.topic_id is None:
             # Written without an id (a Kafka-era tool): give this incarnation one, as Kafka 2.8 does
             # (keeping every other field: an in-flight reassignment survives).
@@ -431,23 +445,42 @@ class Controller:
                 self._zk.set_topic_znode(topic, replace(znode, topic_id=zkdata.new_topic_id()), version)
             except BadVersionError:
                 pass  # changed meanwhile: the watch brings us back
-        live = self._live()
-        for p, replicas in sorted(assignment.items()):
-            if self._zk.partition_state(topic, p) is not None:
+        self._init_partitions({topic: znode.partitions})
+
+    def _init_partitions(self, assignments: dict[str, Assignment], live: set[int] | None = None) -> None:
+        """Create the state znode of every partition of ``assignments`` that has none, in
+        one pipelined batch: leader = the first live replica, ISR = the live replicas."""
+        if live is None:
+            live = self._live()
+        tps = [(t, p) for t, a in sorted(assignments.items()) for p in sorted(a)]
+        existing = self._zk.partition_states(tps)
+        new: dict[TP, LeaderAndIsr] = {}
+        for (topic, p), state in existing.items():
+            if state is not None:
                 continue
+            replicas = assignments[topic][p]
             alive = [r for r in replicas if r in live]
             if not alive:
                 level = logging.WARNING if self._seen.intersection(replicas) else logging.INFO
                 log.log(level, "%s-%d: no live replica among %s yet; waiting", topic, p, replicas)
                 continue
-            state = LeaderAndIsr(alive[0], 0, alive, self.epoch)
-            try:
-                self._zk.create_partition_state(topic, p, state, self._epoch_zk_version)
-            except NodeExistsError:
+            new[(topic, p)] = LeaderAndIsr(alive[0], 0, alive, self.epoch)
+        if not new:
+            return
+        results = self._zk.create_partition_states(new, self._epoch_zk_version)
+        created = 0
+        for (topic, p), result in sorted(results.items()):
+            if isinstance(result, Exception):
+                if not isinstance(result, (NodeExistsError, NoNodeError)):
+                    log.warning("%s-%d: cannot create the partition state: %r", topic, p, result)
                 continue
+            created += 1
+            state = new[(topic, p)]
             log.info(
                 "%s-%d: leader %d elected, reason: new partition; epoch 0 isr %s", topic, p, state.leader, state.isr
             )
+        if created > 1:
+            log.info("controller: %d new partition(s) got their first leader in one batch", created)
 
     def _delete_topic(self, topic: str) -> None:
         self._zk.delete_topic_znodes(topic, self._epoch_zk_version)
@@ -456,114 +489,150 @@ class Controller:
         self._reassign.drop_topic(topic)
         log.info("topic %s deleted", topic)
 
-    def _on_brokers(self) -> None:
-        """Membership changed: re-elect where a leader or ISR member is gone (or back)."""
-        live = self._live()
-        for topic in self._zk.topics():
-            found = self._zk.topic_assignment(topic)
-            if found is None:
-                continue
-            self._reconcile_topic(topic, found[0], live)
+    # --- batched state changes ---------------------------------------------------------
 
-    def _reconcile_topic(self, topic: str, assignment: Assignment, live: set[int]) -> None:
-        unclean: bool | None = None
-        for p, replicas in sorted(assignment.items()):
-            state = self._zk.partition_state(topic, p)
-            if state is None:
-                alive = [r for r in replicas if r in live]
-                if alive:
-                    self._on_topic(topic)
-                continue
+    def _change_batch(
+        self, tps: list[TP], decide: Callable[[TP, LeaderAndIsr], _Change | None], what: str
+    ) -> dict[TP, LeaderAndIsr | None]:
+        """Read the states of ``tps`` (pipelined), ``decide`` each one's new leader and ISR,
+        and write all changes pipelined, fenced and compare-and-set; the partitions whose
+        version check failed (a leader changed its ISR meanwhile) are re-read and decided
+        again. Returns the last state known of each partition (None: no state znode)."""
+        states = self._zk.partition_states(tps)
+        todo = list(tps)
+        written = 0
+        failure: Exception | None = None
+        for _round in range(MAX_BATCH_ROUNDS):
+            changes: dict[TP, tuple[LeaderAndIsr, LeaderAndIsr, str]] = {}
+            for tp in todo:
+                old = states.get(tp)
+                if old is None:
+                    continue
+                change = decide(tp, old)
+                if change is not None:
+                    leader, isr, reason = change
+                    changes[tp] = (
+                        old,
+                        LeaderAndIsr(leader, old.leader_epoch + 1, isr, self.epoch, old.zk_version),
+                        reason,
+                    )
+            if not changes:
+                break
+            results = self._zk.update_partition_states({tp: c[1] for tp, c in changes.items()}, self._epoch_zk_version)
+            retry: list[TP] = []
+            for tp, (old, new, reason) in sorted(changes.items()):
+                result = results.get(tp)
+                if isinstance(result, int):
+                    states[tp] = replace(new, zk_version=result)
+                    written += 1
+                    self._log_change(tp, old, new, reason)
+                elif isinstance(result, BadVersionError):
+                    retry.append(tp)
+                elif isinstance(result, NoNodeError):
+                    states[tp] = None
+                else:  # outcome unknown (e.g. the connection dropped): the event is retried
+                    log.warning("%s-%d: state change (%s) failed: %r", tp[0], tp[1], reason, result)
+                    failure = failure or result
+            if not retry or failure is not None:
+                break
+            states.update(self._zk.partition_states(retry))
+            todo = retry
+        if written:
+            log.info("controller: %s: %d partition state(s) changed in one batch", what, written)
+        if failure is not None:
+            raise failure
+        return states
+
+    @staticmethod
+    def _log_change(tp: TP, old: LeaderAndIsr, new: LeaderAndIsr, reason: str) -> None:
+        topic, p = tp
+        if new.leader == old.leader:
+            log.info(
+                "%s-%d: ISR change %s -> %s, reason: %s; leader %d epoch %d",
+                topic, p, old.isr, new.isr, reason, new.leader, new.leader_epoch,
+            )  # fmt: skip
+        elif new.leader != zkdata.NO_LEADER:  # (no leader: the decision logged why)
+            isr_change = f", ISR {old.isr} -> {new.isr}" if new.isr != old.isr else f", isr {new.isr}"
+            log.info(
+                "%s-%d: leader %d elected (was %s), reason: %s; epoch %d%s",
+                topic, p, new.leader, _leader_name(old.leader), reason, new.leader_epoch, isr_change,
+            )  # fmt: skip
+
+    def _on_brokers(self) -> None:
+        """Membership changed: re-elect where a leader or ISR member is gone (or back), in one batch."""
+        live = self._live()
+        assignments = self._zk.all_assignments()
+        tps = [(t, p) for t, a in sorted(assignments.items()) for p in sorted(a)]
+        unclean: dict[str, bool] = {}
+
+        def decide(tp: TP, state: LeaderAndIsr) -> _Change | None:
+            topic, p = tp
+            replicas = assignments[topic][p]
             if state.leader in live and all(b in live for b in state.isr):
-                continue
+                return None
             if state.leader in live:
                 # A follower died: drop it from the ISR (epoch bump, as a controller
                 # driven ISR change).
                 isr = [b for b in state.isr if b in live] or [state.leader]
                 gone = [b for b in state.isr if b not in live]
-                self._write(topic, p, state, state.leader, isr, f"broker failure: {_ids(gone)} not alive")
-                continue
+                return state.leader, isr, f"broker failure: {_ids(gone)} not alive"
             candidates = [r for r in replicas if r in live and r in state.isr]
             if candidates:
                 leader = candidates[0]
                 isr = [b for b in state.isr if b in live]
                 if state.leader == zkdata.NO_LEADER:
-                    why = f"offline partition: in-sync replica {leader} is back"
-                else:
-                    why = f"broker failure: leader {state.leader} not alive"
-                self._write(topic, p, state, leader, isr, why)
-                continue
-            if unclean is None:
-                unclean = self._unclean(topic)
+                    return leader, isr, f"offline partition: in-sync replica {leader} is back"
+                return leader, isr, f"broker failure: leader {state.leader} not alive"
+            if topic not in unclean:
+                unclean[topic] = self._unclean(topic)
             alive = [r for r in replicas if r in live]
-            if unclean and alive:
+            if unclean[topic] and alive:
                 log.warning("%s-%d: unclean leader election of %d: no in-sync replica is alive", topic, p, alive[0])
-                self._write(topic, p, state, alive[0], [alive[0]], "unclean election (data may be lost)")
-            elif state.leader != zkdata.NO_LEADER:
-                # Offline: no live ISR member. Keep the last ISR member so that it can
-                # lead again when it returns; never shrink the ISR to nothing.
-                isr = [state.leader] if state.leader in state.isr or not state.isr else state.isr[:1]
-                self._write(topic, p, state, zkdata.NO_LEADER, isr, f"broker failure: leader {state.leader} not alive")
-                if self._seen.intersection(state.isr):
-                    log.error(
-                        "%s-%d: offline, reason: leader %d lost and no in-sync replica is alive", topic, p, state.leader
-                    )
-                else:  # e.g. the cluster is starting and the ISR has not registered yet
-                    log.info(
-                        "%s-%d: offline, reason: leader %d not alive; waiting for in-sync replica %s",
-                        topic,
-                        p,
-                        state.leader,
-                        state.isr,
-                    )
+                return alive[0], [alive[0]], "unclean election (data may be lost)"
+            if state.leader == zkdata.NO_LEADER:
+                return None
+            # Offline: no live ISR member. Keep the last ISR member so that it can
+            # lead again when it returns; never shrink the ISR to nothing.
+            if self._seen.intersection(state.isr):
+                log.error(
+                    "%s-%d: offline, reason: leader %d lost and no in-sync replica is alive", topic, p, state.leader
+                )
+            else:  # e.g. the cluster is starting and the ISR has not registered yet
+                log.info(
+                    "%s-%d: offline, reason: leader %d not alive; waiting for in-sync replica %s",
+                    topic, p, state.leader, state.isr,
+                )  # fmt: skip
+            isr = [state.leader] if state.leader in state.isr or not state.isr else state.isr[:1]
+            return zkdata.NO_LEADER, isr, f"broker failure: leader {state.leader} not alive"
 
-    def _write(self, topic: str, p: int, old: LeaderAndIsr, leader: int, isr: list[int], reason: str) -> None:
-        """Write the partition's new leader and ISR (epoch + 1) and log it with ``reason``."""
-        new = LeaderAndIsr(leader, old.leader_epoch + 1, isr, self.epoch, old.zk_version)
-        try:
-            self._zk.update_partition_state(topic, p, new, self._epoch_zk_version)
-        except BadVersionError:
-            # A leader changed the ISR meanwhile; re-read and decide again.
-            fresh = self._zk.partition_state(topic, p)
-            found = self._zk.topic_assignment(topic)
-            if fresh is not None and found is not None:
-                self._reconcile_topic(topic, {p: found[0][p]}, self._live())
-            return
-        isr_change = f", ISR {old.isr} -> {isr}" if isr != old.isr else f", isr {isr}"
-        if leader == old.leader:
-            log.info(
-                "%s-%d: ISR change %s -> %s, reason: %s; leader %d epoch %d",
-                topic,
-                p,
-                old.isr,
-                isr,
-                reason,
-                leader,
-                new.leader_epoch,
-            )
-        elif leader != zkdata.NO_LEADER:  # (no leader: the caller says why)
-            log.info(
-                "%s-%d: leader %d elected (was %s), reason: %s; epoch %d%s",
-                topic, p, leader, _leader_name(old.leader), reason, new.leader_epoch, isr_change,
-            )  # fmt: skip
+        states = self._change_batch(tps, decide, "broker change")
+        # Partitions without a state znode yet whose replicas are now alive get one.
+        missing: dict[str, Assignment] = {}
+        for topic, p in tps:
+            if states.get((topic, p)) is None and any(r in live for r in assignments[topic][p]):
+                missing.setdefault(topic, {})[p] = assignments[topic][p]
+        if missing:
+            self._init_partitions(missing, live)
 
     def _elect_preferred(self, partitions: list[tuple[str, int]] | None) -> None:
         live = self._live()
-        for topic in self._zk.topics():
-            found = self._zk.topic_znode(topic)
-            if found is None:
-                continue
-            for p, replicas in sorted(found[0].partitions.items()):
-                if partitions is not None and (topic, p) not in partitions:
-                    continue
-                if found[0].reassigning(p):
-                    continue  # as Kafka: a moving partition's leadership is the move's business
-                state = self._zk.partition_state(topic, p)
-                if state is None or not replicas:
-                    continue
-                preferred = replicas[0]
-                if state.leader != preferred and preferred in live and preferred in state.isr:
-                    self._write(topic, p, state, preferred, state.isr, "preferred replica election")
+        znodes = self._zk.all_topic_znodes()
+        wanted = None if partitions is None else set(partitions)
+        tps = [
+            (t, p)
+            for t, z in sorted(znodes.items())
+            for p, replicas in sorted(z.partitions.items())
+            # as Kafka: a moving partition's leadership is the move's business
+            if replicas and not z.reassigning(p) and (wanted is None or (t, p) in wanted)
+        ]
+
+        def decide(tp: TP, state: LeaderAndIsr) -> _Change | None:
+            preferred = znodes[tp[0]].partitions[tp[1]][0]
+            if state.leader != preferred and preferred in live and preferred in state.isr:
+                return preferred, state.isr, "preferred replica election"
+            return None
+
+        self._change_batch(tps, decide, "preferred replica election")
 
     def request_preferred_election(self, partitions: list[tuple[str, int]] | None = None) -> None:
         """Move leadership back to each partition's first replica where it is in sync."""
@@ -667,27 +736,31 @@ class Controller:
             )
         self._shutting_down[broker_id] = current
         log.info("broker %d (epoch %d) is shutting down", broker_id, current)
+        # First the mark leaders check before adding a replica to an ISR: from here on they
+        # cannot put the broker back into the ISRs this batch removes it from.
+        self._zk.mark_broker_shutting_down(broker_id, current, self._epoch_zk_version)
         live = self._live()
-        remaining: list[tuple[str, int]] = []
-        for topic in self._zk.topics():
-            found = self._zk.topic_assignment(topic)
-            if found is None:
-                continue
-            for p, replicas in sorted(found[0].items()):
-                if broker_id not in replicas:
-                    continue
-                state = self._zk.partition_state(topic, p)
-                if state is None:
-                    continue
-                isr = [b for b in state.isr if b != broker_id]
-                if state.leader == broker_id:
-                    candidates = [r for r in replicas if r in live and r in isr]
-                    if candidates:
-                        self._write(topic, p, state, candidates[0], isr, f"controlled shutdown of broker {broker_id}")
-                    elif len(replicas) > 1:  # as Kafka: a single replica has nowhere to go
-                        remaining.append((topic, p))
-                elif broker_id in state.isr and isr:
-                    self._write(topic, p, state, state.leader, isr, f"controlled shutdown of broker {broker_id}")
+        assignments = self._zk.all_assignments()
+        tps = [(t, p) for t, a in sorted(assignments.items()) for p, rs in sorted(a.items()) if broker_id in rs]
+        reason = f"controlled shutdown of broker {broker_id}"
+
+        def decide(tp: TP, state: LeaderAndIsr) -> _Change | None:
+            isr = [b for b in state.isr if b != broker_id]
+            if state.leader == broker_id:
+                candidates = [r for r in assignments[tp[0]][tp[1]] if r in live and r in isr]
+                return (candidates[0], isr, reason) if candidates else None
+            if broker_id in state.isr and isr:
+                return state.leader, isr, reason
+            return None
+
+        # Every leadership moves in one batch, then the ISRs lose the broker; the broker
+        # keeps serving (and leading what has not moved yet) until this returns.
+        states = self._change_batch(tps, decide, reason)
+        remaining = [
+            tp
+            for tp in tps
+            if (s := states.get(tp)) is not None and s.leader == broker_id and len(assignments[tp[0]][tp[1]]) > 1
+        ]  # as Kafka: a single replica has nowhere to go
         log.info(
             "controlled shutdown of broker %d: %d partition(s) left without another leader", broker_id, len(remaining)
         )

@@ -41,6 +41,11 @@ class ControllerMovedError(NotControllerError):
     """This broker's controller epoch is stale, or it is not the controller (NOT_CONTROLLER)."""
 
 
+class ReplicaShuttingDownError(BadVersionError):
+    """A leader's ISR expansion named a replica whose registration the controller marked
+    as in controlled shutdown (or that is not registered): refused, nothing written."""
+
+
 class BrokerIdInUseError(KafkaError):
     """Another live broker holds ``/brokers/ids/<id>``."""
 
@@ -218,6 +223,34 @@ class ZkClient:
         """The ZooKeeper session that holds ``/brokers/ids/<id>``, if any."""
         stat = self.kazoo.exists(zkdata.broker_path(broker_id))
         return None if stat is None else int(stat.ephemeralOwner)
+
+    def mark_broker_shutting_down(self, broker_id: int, broker_epoch: int, epoch_zk_version: int) -> bool:
+        """Controller: mark the registration ``broker_epoch`` (its czxid) of ``broker_id`` as
+        in controlled shutdown; False if that registration is gone.
+
+        The mark is the registration znode's data version: a fresh registration has
+        version 0, and the controller rewrites the same data (fenced by the controller
+        epoch), so the JSON stays Kafka's and the mark ends with the registration. Leaders
+        check it when they write an ISR (:meth:`update_partition_state`), so they do not
+        put a departing broker back into the ISRs the controller has just removed it from
+        (as Kafka refuses ISR expansion to a shutting-down broker).
+        """
+        path = zkdata.broker_path(broker_id)
+        try:
+            data, stat = self.kazoo.get(path)
+        except NoNodeError:
+            return False
+        if int(stat.czxid) != broker_epoch:
+            return False
+        if int(stat.version) > 0:
+            return True
+        try:
+            self._fenced(epoch_zk_version, lambda tx: tx.set_data(path, data, version=stat.version))  # type: ignore[attr-defined]
+        except BadVersionError:
+            pass  # marked meanwhile
+        except NoNodeError:
+            return False
+        return True
 
     def deregister_broker(self, broker_id: int) -> None:
         try:
@@ -638,9 +671,33 @@ class ZkClient:
         With ``epoch_zk_version`` the write is fenced by the controller epoch (controller
         writes); without it only the znode version guards it (leader ISR changes).
         Raises ``BadVersionError`` if the znode changed since it was read.
+
+        A leader's ISR change also checks, in the same transaction (one round trip, as
+        before), that every other member of the new ISR is registered and not in a
+        controlled shutdown (:meth:`mark_broker_shutting_down`); otherwise it is refused
+        with ReplicaShuttingDownError (a ``BadVersionError``). So a leader cannot put a
+        departing broker back into the ISRs the controller has just removed it from, as
+        Kafka refuses ISR expansion to a shutting-down broker; the controller removes such
+        a member itself, after which the leader's next ISR change goes through.
         """
         path = zkdata.partition_state_path(topic, partition)
         data = zkdata.encode_leader_and_isr(state)
+        others = sorted({r for r in state.isr if r != state.leader})
+        if epoch_zk_version is None and others:
+            tx = self.kazoo.transaction()
+            for r in others:
+                tx.check(zkdata.broker_path(r), 0)
+            tx.set_data(path, data, version=state.zk_version)
+            results = tx.commit_async().get(timeout=self.write_timeout_s)
+            for r, result in zip(others, results, strict=False):
+                if isinstance(result, (BadVersionError, NoNodeError)):
+                    raise ReplicaShuttingDownError(f"broker {r} is shutting down or not registered")
+            failure = next(
+                (r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None
+            )
+            if failure is not None:
+                raise failure
+            return int(results[-1].version)
         if epoch_zk_version is None:
             # Bounded wait: while ZooKeeper is unreachable the caller must not hang (it holds
             # a partition's lock); a timeout means the outcome is unknown.
@@ -653,3 +710,88 @@ class ZkClient:
 
         self._fenced(epoch_zk_version, build)
         return state.zk_version + 1
+
+    # --- batched controller writes (pipelined, each fenced) ----------------------------
+
+    def _fenced_batch(
+        self, epoch_zk_version: int, ops: list[tuple[Any, Callable[[Any], None]]]
+    ) -> dict[Any, int | Exception]:
+        """Send one small fenced transaction per key, all pipelined (kazoo's async API),
+        then collect them: per key the new znode version of its last op or its exception
+        (``BadVersionError``, ``NoNodeError``, ``NodeExistsError``...).
+
+        ZooKeeper answers one session's requests in order, so N writes cost about one
+        round trip, not N. Each transaction checks ``/controller_epoch`` first; if any
+        fails that check, ControllerMovedError is raised after all answers are in.
+        """
+        pending = []
+        for key, build in ops:
+            tx = self.kazoo.transaction()
+            tx.check(zkdata.CONTROLLER_EPOCH, epoch_zk_version)
+            build(tx)
+            pending.append((key, tx.commit_async()))
+        out: dict[Any, int | Exception] = {}
+        moved = False
+        for key, result in pending:
+            try:
+                results = result.get(timeout=self.write_timeout_s * 6)
+            except Exception as exc:  # the connection dropped: outcome unknown
+                out[key] = exc
+                continue
+            if isinstance(results[0], (BadVersionError, NoNodeError)):
+                moved = True
+                continue
+            failure = next(
+                (r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None
+            )
+            if failure is not None:
+                out[key] = failure
+                continue
+            last = results[-1]
+            out[key] = int(last.version) if hasattr(last, "version") else 0
+        if moved:
+            raise ControllerMovedError("controller epoch changed: this broker is no longer controller")
+        return out
+
+    def update_partition_states(
+        self, states: dict[tuple[str, int], LeaderAndIsr], epoch_zk_version: int
+    ) -> dict[tuple[str, int], int | Exception]:
+        """Controller: compare-and-set many partition states, pipelined, each fenced by the
+        controller epoch; per partition its new znode version, or ``BadVersionError`` (it
+        changed since read: re-read and decide again), ``NoNodeError`` (deleted) or another
+        exception (outcome unknown). ControllerMovedError if this controller is deposed.
+        """
+
+        def op(tp: tuple[str, int], state: LeaderAndIsr) -> Callable[[Any], None]:
+            path, data = zkdata.partition_state_path(*tp), zkdata.encode_leader_and_isr(state)
+            return lambda tx: tx.set_data(path, data, version=state.zk_version)
+
+        return self._fenced_batch(epoch_zk_version, [(tp, op(tp, s)) for tp, s in states.items()])
+
+    def create_partition_states(
+        self, states: dict[tuple[str, int], LeaderAndIsr], epoch_zk_version: int
+    ) -> dict[tuple[str, int], int | Exception]:
+        """Controller: create many new partitions' state znodes (and their parents),
+        pipelined, each fenced by the controller epoch; per partition 0 or its exception
+        (``NodeExistsError``: created meanwhile). ControllerMovedError if deposed.
+
+        The parents are created first in the same pipeline (ZooKeeper applies one
+        session's requests in order); that they exist already is fine.
+        """
+        parents: list[Any] = []
+        for topic in sorted({t for t, _ in states}):
+            parents.append(self.kazoo.create_async(zkdata.partitions_path(topic), b""))
+        for topic, p in states:
+            parents.append(self.kazoo.create_async(zkdata.partition_path(topic, p), b""))
+
+        def op(tp: tuple[str, int], state: LeaderAndIsr) -> Callable[[Any], None]:
+            path, data = zkdata.partition_state_path(*tp), zkdata.encode_leader_and_isr(state)
+            return lambda tx: tx.create(path, data)
+
+        out = self._fenced_batch(epoch_zk_version, [(tp, op(tp, s)) for tp, s in states.items()])
+        for result in parents:
+            try:
+                result.get(timeout=self.write_timeout_s * 6)
+            except (NodeExistsError, NoNodeError):
+                pass
+        return {tp: (0 if isinstance(r, int) else r) for tp, r in out.items()}
