@@ -280,8 +280,10 @@ def load_log(
 
     if loaded.recovered_segments or loaded.deleted_segments:
         damaged = loaded.truncated_bytes or loaded.deleted_segments
+        # Undamaged logs at DEBUG: after a crash every log is recovered, and one INFO line
+        # each (2,000 at a broker's start) is volume without news; the log manager sums up.
         logger.log(
-            logging.WARNING if damaged else logging.INFO,
+            logging.WARNING if damaged else logging.DEBUG,
             "%s: loaded with recovery: %d segments recovered, %d bytes truncated, "
             "%d segments deleted; log end offset %d",
             dir.name,
