@@ -199,11 +199,11 @@ def connect_zookeeper(
 
 
 def _hint_other_chroot(zk: ZkClient) -> None:
-    """One stderr line when ``--zookeeper`` names no chroot, or one that did not exist, and
-    no broker is registered there but some are under another chroot of the ensemble
-    (``--zookeeper host:2181`` for a cluster at ``/kbroker``). A cluster's own chroot with
-    its brokers down gets no hint."""
-    if zk.chroot and not zk.created_chroot:
+    """One stderr line when ``--zookeeper`` names no chroot, no broker is registered at the
+    root, and some are under a chroot of the ensemble (``--zookeeper host:2181`` for a
+    cluster at ``/kbroker``). A chroot named explicitly gets no hint: it may be a cluster
+    with its brokers down, or one being set up."""
+    if zk.chroot:
         return
     try:
         if zk.live_brokers():

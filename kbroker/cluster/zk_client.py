@@ -80,8 +80,6 @@ class ZkClient:
             raise KafkaError(f"zookeeper.set.acl is true, but no ZooKeeper credential was given; {zk_acl.NO_AUTH_HINT}")
         self.connect = connect
         self.chroot = chroot
-        self.created_chroot = False
-        """``start`` had to create the chroot: nothing of a cluster was there."""
         self.write_timeout_s = 5.0
         self.credential = credential
         self.set_acl = set_acl
@@ -107,9 +105,7 @@ class ZkClient:
             root = self._kazoo(self._hosts, timeout=10.0)
             root.start(timeout=timeout_s)
             try:
-                if root.exists(self.chroot) is None:
-                    root.ensure_path(self.chroot)
-                    self.created_chroot = True
+                root.ensure_path(self.chroot)
             finally:
                 root.stop()
                 root.close()

@@ -340,9 +340,9 @@ def test_brokers_list_and_partition_filters(cluster_factory: Callable[..., Local
         ], under
 
 
-def test_a_chroot_without_brokers_names_the_one_that_has_them(cluster: LocalCluster) -> None:
-    """``--zookeeper host:port/<empty chroot>`` says where the brokers are instead of
-    silently showing an empty cluster."""
+def test_the_root_without_brokers_names_the_chroot_that_has_them(cluster: LocalCluster) -> None:
+    """``--zookeeper host:port`` without the cluster's chroot says where the brokers are
+    instead of silently showing an empty cluster."""
     hosts, _, chroot = cluster.zk_connect.partition("/")
     zk = ZkClient(hosts)
     zk.start()
@@ -350,9 +350,9 @@ def test_a_chroot_without_brokers_names_the_one_that_has_them(cluster: LocalClus
         assert f"/{chroot}" in zk.chroots_with_brokers()
     finally:
         zk.close()
-    result = kctl(f"--zookeeper {hosts}/nothing-here topics list")
+    result = kctl(f"--zookeeper {hosts} topics list")  # the root: no chroot named
     assert result.returncode == 0, result.stderr
-    assert f"kctl: no broker is registered at {hosts}/nothing-here; brokers are registered under" in result.stderr
+    assert f"kctl: no broker is registered at {hosts}; brokers are registered under" in result.stderr
     assert "(use --zookeeper " in result.stderr
     # With the right chroot: no hint.
     assert "no broker is registered" not in kctl(f"--zookeeper {cluster.zk_connect} topics list").stderr

@@ -1,4 +1,4 @@
-"""kctl's hint when ``--zookeeper`` names a chroot (or the root) without brokers while
+"""kctl's hint when ``--zookeeper`` names no chroot and the root has no brokers while
 another chroot of the ensemble has them (``host:2181`` for a cluster at ``/kbroker``)."""
 
 from __future__ import annotations
