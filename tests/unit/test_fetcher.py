@@ -13,10 +13,9 @@ from kbroker.replication.fetcher import ReplicaFetcher
 from kbroker.replication.partition import Partition
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
-from kclient.errors import BrokerResponseError
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import BatchBuilder, decode_batches
-from tests.support import wait_until
+from tests.support import serve_fetch, wait_until
 
 LEADER, FOLLOWER = 1, 2
 
@@ -43,24 +42,7 @@ class InProcessLeader:
 
     def fetch(self, request: log_pb2.FetchRequest, timeout_s: float) -> log_pb2.FetchResponse:
         self.fetches += 1
-        resp = log_pb2.FetchResponse()
-        for t in request.topics:
-            tr = resp.topics.add(name=t.name)
-            for p in t.partitions:
-                pr = tr.partitions.add(index=p.index)
-                try:
-                    self.leader.record_follower_fetch(request.replica_id, p.fetch_offset, p.current_leader_epoch)
-                    r = self.leader.read(p.fetch_offset, p.partition_max_bytes, request.replica_id)
-                except BrokerResponseError as exc:
-                    pr.error_code = exc.errno  # type: ignore[assignment]
-                    pr.error_message = exc.message
-                    continue
-                pr.high_watermark, pr.log_start_offset, pr.log_end_offset = (
-                    r.high_watermark,
-                    r.log_start_offset,
-                    r.log_end_offset,
-                )
-                pr.records = r.records
+        resp = serve_fetch(request, lambda topic, index: self.leader)
         time.sleep(0.005)  # a (very short) long poll
         return resp
 

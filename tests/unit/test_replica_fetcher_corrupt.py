@@ -19,10 +19,10 @@ from kbroker.replication.fetcher import ReplicaFetcher
 from kbroker.replication.partition import Partition
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
-from kclient.errors import BrokerResponseError, CorruptRecordError
+from kclient.errors import CorruptRecordError
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import BatchBuilder, iter_headers
-from tests.support import wait_until
+from tests.support import serve_fetch, wait_until
 from tests.unit.test_fetcher import values
 
 LEADER, FOLLOWER = 1, 2
@@ -45,26 +45,10 @@ class Leader:
         self.epoch_requests = 0
 
     def fetch(self, request: log_pb2.FetchRequest, timeout_s: float) -> log_pb2.FetchResponse:
-        resp = log_pb2.FetchResponse()
         for t in request.topics:
-            tr = resp.topics.add(name=t.name)
             for p in t.partitions:
                 self.fetched[(t.name, p.index)] += 1
-                leader = self.partitions[(t.name, p.index)]
-                pr = tr.partitions.add(index=p.index)
-                try:
-                    leader.record_follower_fetch(request.replica_id, p.fetch_offset, p.current_leader_epoch)
-                    r = leader.read(p.fetch_offset, p.partition_max_bytes, request.replica_id)
-                except BrokerResponseError as exc:
-                    pr.error_code = exc.errno  # type: ignore[assignment]
-                    pr.error_message = exc.message
-                    continue
-                pr.high_watermark, pr.log_start_offset, pr.log_end_offset = (
-                    r.high_watermark,
-                    r.log_start_offset,
-                    r.log_end_offset,
-                )
-                pr.records = r.records
+        resp = serve_fetch(request, lambda topic, index: self.partitions[(topic, index)])
         time.sleep(0.005)
         return resp
 
