@@ -73,6 +73,7 @@ log = logging.getLogger(__name__)
 _DUPLICATE_SEQUENCE = DuplicateSequenceNumberError.errno
 _SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, InvalidProducerEpochError, UnknownProducerIdError)
 _OUTCOME_UNKNOWN = (RequestTimedOutError, NotEnoughReplicasAfterAppendError)
+"""Error answers after which the batch may be in the log (the leader wrote it first)."""
 _REFUSED_BEFORE_SERVED = frozenset(
     {
         grpc.StatusCode.UNAUTHENTICATED,
@@ -83,7 +84,6 @@ _REFUSED_BEFORE_SERVED = frozenset(
     }
 )
 """Failed calls that the broker refused before serving them: nothing of them was written."""
-"""Error answers after which the batch may be in the log (the leader wrote it first)."""
 
 
 class Sender:

@@ -103,10 +103,10 @@ class FakeLeader:
         self.calls: list[FakeCall] = []
         self.max_held = 0
         self.out_of_order = 0
+        """OUT_OF_ORDER_SEQUENCE_NUMBER answers given."""
         self.refresh_due = False
         """Set to make the producer's metadata due for a refresh (``refreshes`` counts them)."""
         self.refreshes = 0
-        """OUT_OF_ORDER_SEQUENCE_NUMBER answers given."""
         self.lock = threading.Lock()
 
     def produce(self, request: log_pb2.ProduceRequest) -> FakeCall:
