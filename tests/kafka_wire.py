@@ -7,13 +7,12 @@ import io
 import socket
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from kbroker.api.kafka.codec import build
+from kbroker.api.kafka.codec import build, request_schema, response_class
 
 
 class WireClient:
@@ -38,7 +37,7 @@ class WireClient:
         if correlation_id is None:
             self._correlation += 1
             correlation_id = self._correlation
-        schema = load_request_schema(api_key, version)
+        schema = request_schema(api_key, version)
         buf = io.BytesIO()
         header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
         header = header_cls(
@@ -72,7 +71,7 @@ class WireClient:
         """(correlation id, response entity) of the next frame."""
         frame = self.read_frame()
         correlation = int.from_bytes(frame[0:4], "big", signed=True)
-        schema = load_response_schema(api_key, version)
+        schema = response_class(api_key, version)
         start = 5 if schema.__flexible__ and api_key != 18 else 4  # header v1: one empty tagged-field byte
         response, _ = entity_reader(schema)(frame, start)
         return correlation, response

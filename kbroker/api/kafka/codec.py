@@ -40,6 +40,8 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
+from kbroker.api.kafka.legacy_produce import REQUEST_SCHEMAS as LEGACY_REQUESTS
+from kbroker.api.kafka.legacy_produce import RESPONSE_SCHEMAS as LEGACY_RESPONSES
 from kbroker.api.kafka.length_guard import LengthError, check_header
 from kbroker.api.kafka.length_guard import check as check_lengths
 
@@ -81,9 +83,17 @@ def read_header(frame: bytes) -> tuple[Header, int]:
     ), size
 
 
+def request_schema(api_key: int, version: int) -> type[Any]:
+    """The kio request class of ``api_key`` ``version``: kio's own, or one of
+    :mod:`~kbroker.api.kafka.legacy_produce` for the versions Kafka 4 dropped (Produce
+    v0-2). Raises kio's UnknownAPIKey / UnknownEntity."""
+    legacy = LEGACY_REQUESTS.get((api_key, version))
+    return legacy if legacy is not None else load_request_schema(api_key, version)
+
+
 def request_is_flexible(api_key: int, version: int) -> bool:
     try:
-        return bool(load_request_schema(api_key, version).__flexible__)
+        return bool(request_schema(api_key, version).__flexible__)
     except (UnknownAPIKey, UnknownEntity):
         # ApiVersions above the newest kio knows: flexible from v3 on, as Kafka reads it.
         return api_key == API_VERSIONS_KEY and version >= 3
@@ -92,7 +102,7 @@ def request_is_flexible(api_key: int, version: int) -> bool:
 def read_request(api_key: int, version: int, frame: bytes, start: int) -> Any:
     """The request payload at ``frame[start:]`` (a kio dataclass of that version)."""
     try:
-        schema = load_request_schema(api_key, version)
+        schema = request_schema(api_key, version)
     except (UnknownAPIKey, UnknownEntity) as exc:
         raise MalformedRequest(f"no schema for API {api_key} v{version}") from exc
     try:
@@ -109,7 +119,10 @@ def read_request(api_key: int, version: int, frame: bytes, start: int) -> Any:
 
 
 def response_class(api_key: int, version: int) -> type[Any]:
-    return load_response_schema(api_key, version)
+    """The kio response class of ``api_key`` ``version`` (kio's, or a legacy one as for
+    :func:`request_schema`)."""
+    legacy = LEGACY_RESPONSES.get((api_key, version))
+    return legacy if legacy is not None else load_response_schema(api_key, version)
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

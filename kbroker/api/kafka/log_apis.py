@@ -3,7 +3,10 @@ DescribeCluster on the Kafka door: Kafka's request -> the servicer's protobuf re
 the same handler as gRPC -> Kafka's response. Record batches pass through untouched
 (both doors carry Kafka's RecordBatch v2 bytes).
 
-Versions: Produce 3-9 and Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on
+Versions: Produce 0-9 (v0-2 carry message sets of magic 0/1, up-converted to a v2
+RecordBatch per partition by :mod:`~kbroker.api.kafka.legacy_produce`, as Kafka 2.8 does;
+a set that cannot be converted fails its partition only, with CORRUPT_MESSAGE or
+INVALID_RECORD) and Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on
 are not served), ListOffsets 1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served),
 OffsetForLeaderEpoch 2-4 (kio has no schema for 0-1), Metadata 0-12,
 InitProducerId 0-4, DescribeCluster 0. Fetch sessions (KIP-227) are not kept: every
@@ -18,8 +21,10 @@ from typing import Any
 
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.kafka.codec import build, millis, response_class, topic_uuid
+from kbroker.api.kafka.legacy_produce import upconvert
 from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
 from kbroker.api.kafka.service_call import RequestRefused
+from kclient.errors import KafkaError
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
@@ -35,7 +40,7 @@ class LogApis:
 
     def apis(self) -> list[Api]:
         return [
-            Api(PRODUCE, "Produce", 3, 9, self.produce),
+            Api(PRODUCE, "Produce", 0, 9, self.produce),
             Api(FETCH, "Fetch", 4, 12, self.fetch),
             Api(LIST_OFFSETS, "ListOffsets", 1, 6, self.list_offsets),  # v7 means MAX_TIMESTAMP (-3)
             Api(METADATA, "Metadata", 0, 12, self.metadata),
@@ -49,16 +54,44 @@ class LogApis:
     async def produce(self, req: KafkaRequest) -> Any:
         p = req.payload
         proto = log_pb2.ProduceRequest(acks=int(p.acks), timeout_ms=millis(p.timeout))
+        # Produce v0-2: message sets of magic 0/1, up-converted here; a partition whose set
+        # cannot be converted is answered with its error and not produced.
+        unconverted = log_pb2.ProduceResponse()
         for t in p.topic_data:
             pt = proto.topics.add(name=t.name)
+            failed: log_pb2.ProduceTopicResponse | None = None
             for part in t.partition_data:
-                pt.partitions.add(index=int(part.index), records=bytes(part.records or b""))
+                records = bytes(part.records or b"")
+                if req.version < 3:
+                    try:
+                        records = upconvert(records)
+                    except KafkaError as exc:
+                        if failed is None:
+                            failed = unconverted.topics.add(name=t.name)
+                        failed.partitions.add(
+                            index=int(part.index),
+                            error_code=getattr(exc, "errno", 87),
+                            error_message=exc.message,
+                            base_offset=-1,
+                            log_append_time_ms=-1,
+                            log_start_offset=-1,
+                        )
+                        continue
+                pt.partitions.add(index=int(part.index), records=records)
+        if unconverted.topics:
+            kept = [t for t in proto.topics if t.partitions]
+            del proto.topics[:]
+            proto.topics.extend(kept)
         try:
-            resp = await self._service.Produce(proto, req.service_context())  # type: ignore[arg-type]
+            if not proto.topics:
+                resp = log_pb2.ProduceResponse()
+            else:
+                resp = await self._service.Produce(proto, req.service_context())  # type: ignore[arg-type]
         except RequestRefused as exc:
             if p.acks == 0:
                 raise CloseConnection() from exc  # as Kafka: the client refreshes its metadata
-            return self._produce_response(req, proto, exc)
+            return self._produce_response(req, proto, exc, unconverted)
+        _merge(resp, unconverted)
         if p.acks == 0:
             # Kafka sends nothing back for acks=0, and closes the connection when a
             # partition failed (not the leader any more, ...) so that the client refreshes
@@ -66,6 +99,10 @@ class LogApis:
             if any(r.error_code for t in resp.topics for r in t.partitions):
                 raise CloseConnection()
             return None
+        return self._produce_answer(req, resp)
+
+    @staticmethod
+    def _produce_answer(req: KafkaRequest, resp: log_pb2.ProduceResponse) -> Any:
         return build(
             response_class(PRODUCE, req.version),
             {
@@ -93,29 +130,27 @@ class LogApis:
             },
         )
 
-    def _produce_response(self, req: KafkaRequest, proto: log_pb2.ProduceRequest, exc: RequestRefused) -> Any:
-        return build(
-            response_class(PRODUCE, req.version),
-            {
-                "responses": [
-                    {
-                        "name": t.name,
-                        "partition_responses": [
-                            {
-                                "index": part.index,
-                                "error_code": exc.errno,
-                                "error_message": exc.message,
-                                "base_offset": -1,
-                                "log_append_time": -1,
-                                "log_start_offset": -1,
-                            }
-                            for part in t.partitions
-                        ],
-                    }
-                    for t in proto.topics
-                ]
-            },
-        )
+    def _produce_response(
+        self,
+        req: KafkaRequest,
+        proto: log_pb2.ProduceRequest,
+        exc: RequestRefused,
+        unconverted: log_pb2.ProduceResponse,
+    ) -> Any:
+        both = log_pb2.ProduceResponse()
+        for t in proto.topics:
+            tr = both.topics.add(name=t.name)
+            for part in t.partitions:
+                tr.partitions.add(
+                    index=part.index,
+                    error_code=exc.errno,
+                    error_message=exc.message,
+                    base_offset=-1,
+                    log_append_time_ms=-1,
+                    log_start_offset=-1,
+                )
+        _merge(both, unconverted)
+        return self._produce_answer(req, both)
 
     # --- Fetch ----------------------------------------------------------------------
 
@@ -330,6 +365,17 @@ class LogApis:
             response_class(INIT_PRODUCER_ID, req.version),
             {"error_code": resp.error_code, "producer_id": resp.producer_id, "producer_epoch": resp.producer_epoch},
         )
+
+
+def _merge(resp: log_pb2.ProduceResponse, more: log_pb2.ProduceResponse) -> None:
+    """Add the partitions of ``more`` to ``resp``, under the same topic entry when there is
+    one (a topic is answered once)."""
+    topics = {t.name: t for t in resp.topics}
+    for t in more.topics:
+        into = topics.get(t.name)
+        if into is None:
+            into = topics[t.name] = resp.topics.add(name=t.name)
+        into.partitions.extend(t.partitions)
 
 
 def _per_partition(topics: Any, partition: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
