@@ -16,13 +16,18 @@ before it ends (SaslHandshake + SaslAuthenticate again, as the same principal: a
 one is refused with SASL_AUTHENTICATION_FAILED); a request after the end closes the
 connection, as Kafka does.
 
-SaslHandshake v0 is advertised and its handshake answered, because librdkafka (Debian's
-2.0.2 among others) enables SASL only when the broker's SaslHandshake range covers v0
-("SASL Handshake not supported by broker" otherwise); with v1 in the range it then sends
-v1 and SaslAuthenticate. The v0 exchange itself (raw size-prefixed SASL tokens after the
-handshake, no SaslAuthenticate framing; Kafka clients before 1.0) is not served: a v0
-handshake marks the connection (``Connection.sasl["raw_tokens"]``) and the next frame,
-which is no Kafka request, ends it.
+SaslHandshake v0 (Kafka clients before 1.0; librdkafka with ``api.version.request=false``
+and a ``broker.version.fallback`` below 1.0; kafka-python with an ``api_version`` below
+1.0): the tokens follow the handshake as raw size-prefixed frames, without SaslAuthenticate
+framing. The handshake marks the connection (``Connection.sasl["raw_tokens"]``); the
+frame loop (``kafka/server.py``) hands each following frame to :meth:`raw_sasl_token`
+until the exchange ends. Same mechanisms, credentials and session as with v1; a failed
+exchange closes the connection without an answer (Kafka's v0 behaviour; v0 has no
+error field to carry it). A v0 exchange has no session lifetime to tell the client, so
+KIP-368 re-authentication needs v1: a SaslHandshake v0 on an authenticated connection
+answers ILLEGAL_SASL_STATE. librdkafka (Debian's 2.0.2 among others) also needs v0 in
+the advertised range to enable SASL at all ("SASL Handshake not supported by broker"
+otherwise); with v1 in the range it sends v1 and SaslAuthenticate.
 
 ACLs (CreateAcls, DescribeAcls, DeleteAcls 1-3) and SCRAM users
 (DescribeUserScramCredentials, AlterUserScramCredentials 0) call the servicer's
@@ -122,7 +127,7 @@ class SecurityApis:
 
     def apis(self) -> list[Api]:
         return [
-            Api(SASL_HANDSHAKE, "SaslHandshake", 0, 1, self.sasl_handshake),
+            Api(SASL_HANDSHAKE, "SaslHandshake", 0, 1, self.sasl_handshake, raw_tokens=self.raw_sasl_token),
             Api(SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, self.sasl_authenticate),
             Api(DESCRIBE_ACLS, "DescribeAcls", 1, 3, self.describe_acls),
             Api(CREATE_ACLS, "CreateAcls", 1, 3, self.create_acls),
@@ -145,6 +150,9 @@ class SecurityApis:
         if sasl is None:
             err = IllegalSaslStateError(f"listener {call.listener} ({call.security_protocol}) does not serve SASL")
             return build(cls, {"error_code": err.errno})
+        if req.version == 0 and conn.authenticated:
+            err = IllegalSaslStateError("re-authentication needs SaslHandshake v1 and SaslAuthenticate (KIP-368)")
+            return build(cls, {"error_code": err.errno, "mechanisms": sasl.mechanisms(call.security_protocol)})
         mechanism = str(req.payload.mechanism)
         try:
             allowed = sasl.handshake(mechanism, call.security_protocol)
@@ -152,7 +160,7 @@ class SecurityApis:
             return build(cls, {"error_code": exc.errno, "mechanisms": sasl.mechanisms(call.security_protocol)})
         conn.sasl["mechanism"] = mechanism
         if req.version == 0:
-            conn.sasl["raw_tokens"] = True  # see the module docstring: not served yet
+            conn.sasl["raw_tokens"] = True  # the tokens come as raw frames (the module docstring)
         return build(cls, {"error_code": 0, "mechanisms": allowed})
 
     async def sasl_authenticate(self, req: KafkaRequest) -> Any:
@@ -169,10 +177,9 @@ class SecurityApis:
 
     async def raw_sasl_token(self, conn: Connection, token: bytes) -> bytes:
         """One client token of a SaslHandshake v0 exchange (a raw size-prefixed frame, no
-        request header): the server's token to send back as a raw size-prefixed frame.
-        A failed exchange raises CloseConnection without an answer, as Kafka closes it.
-        For the frame loop (``kafka/server.py``), which does not call it yet: see the
-        module docstring."""
+        request header): the server's token to send back as a raw size-prefixed frame
+        (empty when the mechanism has nothing to send, as PLAIN's last step). A failed
+        exchange raises CloseConnection without an answer, as Kafka closes it."""
         try:
             auth_bytes, _ = await self._exchange(conn, token)
         except _Refused as refused:

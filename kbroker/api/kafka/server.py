@@ -47,7 +47,15 @@ Wire handling, per connection:
   version: a v0 answer listing what is served), never a dropped connection;
 - on a SASL listener nothing but ApiVersions, SaslHandshake and SaslAuthenticate is
   served until the connection authenticated (Kafka's rule), and those are handled one
-  at a time.
+  at a time;
+- after a SaslHandshake v0 (Kafka clients before 1.0, librdkafka without ApiVersions)
+  the SASL tokens come as raw size-prefixed frames, no request header: while the
+  exchange is under way (``Connection.sasl["raw_tokens"]``) each frame is one token for
+  the SaslHandshake API's ``raw_tokens`` handler and its answer one raw frame back (an
+  empty one where the mechanism has nothing to say, as Kafka sends for PLAIN). These
+  frames have the pre-authentication limits of any other (at most 512 KiB, never from
+  the pool, one at a time, the same deadlines); a failed exchange closes the
+  connection without an answer, as Kafka does for v0.
 
 Each request runs with a :class:`~kbroker.api.call_context.CallContext` naming the
 connection's principal and listener with ``door="kafka"``, so authorization and the
@@ -88,7 +96,9 @@ PRE_AUTH_MAX_BYTES = 512 * 1024
 READ_CHUNK = 256 * 1024
 """The most bytes of a frame read (and taken from the pool) at once."""
 
-SASL_STAGE_KEYS = frozenset({17, 18, 36})
+SASL_HANDSHAKE_KEY = 17
+
+SASL_STAGE_KEYS = frozenset({SASL_HANDSHAKE_KEY, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: served before authentication."""
 
 
@@ -134,6 +144,10 @@ Handler = Callable[[KafkaRequest], Awaitable[Any]]
 """Serves one request: the response entity (a kio dataclass), or None for no response."""
 
 
+RawTokenHandler = Callable[[Connection, bytes], Awaitable[bytes]]
+"""Serves one raw SASL token (SaslHandshake v0): the server's token to send back."""
+
+
 @dataclass(frozen=True)
 class Api:
     key: int
@@ -141,6 +155,8 @@ class Api:
     min_version: int
     max_version: int
     handle: Handler
+    raw_tokens: RawTokenHandler | None = None
+    """SaslHandshake only: serves the raw SASL tokens that follow a v0 handshake."""
 
 
 class CloseConnection(Exception):
@@ -248,6 +264,15 @@ class KafkaProtocolServer:
                 if read is None:
                     break
                 frame, pooled = read
+                if conn.sasl.get("raw_tokens"):
+                    conn.outstanding += 1
+                    task = asyncio.ensure_future(self._raw_token(previous, conn, frame))
+                    task.add_done_callback(partial(self._release, conn, pooled))
+                    previous = task
+                    await asyncio.wait([task])  # the SASL stage is served one frame at a time
+                    if not await self._until_sender_ends(replies.put(task), sender):
+                        break
+                    continue
                 try:
                     header, start = read_header(frame)
                 except MalformedRequest as exc:
@@ -291,7 +316,8 @@ class KafkaProtocolServer:
             if conn.authenticated
             else min(self._max_request_bytes, PRE_AUTH_MAX_BYTES)
         )
-        if size < 8 or size > limit:
+        smallest = 0 if conn.sasl.get("raw_tokens") else 8  # a raw SASL token has no header
+        if size < smallest or size > limit:
             self._warn(
                 "kafka listener %s: closed %s: a request frame of %d bytes (at most %d%s)",
                 conn.endpoint.listener_name,
@@ -448,6 +474,25 @@ class KafkaProtocolServer:
             if previous.cancelled() or previous.exception() is not None:
                 raise asyncio.CancelledError()
         return await self._dispatch(conn, header, frame, start)
+
+    async def _raw_token(
+        self, previous: asyncio.Task[bytes | None] | None, conn: Connection, token: bytes
+    ) -> bytes | None:
+        """One raw SASL token after a SaslHandshake v0: the server's token as a raw
+        size-prefixed frame. Raises CloseConnection (no answer) when the exchange fails."""
+        if previous is not None:
+            await asyncio.wait([previous])
+            if previous.cancelled() or previous.exception() is not None:
+                raise asyncio.CancelledError()
+        api = self._apis.get(SASL_HANDSHAKE_KEY)
+        if api is None or api.raw_tokens is None:
+            raise CloseConnection()
+        token_bind = bind(conn.call())
+        try:
+            answer = await api.raw_tokens(conn, token)
+        finally:
+            unbind(token_bind)
+        return len(answer).to_bytes(4, "big") + answer
 
     async def _dispatch(self, conn: Connection, header: Header, frame: bytes, start: int) -> bytes | None:
         if conn.session_expiry is not None and time.monotonic() >= conn.session_expiry:
