@@ -12,10 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 
-from kazoo.exceptions import NoNodeError
-
 from kbroker.cluster import zkdata
 from kbroker.cluster.config_admin import validate_broker_config
+from kbroker.cluster.config_changes import watch_config_changes, watch_entity_config
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zk_events import ZkEventThread
 from kbroker.config import BrokerConfig, with_overrides
@@ -73,7 +72,7 @@ class DynamicBrokerConfig:
     Notifications older than 15 minutes are deleted (Kafka's changeExpirationMs), by
     whichever broker sees them.
 
-    Thread safety: kazoo's watch callbacks only enqueue; one daemon thread
+    Thread safety: ZooKeeper's watch callbacks only enqueue; one daemon thread
     ``dynamic-config`` (a :class:`ZkEventThread`) reads ZooKeeper and runs the listeners, so listeners never run
     concurrently with each other. :meth:`effective` may be called from any thread (it
     returns an immutable snapshot reference).
@@ -85,10 +84,6 @@ class DynamicBrokerConfig:
         self._effective = static
         self._listeners: list[Listener] = []
         self._events = ZkEventThread(zk, "dynamic-config", lambda _kind: self._reload())
-        self._paths = (
-            zkdata.entity_config_path("brokers", str(static.broker_id)),
-            zkdata.entity_config_path("brokers", zkdata.DEFAULT_BROKER_ENTITY),
-        )
 
     @property
     def static(self) -> BrokerConfig:
@@ -132,14 +127,10 @@ class DynamicBrokerConfig:
                 log.exception("a dynamic config listener failed")
 
     def _read(self, *, watch: bool) -> BrokerConfig:
-        kazoo = self._zk.kazoo
         if watch:
-            for path in self._paths:
-                kazoo.exists(path, watch=self._events.watch)  # fires on create, change and delete
-            try:
-                kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._events.watch)
-            except NoNodeError:
-                kazoo.exists(zkdata.CONFIG_CHANGES, watch=self._events.watch)
+            for name in (str(self._static.broker_id), zkdata.DEFAULT_BROKER_ENTITY):
+                watch_entity_config(self._zk, "brokers", name, self._events.watch)
+            watch_config_changes(self._zk, self._events.watch)
         broker = self._entity(str(self._static.broker_id))
         default = self._entity(zkdata.DEFAULT_BROKER_ENTITY)
         return merge(self._static, default, broker)

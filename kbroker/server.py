@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import grpc
-from kazoo.protocol.states import KazooState
 
 from kbroker.api.broker_service import BrokerService
 from kbroker.api.call_context import CallContext, ListenerAuthenticator
@@ -35,12 +34,13 @@ from kbroker.api.grpc_server import GrpcServer
 from kbroker.api.kafka.door import kafka_door
 from kbroker.api.kafka.server import KafkaProtocolServer
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
+from kbroker.cluster import zk_acl
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
-from kbroker.cluster.zk_client import BrokerIdInUseError, ZkClient
+from kbroker.cluster.zk_client import BrokerIdInUseError, SessionState, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.config import BrokerConfig, build_config, load_properties
 from kbroker.dynamic_config import DynamicBrokerConfig, DynamicConfigApplier
@@ -49,7 +49,6 @@ from kbroker.log_setup import LoggingConfig, configure
 from kbroker.metrics import BrokerMetrics, BrokerState, BrokerStateCollector
 from kbroker.replication.fetcher import insecure_channel
 from kbroker.replication.replica_manager import ReplicaManager
-from kbroker.security import zk_acl
 from kbroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.security.authorizer import AclAuthorizer
 from kbroker.security.credentials import CredentialStore
@@ -304,7 +303,7 @@ class KafkaServer:
                     min_insync_replicas=lambda topic: replicas.topic_config(topic).min_insync_replicas,
                     controller_active=lambda: self.controller.is_active,
                     offline_partitions=self._offline_partitions,
-                    zk_state=lambda: str(self.zk.kazoo.state),
+                    zk_state=lambda: str(self.zk.state),
                     purgatory_sizes=lambda: {**service.parked, "Rebalance": groups.waiters.waiting()},
                     committed_offsets=groups.committed_offsets,
                 )
@@ -411,20 +410,20 @@ class KafkaServer:
         self.broker_epoch = self.zk.register_broker(info)
         self._registered.set()
 
-    def _session_state(self, state: KazooState) -> None:
+    def _session_state(self, state: str) -> None:
         # kazoo's connection thread: log and hand off only.
-        if state == KazooState.SUSPENDED and not self._stopped.is_set():
+        if state == SessionState.SUSPENDED and not self._stopped.is_set():
             log.warning(
                 "broker %d: ZooKeeper connection lost; the session expires after %d ms without it",
                 self.config.broker_id,
                 self.config.zookeeper_session_timeout_ms,
             )
-        elif state == KazooState.LOST:
+        elif state == SessionState.LOST:
             log.warning(
                 "broker %d: ZooKeeper session lost (expired); will re-register when reconnected", self.config.broker_id
             )
             self._registered.clear()
-        elif state == KazooState.CONNECTED and not self._stopped.is_set():
+        elif state == SessionState.CONNECTED and not self._stopped.is_set():
             if self._registered.is_set():
                 log.info("broker %d: ZooKeeper connection restored (same session)", self.config.broker_id)
             else:
@@ -503,8 +502,8 @@ class KafkaServer:
                 except Exception:
                     log.warning("the Kafka-protocol listeners did not stop cleanly", exc_info=True)
             self._grpc.stop(0.0 if self.hurry.is_set() else 2.0)
-        zk_up = self.zk.kazoo.connected and not self.hurry.is_set()
-        if not self.zk.kazoo.connected:
+        zk_up = self.zk.connected and not self.hurry.is_set()
+        if not self.zk.connected:
             log.warning("no ZooKeeper connection: skipping the ZooKeeper clean-up (the session ends by itself)")
         try:
             if zk_up:

@@ -32,6 +32,7 @@ from kbroker.cluster import zkdata
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType, static_broker_configs
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
+from kbroker.cluster.preferred_election import request_preferred_election
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
@@ -869,15 +870,9 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         known = [tp for tp in wanted if tp not in unknown]
         if wanted and not known:
             return resp
-        self._zk.kazoo.ensure_path("/admin")
-        try:
-            self._zk.kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_preferred_election(known or None))
-        except Exception:
-            pass  # an election is already pending; wait for it
         timeout_s = opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS) / 1000.0
         deadline = time.monotonic() + timeout_s
-        while self._zk.kazoo.exists(zkdata.PREFERRED_REPLICA_ELECTION) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        request_preferred_election(self._zk, known or None, timeout_s, join_pending=True)  # or wait for a pending one
         self._metadata.sync()
         snap = self._metadata.snapshot()
         targets = known or [(t, p) for t, info in sorted(snap.topics.items()) for p in sorted(info.assignment)]

@@ -22,7 +22,7 @@ The action is a verb (``add``, ``list``, ``remove``) or Kafka's flag (``--add``,
 The command line becomes an :class:`AclCommand` (:func:`parse_command`, pure; every
 check happens there, so bad input writes nothing); :func:`execute` carries it out
 against any :class:`AclBackend` (create/describe/delete): over ``--zookeeper`` that is
-:class:`~kbroker.security.authorizer.ZkAclStore`; over ``--bootstrap-server`` it is
+:class:`~kbroker.cluster.acl_store.ZkAclStore`; over ``--bootstrap-server`` it is
 :class:`AdminAclBackend` (the CreateAcls / DescribeAcls / DeleteAcls RPCs through
 ``kclient.AdminClient``, with the ``--command-config`` client settings). The output is
 the same both ways.
@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from kbroker.cli.backends import connect_zookeeper, refused_writes, zookeeper_credential
 from kbroker.cli.common import UsageError, check_bootstrap, check_zookeeper, client_configs, parse_key_values
+from kbroker.cluster.acl_store import AclDeleteResult, ZkAclStore
 from kbroker.security.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -53,7 +54,6 @@ from kbroker.security.acl import (
     ResourceType,
     validate_binding,
 )
-from kbroker.security.authorizer import AclDeleteResult, ZkAclStore
 from kbroker.security.principal import KafkaPrincipal
 from kclient import AdminClient
 from kclient import admin_security as client_acl

@@ -8,9 +8,11 @@ written once.
 
 On a cluster with ``zookeeper.set.acl``, ``--zookeeper`` authenticates with the
 ZooKeeper credential of the environment (``$KBROKER_ZK_DIGEST``, or the JAAS file named
-in ``$KAFKA_OPTS``; see :mod:`kbroker.security.zk_acl`) and gives what it creates the
+in ``$KAFKA_OPTS``; see :mod:`kbroker.cluster.zk_acl`) and gives what it creates the
 secure ACLs, as Kafka's tools do when JAAS is configured. Without it, a write is refused
-with one line naming NoAuth.
+with one line naming NoAuth. ZooKeeper failures arrive as
+:mod:`kbroker.cluster.zk_errors`' types (``kctl`` runs every command inside
+:func:`~kbroker.cluster.zk_errors.mapped`).
 
 Thread safety: none; one command owns a backend for its lifetime.
 """
@@ -18,22 +20,19 @@ Thread safety: none; one command owns a backend for its lifetime.
 from __future__ import annotations
 
 import sys
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError
-from kazoo.handlers.threading import KazooTimeoutError
-
 from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
-from kbroker.cluster import zkdata
+from kbroker.cluster import zk_acl, zkdata
+from kbroker.cluster.preferred_election import ElectionInProgressError, request_preferred_election
 from kbroker.cluster.topic_admin import TopicAdmin
+from kbroker.cluster.zk_acl import ZkCredential, ZkCredentialError
 from kbroker.cluster.zk_client import ZkClient
-from kbroker.security import zk_acl
-from kbroker.security.zk_acl import ZkCredential, ZkCredentialError
+from kbroker.cluster.zk_errors import ZooKeeperError, ZooKeeperNoAuthError, ZooKeeperTimeoutError, mapped
 from kclient import AdminClient, NewTopic, TopicPartition
 from kclient.errors import KafkaError, PreferredLeaderNotAvailableError, UnknownTopicOrPartitionError
 from kclient.proto.kbroker.v1 import config_pb2
@@ -41,7 +40,6 @@ from kclient.topic_name import validate_topic_name
 
 ZK_CONNECT_TIMEOUT_S = 10.0
 NO_LEADER = -1
-ELECTION_POLL_S = 0.1
 
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 DEFAULT_MIN_INSYNC_REPLICAS = 1
@@ -183,17 +181,19 @@ def connect_zookeeper(
         set_acl=credential is not None if set_acl is None else set_acl,
     )
     try:
-        zk.start(timeout_s)
-    except (KazooTimeoutError, KazooException, OSError) as exc:
+        with mapped():
+            zk.start(timeout_s)
+    except (ZooKeeperError, OSError) as exc:
         try:
             zk.close()
         except Exception:  # the session never opened
             pass
-        if isinstance(exc, KazooTimeoutError):
+        if isinstance(exc, ZooKeeperTimeoutError):
             raise CliError(f"cannot connect to ZooKeeper at {connect} (no answer within {timeout_s:g}s)") from None
-        if isinstance(exc, NoAuthError):
+        if isinstance(exc, ZooKeeperNoAuthError):
             raise CliError(zk_acl.no_auth_message(credential)) from None
-        raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(exc).__name__} {exc}".rstrip()) from None
+        cause = exc.__cause__ if isinstance(exc, ZooKeeperError) and exc.__cause__ is not None else exc
+        raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(cause).__name__} {cause}".rstrip()) from None
     _hint_other_chroot(zk)
     return zk
 
@@ -206,9 +206,10 @@ def _hint_other_chroot(zk: ZkClient) -> None:
     if zk.chroot:
         return
     try:
-        if zk.live_brokers():
-            return
-    except (KazooException, KazooTimeoutError, OSError):
+        with mapped():
+            if zk.live_brokers():
+                return
+    except (ZooKeeperError, OSError):
         return
     line = other_chroot_hint(zk.connect, [c for c in zk.chroots_with_brokers() if c != (zk.chroot or "/")])
     if line:
@@ -231,7 +232,7 @@ def other_chroot_hint(connect: str, elsewhere: Sequence[str]) -> str | None:
 
 
 def refused_write_message() -> str:
-    """The one line for a NoAuthError that reached ``kctl``'s top level, naming whether
+    """The one line for a ZooKeeperNoAuthError that reached ``kctl``'s top level, naming whether
     the environment gave a credential (for main.py's handler)."""
     try:
         credential = zk_acl.resolve_credential()
@@ -244,8 +245,9 @@ def refused_write_message() -> str:
 def refused_writes(credential: ZkCredential | None) -> Iterator[None]:
     """Turn ZooKeeper's NoAuth (a secured znode, no or another credential) into one CliError line."""
     try:
-        yield
-    except NoAuthError:
+        with mapped():
+            yield
+    except ZooKeeperNoAuthError:
         raise CliError(zk_acl.no_auth_message(credential)) from None
 
 
@@ -321,23 +323,15 @@ class ZooKeeperBackend(Backend):
         return views, self._zk.controller_id()
 
     def elect_preferred_leaders(self, partitions: Sequence[tuple[str, int]] | None, timeout_ms: int) -> ElectionResults:
-        """Kafka's old ``kafka-preferred-replica-election.sh --zookeeper``: write the request
-        znode, wait for the controller to delete it (its sign of completion), then read back
-        each partition's leader."""
-        kazoo = self._zk.kazoo
+        """Kafka's old ``kafka-preferred-replica-election.sh --zookeeper``: request the
+        election and wait for the controller (:func:`request_preferred_election`), then read
+        back each partition's leader."""
         wanted = None if partitions is None else [(t, p) for t, p in partitions]
         try:
             with refused_writes(self._zk.credential):
-                kazoo.ensure_path("/admin")
-                kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_preferred_election(wanted))
-        except NodeExistsError:
-            raise CliError("a preferred replica election is already in progress") from None
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        while True:
-            pending = kazoo.exists(zkdata.PREFERRED_REPLICA_ELECTION) is not None
-            if not pending or time.monotonic() >= deadline:
-                break
-            time.sleep(ELECTION_POLL_S)
+                pending = not request_preferred_election(self._zk, wanted, timeout_ms / 1000.0)
+        except ElectionInProgressError as exc:
+            raise CliError(exc.message) from None
         if wanted is None:
             skip = self.pending_deletion()
             wanted = []

@@ -26,9 +26,6 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from kazoo.exceptions import KazooException, NoAuthError
-from kazoo.handlers.threading import KazooTimeoutError
-
 from kbroker.cli import (
     acls,
     backends,
@@ -56,6 +53,7 @@ from kbroker.cli.common import (
     describe_default,
     one_line,
 )
+from kbroker.cluster.zk_errors import ZooKeeperError, ZooKeeperNoAuthError, ZooKeeperTimeoutError, mapped
 from kclient.errors import KafkaConnectionError, KafkaError, NoBrokersAvailable
 
 PROG = "kctl"
@@ -181,7 +179,7 @@ def _configure_logging(verbose: bool) -> None:
             level=logging.WARNING, stream=sys.stderr, format=f"{PROG}: %(levelname)s %(name)s: %(message)s"
         )
     else:
-        # kazoo and kclient log retries as warnings; without --verbose only our one line shows.
+        # ZooKeeper's client and kclient log retries as warnings; without --verbose only our one line shows.
         root.addHandler(logging.NullHandler())
         root.setLevel(logging.CRITICAL + 1)
 
@@ -217,20 +215,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {note}", file=sys.stderr)
     try:
         client_configs(args)  # a bad --command-config fails before anything is done
-        return int(args.handler(args))
+        with mapped():  # ZooKeeper's failures as ZooKeeperError
+            return int(args.handler(args))
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
+    except ZooKeeperTimeoutError:
+        return _fail("ZooKeeper did not answer in time", EXIT_FAILURE)
+    except ZooKeeperNoAuthError:
+        return _fail(backends.refused_write_message(), EXIT_FAILURE)
+    except ZooKeeperError as exc:
+        return _fail(f"ZooKeeper error: {exc.message}", EXIT_FAILURE)
     except KafkaError as exc:
         return _fail(str(exc) + _security_hint(args, exc), EXIT_FAILURE)
     except CliError as exc:
         return _fail(str(exc), EXIT_FAILURE)
-    except KazooTimeoutError:
-        return _fail("ZooKeeper did not answer in time", EXIT_FAILURE)
-    except NoAuthError:
-        return _fail(backends.refused_write_message(), EXIT_FAILURE)
-    except KazooException as exc:
-        detail = f": {exc}" if str(exc) else ""
-        return _fail(f"ZooKeeper error: {type(exc).__name__}{detail}", EXIT_FAILURE)
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:

@@ -5,7 +5,7 @@ as Kafka's ``zookeeper-security-migration.sh`` (``ZkSecurityMigrator``)::
         --zookeeper.connect zk1:2181/kbroker --zookeeper.acl secure
 
 ``secure`` gives ``/`` (the chroot) and every znode under kbroker's root paths
-(:data:`kbroker.security.zk_acl.SECURE_ROOT_PATHS`) ALL for the credential and READ for
+(:data:`kbroker.cluster.zkdata.SECURE_ROOT_PATHS`) ALL for the credential and READ for
 world, no world READ on the sensitive paths; ``unsecure`` gives them world ALL again.
 Both need the ZooKeeper credential (``$KBROKER_ZK_DIGEST`` or a JAAS ``Client`` section
 named in ``$KAFKA_OPTS``), as Kafka's tool needs a JAAS file: changing an ACL takes the
@@ -22,11 +22,10 @@ import argparse
 import sys
 from typing import Any
 
-from kazoo.exceptions import NoAuthError
-
 from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
 from kbroker.cli.common import CliError, UsageError, check_zookeeper
-from kbroker.security import zk_acl
+from kbroker.cluster import zk_acl
+from kbroker.cluster.zk_errors import ZooKeeperNoAuthError
 
 NOUN = "zookeeper-security-migration"
 
@@ -91,15 +90,15 @@ def run_migration(args: argparse.Namespace) -> int:
         connect, credential=credential, set_acl=secure, session_timeout_ms=args.zookeeper_session_timeout
     )
     try:
-        missing = zk_acl.missing_roots(zk.kazoo)
+        missing = zk_acl.missing_roots(zk)
         if missing:
             note = f"these kbroker paths do not exist under {connect}: {', '.join(missing)} (a wrong chroot?)"
             if args.enable_path_check:
                 raise CliError(note)
             print(f"kctl: warning: {note}", file=sys.stderr)
         try:
-            count = zk_acl.migrate(zk.kazoo, credential if secure else None)
-        except NoAuthError:
+            count = zk_acl.migrate(zk, credential if secure else None)
+        except ZooKeeperNoAuthError:
             raise CliError(zk_acl.no_auth_message(credential)) from None
     finally:
         zk.close()

@@ -14,6 +14,7 @@ import base64
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -21,9 +22,8 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from kbroker.cluster import zkdata
+from kbroker.cluster import zk_acl, zkdata
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
-from kbroker.security import zk_acl
 from kclient.errors import (
     BrokerResponseError,
     InvalidRequestError,
@@ -44,6 +44,15 @@ class ControllerMovedError(NotControllerError):
 class ReplicaShuttingDownError(BadVersionError):
     """A leader's ISR expansion named a replica whose registration the controller marked
     as in controlled shutdown (or that is not registered): refused, nothing written."""
+
+
+class SessionState(StrEnum):
+    """A ZooKeeper session's state, as :attr:`ZkClient.state` and the state listeners give it
+    (kazoo's ``KazooState`` values are these strings)."""
+
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"
+    LOST = "LOST"
 
 
 class BrokerIdInUseError(KafkaError):
@@ -70,7 +79,7 @@ class ZkClient:
         """``auth_digest`` (``user:password``): the session authenticates with ZooKeeper's
         digest scheme. ``set_acl`` (Kafka's ``zookeeper.set.acl``, needs ``auth_digest``):
         every znode this client creates, the chroot included, gets the secure ACLs of
-        :mod:`kbroker.security.zk_acl` (ALL for this identity, world READ on non-sensitive
+        :mod:`kbroker.cluster.zk_acl` (ALL for this identity, world READ on non-sensitive
         paths). Existing znodes keep theirs (``kctl zookeeper-security-migration``)."""
         hosts, chroot = split_connect_string(connect)
         if not hosts:
@@ -148,6 +157,11 @@ class ZkClient:
     def connected(self) -> bool:
         """Is the connection to ZooKeeper up right now (kazoo's CONNECTED state)?"""
         return bool(self.kazoo.connected)
+
+    @property
+    def state(self) -> SessionState:
+        """The session's state now (CONNECTED, SUSPENDED or LOST)."""
+        return SessionState(self.kazoo.state)
 
     @property
     def session_id(self) -> int:

@@ -811,3 +811,28 @@ def decode_acl_change(data: bytes, prefixed: bool) -> tuple[str, str, str | None
         return str(body["resourceType"]), str(body["name"]), str(body["patternType"])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InvalidRequestError(f"malformed ACL change notification {data[:200]!r}: {exc}") from None
+
+
+# --- ZooKeeper's own ACLs on these znodes (zookeeper.set.acl; policy in cluster/zk_acl.py) --
+
+DELEGATION_TOKEN = "/delegation_token"
+
+SENSITIVE_ROOT_PATHS = (CONFIG_USERS, CONFIG_BROKERS, DELEGATION_TOKEN)
+"""Kafka's ``ZkData.SensitiveRootPaths``: these and everything under them get no world READ."""
+
+ACL_ROOT_PATHS = (KAFKA_ACL, KAFKA_ACL_CHANGES, "/kafka-acl-extended", KAFKA_ACL_EXTENDED_CHANGES)
+
+
+def _top(path: str) -> str:
+    return "/" + path.split("/")[1]
+
+
+SECURE_ROOT_PATHS = tuple(
+    sorted(
+        {_top(p) for p in (*PERSISTENT_PATHS, CLUSTER_ID, CONTROLLER, CONTROLLER_EPOCH, LATEST_PRODUCER_ID_BLOCK)}
+        | set(ACL_ROOT_PATHS)
+        | {DELEGATION_TOKEN, "/isr_change_notification", "/log_dir_event_notification"}
+    )
+)
+"""Every top-level znode kbroker (or a Kafka cluster sharing its layout) may write; the
+ZooKeeper ACL migration walks each that exists, recursively (Kafka's ``ZkData.SecureRootPaths``)."""

@@ -4,8 +4,8 @@ Shape: a *hub* namespace holds a Linux bridge; every host (ZooKeeper, each broke
 its own namespace with one veth onto the bridge and one address of a private /24
 (``10.237.N.0/24``, N chosen free at creation). The root namespace gets one more veth
 onto the bridge (address ``.1``), so the test process itself (producer, consumer,
-kazoo) reaches every host without running in a namespace. Processes are started in a
-host's namespace with :meth:`Host.wrap` (``ip netns exec <ns> ...``).
+ZooKeeper client) reaches every host without running in a namespace. Processes are
+started in a host's namespace with :meth:`Host.wrap` (``ip netns exec <ns> ...``).
 
 Partitions are iptables DROP rules in a dedicated chain (``KBPART``, jumped to from
 INPUT) inside the hosts' own namespaces: cutting A from B drops what A receives from B

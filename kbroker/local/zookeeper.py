@@ -10,13 +10,17 @@ jars (logback, else log4j 1.2 / reload4j, else slf4j-simple) and java is pointed
 configuration shipped here (``zookeeper-logback.xml`` / ``zookeeper-log4j.properties``):
 INFO and above to stdout, which is the server's ``zookeeper.log``.
 
+Readiness is asked of the servers started here with ZooKeeper's four-letter word ``srvr``
+(:func:`serving`; ``zoo.cfg`` allows it), over a plain socket: this module opens no
+ZooKeeper session, so it does not go through :mod:`kbroker.cluster`, the only package
+that talks to ZooKeeper as a client.
+
 Thread safety: none needed; one owner drives the processes.
 """
 
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import shutil
 import signal
@@ -26,15 +30,9 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from kazoo.client import KazooClient
-
 from kbroker.local.netns import Host
 
 JAR_DIRS = ("/usr/share/java", "/usr/share/zookeeper", "/usr/share/zookeeper/lib", "/opt/zookeeper/lib")
-
-
-_PROBE_LOG = logging.getLogger("kbroker.local.zookeeper.probe")
-_PROBE_LOG.setLevel(logging.CRITICAL)
 
 
 class ZooKeeperNotFound(RuntimeError):
@@ -253,24 +251,31 @@ class ZooKeeperEnsemble:
                     raise RuntimeError(f"ZooKeeper not listening after {timeout_s}s:\n{tail(self.servers[0].log_path)}")
                 time.sleep(0.2)
                 continue
-            client = KazooClient(hosts=self.connect_string, timeout=5, logger=_PROBE_LOG)
-            try:
-                client.start(timeout=min(5, max(deadline - time.monotonic(), 0.5)))
-                client.get_children("/")
+            if any(serving(s.address) for s in self.servers):  # a quorum, for an ensemble
                 return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"ZooKeeper not ready after {timeout_s}s:\n{tail(self.servers[0].log_path)}"
-                    ) from None
-                time.sleep(0.3)
-            finally:
-                client.stop()
-                client.close()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ZooKeeper not ready after {timeout_s}s:\n{tail(self.servers[0].log_path)}")
+            time.sleep(0.3)
 
     def stop(self) -> None:
         for s in self.servers:
             s.stop()
+
+
+def serving(address: str, timeout_s: float = 2.0) -> bool:
+    """Does the ZooKeeper server at ``host:port`` serve clients? Its answer to ``srvr``
+    names its mode (standalone, leader, follower) only then; before it has loaded its data,
+    or while an ensemble has no quorum, it says it is not serving."""
+    host, _, port = address.rpartition(":")
+    answer = b""
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.sendall(b"srvr")
+            while chunk := sock.recv(4096):  # the server closes the connection after answering
+                answer += chunk
+    except OSError:
+        return False
+    return b"Mode: " in answer
 
 
 def pids_listening_on(port: int) -> set[int]:

@@ -22,7 +22,7 @@ Thread safety: every type here is immutable; functions are pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -260,4 +260,18 @@ def decode_acls(data: bytes) -> frozenset[AccessControlEntry]:
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InvalidRequestError(f"malformed ACL znode {data[:200]!r}: {exc}") from None
+    return out
+
+
+def bindings_matching(
+    acls: Mapping[ResourcePattern, frozenset[AccessControlEntry]], acl_filter: AclBindingFilter
+) -> list[AclBinding]:
+    """Every binding in ``acls`` the filter matches, sorted by resource then entry."""
+    out: list[AclBinding] = []
+    for pattern in sorted(acls, key=lambda p: (p.resource_type, p.pattern_type, p.name)):
+        if not acl_filter.pattern_filter.matches(pattern):
+            continue
+        for entry in sorted(acls[pattern], key=lambda e: (e.principal, e.host, e.operation, e.permission_type)):
+            if acl_filter.entry_filter.matches(entry):
+                out.append(AclBinding(pattern, entry))
     return out

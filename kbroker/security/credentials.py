@@ -1,11 +1,9 @@
-"""SCRAM credentials in ZooKeeper, as Kafka stores them, and the broker's cache of them.
+"""Users' SCRAM credentials, and the broker's cache of them.
 
-``/config/users/<sanitized user>`` holds ``{"version":1,"config":{"SCRAM-SHA-256":
-"salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=4096", ...}}`` (other user
-configs, e.g. quotas, may sit beside them and are kept). Every write goes with a
-``/config/changes/config_change_N`` notification ``{"version":2,"entity_path":"users/<u>"}``
-in the same transaction (:meth:`ZkClient.set_entity_config`), which is how every broker
-learns of it. Removing a user's last credential leaves ``{"config":{}}``, as Kafka does.
+They are stored in ZooKeeper as Kafka stores them (``/config/users/<user>``, one
+``config_change_`` notification per write): :class:`kbroker.cluster.credential_store.ZkCredentialStore`
+reads and writes those znodes; this module holds the SCRAM side (mechanisms, salted
+credentials, what may be stored) and the cache, and Kafka's admin RPCs over them.
 """
 
 from __future__ import annotations
@@ -15,9 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
-from kbroker.cluster import zkdata
+from kbroker.cluster.credential_store import ZkCredentialStore
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zk_events import ZkEventThread
 from kclient.errors import (
@@ -38,8 +34,6 @@ from kclient.scram import (
 )
 
 log = logging.getLogger(__name__)
-
-MAX_CAS_ATTEMPTS = 10
 
 
 def mechanism_of(mechanism: ScramMechanism | str) -> ScramMechanism:
@@ -80,8 +74,9 @@ class CredentialStore:
     """Reads and writes users' SCRAM credentials; optionally caches them for a broker.
 
     Writes (:meth:`set_password`, :meth:`set_credential`, :meth:`delete`) are
-    compare-and-set on the user's znode, re-read and retried on a concurrent change, so
-    one user's mechanisms can be changed by several tools at once without a lost update.
+    compare-and-set on the user's znode (:meth:`ZkCredentialStore.update`), re-read and
+    retried on a concurrent change, so one user's mechanisms can be changed by several
+    tools at once without a lost update.
 
     The cache (:meth:`lookup`) is filled on demand. After :meth:`start`, a daemon thread
     ``scram-credentials`` watches ``/config/changes``; each new ``users/<u>``
@@ -97,7 +92,7 @@ class CredentialStore:
     """
 
     def __init__(self, zk: ZkClient, *, on_user_changed: Callable[[str], object] | None = None) -> None:
-        self._zk = zk
+        self._store = ZkCredentialStore(zk)
         self._on_user_changed = on_user_changed
         self._lock = threading.Lock()
         self._cache: dict[str, dict[ScramMechanism, ScramCredential]] = {}
@@ -116,7 +111,7 @@ class CredentialStore:
             if cached is not None:
                 return cached
             caching, before = self._caching, self._invalidations
-        found = scram_entries(self._zk.entity_config("users", user)[0])
+        found = scram_entries(self._store.read(user))
         if caching:
             with self._lock:
                 if self._invalidations == before:
@@ -142,16 +137,10 @@ class CredentialStore:
         ``users=None``: every user with at least one SCRAM credential, sorted by name.
         Named users without a credential are absent from the answer.
         """
-        if users is None:
-            try:
-                names = sorted(zkdata.desanitize(c) for c in self._zk.kazoo.get_children(zkdata.CONFIG_USERS))
-            except NoNodeError:
-                names = []
-        else:
-            names = list(users)
+        names = self._store.users() if users is None else list(users)
         out: dict[str, dict[ScramMechanism, int]] = {}
         for name in names:
-            entries = scram_entries(self._zk.entity_config("users", name)[0])
+            entries = scram_entries(self._store.read(name))
             if entries:
                 out[name] = {m: c.iterations for m, c in sorted(entries.items(), key=lambda kv: kv[0].value)}
         return out
@@ -215,31 +204,20 @@ class CredentialStore:
             out.update({m.value: str(c) for m, c in upsert.items()})
             return out
 
-        self._update(user, change)
+        self._store.update(user, change)
         return removed
 
     @staticmethod
     def _check_user(user: str) -> None:
         try:
-            zkdata.user_config_path(user)
+            ZkCredentialStore.check_user(user)
         except KafkaError as exc:
             raise UnacceptableCredentialError(exc.message) from None
-
-    def _update(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
-        for _ in range(MAX_CAS_ATTEMPTS):
-            config, version = self._zk.entity_config("users", user)
-            try:
-                self._zk.set_entity_config("users", user, change(config), version)
-                return
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # changed since read: re-read and apply again
-        raise KafkaError(f"the credentials of user {user!r} kept changing; gave up after {MAX_CAS_ATTEMPTS} attempts")
 
     # --- the broker's cache ----------------------------------------------------------
 
     def start(self) -> None:
         """Cache from now on, kept fresh by the ``/config/changes`` notifications."""
-        self._zk.kazoo.ensure_path(zkdata.CONFIG_CHANGES)
         with self._lock:
             self._caching = True
         self._events.start()
@@ -272,8 +250,7 @@ class CredentialStore:
         self._process_changes()
 
     def _process_changes(self) -> None:
-        children = self._zk.kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._events.watch)
-        seqs = sorted((zkdata.config_change_seq(c), c) for c in children if zkdata.config_change_seq(c) >= 0)
+        seqs = self._store.notifications(self._events.watch)
         if not self._primed:
             # First look: older notifications are history; drop what was cached meanwhile.
             self._primed = True
@@ -285,13 +262,12 @@ class CredentialStore:
                 continue
             self._last_seq = seq
             try:
-                found = self._zk.config_change(child)
+                user = self._store.changed_user(child)
             except KafkaError as exc:
                 log.warning("config change %s ignored: %s", child, exc)
                 continue
-            if found is None or found[0] != "users":
+            if user is None:
                 continue
-            user = found[1]
             self.invalidate(user)
             log.info("SCRAM credentials of user %r changed", user)
             if self._on_user_changed is not None:

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Permissions, make_digest_acl_credential
 
-from kbroker.cluster import zkdata
+from kbroker.cluster import zk_acl, zkdata
+from kbroker.cluster.zk_acl import ZkCredential, ZkCredentialError, acls_for, is_sensitive, resolve_credential
 from kbroker.cluster.zk_client import ZkClient
-from kbroker.security import zk_acl
-from kbroker.security.zk_acl import ZkCredential, ZkCredentialError, acls_for, is_sensitive, resolve_credential
 from kclient.errors import KafkaError
 
 CRED = ZkCredential("kafka", "s3cr:et")
@@ -67,11 +66,11 @@ def test_without_a_credential_every_path_is_open() -> None:
 
 def test_secure_roots_cover_every_kbroker_top_level_path() -> None:
     tops = {"/" + p.split("/")[1] for p in (*zkdata.PERSISTENT_PATHS, zkdata.CLUSTER_ID, zkdata.CONTROLLER)}
-    assert tops <= set(zk_acl.SECURE_ROOT_PATHS)
+    assert tops <= set(zkdata.SECURE_ROOT_PATHS)
     assert {"/kafka-acl", "/kafka-acl-changes", "/kafka-acl-extended", "/kafka-acl-extended-changes"} <= set(
-        zk_acl.SECURE_ROOT_PATHS
+        zkdata.SECURE_ROOT_PATHS
     )
-    assert "/zookeeper" not in zk_acl.SECURE_ROOT_PATHS
+    assert "/zookeeper" not in zkdata.SECURE_ROOT_PATHS
 
 
 @pytest.mark.parametrize("text", ["kafka", ":pw", "kafka:", ""])

@@ -14,7 +14,7 @@ session authenticates with ``user:password`` and an ACL names the id
   the digest scheme, not SASL.
 
 **Policy** (Kafka 2.8 ``ZkData.defaultAcls``). Secure: ALL for the credential's digest id,
-plus READ for world unless the path is sensitive (:data:`SENSITIVE_ROOT_PATHS`: SCRAM
+plus READ for world unless the path is sensitive (``zkdata.SENSITIVE_ROOT_PATHS``: SCRAM
 credentials under ``/config/users``, dynamic broker configs under ``/config/brokers``,
 ``/delegation_token``), so nobody without the credential can create, change, delete or
 re-ACL any znode, and only holders read credentials. Unsecure: world ALL
@@ -23,10 +23,15 @@ Kafka left it open for the old ZooKeeper consumers, which wrote there themselves
 kbroker only the brokers' group coordinator writes it. ``/kafka-acl*`` stay world
 readable, as in Kafka.
 
-Paths here are chroot-relative (what a chrooted kazoo client names).
+**Migration** (:func:`migrate`): the chroot and every znode under
+``zkdata.SECURE_ROOT_PATHS`` get :func:`acls_for`. It and :func:`missing_roots` raise
+:mod:`kbroker.cluster.zk_errors`' types, not kazoo's (``kctl`` calls them).
 
-Thread safety: pure functions, except :func:`migrate`, which only uses the kazoo client
-it is given (thread-safe).
+Paths here are chroot-relative (what a chrooted kazoo client names); every path is in
+:mod:`kbroker.cluster.zkdata`.
+
+Thread safety: pure functions, except :func:`migrate` and :func:`missing_roots`, which
+only use the ZooKeeper client they are given (thread-safe).
 """
 
 from __future__ import annotations
@@ -37,47 +42,23 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, make_digest_acl
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.zk_errors import mapped
+
+if TYPE_CHECKING:
+    from kbroker.cluster.zk_client import ZkClient
 
 DIGEST_ENV = "KBROKER_ZK_DIGEST"
 KAFKA_OPTS_ENV = "KAFKA_OPTS"
 JAAS_PROPERTY = "java.security.auth.login.config"
 JAAS_SECTION_PROPERTY = "zookeeper.sasl.clientconfig"
 JAAS_DEFAULT_SECTION = "Client"
-
-SENSITIVE_ROOT_PATHS = ("/config/users", "/config/brokers", "/delegation_token")
-"""Kafka's ``ZkData.SensitiveRootPaths``: these and everything under them get no world READ."""
-
-ACL_ROOT_PATHS = ("/kafka-acl", "/kafka-acl-changes", "/kafka-acl-extended", "/kafka-acl-extended-changes")
-
-
-def _top(path: str) -> str:
-    return "/" + path.split("/")[1]
-
-
-SECURE_ROOT_PATHS = tuple(
-    sorted(
-        {
-            _top(p)
-            for p in (
-                *zkdata.PERSISTENT_PATHS,
-                zkdata.CLUSTER_ID,
-                zkdata.CONTROLLER,
-                zkdata.CONTROLLER_EPOCH,
-                zkdata.LATEST_PRODUCER_ID_BLOCK,
-            )
-        }
-        | set(ACL_ROOT_PATHS)
-        | {"/delegation_token", "/isr_change_notification", "/log_dir_event_notification"}
-    )
-)
-"""Every top-level znode kbroker (or a Kafka cluster sharing its layout) may write; the
-migration walks each that exists, recursively (Kafka's ``ZkData.SecureRootPaths``)."""
 
 NO_AUTH_HINT = (
     f"set {DIGEST_ENV}=USER:PASSWORD, or {KAFKA_OPTS_ENV}=-D{JAAS_PROPERTY}=FILE"
@@ -121,7 +102,7 @@ class ZkCredential:
 
 def is_sensitive(path: str) -> bool:
     """Does ``path`` (chroot-relative) hold secrets, so that world may not even read it?"""
-    return any(path == root or path.startswith(root + "/") for root in SENSITIVE_ROOT_PATHS)
+    return any(path == root or path.startswith(root + "/") for root in zkdata.SENSITIVE_ROOT_PATHS)
 
 
 def acls_for(path: str, credential: ZkCredential | None) -> list[ACL]:
@@ -144,7 +125,7 @@ class AclKazooClient(KazooClient):
     list down to the parents it makes); the override of the one low-level create below
     recognises that list by identity and replaces it by the path's ACLs. That method
     (``_create_async_inner``) is kazoo-internal (2.10, 2.11); the integration tests in
-    ``tests/integration/test_issue12_zk_acl.py`` fail if a kazoo upgrade bypasses it.
+    ``tests/integration/test_zookeeper_acls.py`` fail if a kazoo upgrade bypasses it.
     Thread-safe as KazooClient is (the credential is immutable).
     """
 
@@ -239,26 +220,29 @@ def _join(parent: str, child: str) -> str:
     return f"/{child}" if parent == "/" else f"{parent}/{child}"
 
 
-def missing_roots(kazoo: KazooClient) -> list[str]:
+@mapped()
+def missing_roots(zk: ZkClient) -> list[str]:
     """Of the paths every kbroker broker creates at start-up, those absent (a wrong chroot?)."""
-    return [p for p in zkdata.PERSISTENT_PATHS if kazoo.exists(p) is None]
+    return [p for p in zkdata.PERSISTENT_PATHS if zk.kazoo.exists(p) is None]
 
 
+@mapped()
 def migrate(
-    kazoo: KazooClient,
+    zk: ZkClient,
     credential: ZkCredential | None,
     *,
-    roots: Iterable[str] = SECURE_ROOT_PATHS,
+    roots: Iterable[str] = zkdata.SECURE_ROOT_PATHS,
     batch: int = 500,
 ) -> int:
     """Set :func:`acls_for` on ``/`` (the chroot) and on every znode under each of
     ``roots`` that exists: secure ACLs with a ``credential``, world ALL without (Kafka's
     ``--zookeeper.acl secure|unsecure``). Returns how many znodes were set.
 
-    A znode deleted during the walk is skipped; a NoAuthError (the znode is secured by
-    another identity) propagates. ``kazoo`` must be authenticated with ``credential``
-    when securing, and with the identity that secured the tree when unsecuring.
+    A znode deleted during the walk is skipped; ZooKeeperNoAuthError if a znode is secured
+    by another identity. ``zk`` must be authenticated with ``credential`` when securing,
+    and with the identity that secured the tree when unsecuring.
     """
+    kazoo = zk.kazoo
     kazoo.set_acls("/", acls_for("/", credential))
     count = 1
     level = [r for r in roots if kazoo.exists(r) is not None]

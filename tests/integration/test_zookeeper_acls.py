@@ -22,10 +22,10 @@ from kbroker.cli import zk_security
 from kbroker.cli.common import CliError
 from kbroker.cluster import zkdata
 from kbroker.cluster.topic_admin import TopicAdmin
+from kbroker.cluster.zk_acl import DIGEST_ENV, ZkCredential, acls_for, is_sensitive
 from kbroker.cluster.zk_client import ZkClient, split_connect_string
 from kbroker.cluster.zkdata import BrokerInfo, LeaderAndIsr
 from kbroker.local.cluster import LocalCluster
-from kbroker.security.zk_acl import DIGEST_ENV, ZkCredential, acls_for, is_sensitive
 from kclient import AdminClient, NewTopic, Producer
 
 pytestmark = pytest.mark.integration
@@ -269,13 +269,6 @@ def test_kctl_zookeeper_mode_with_and_without_the_credential(zk_connect: str, tm
             assert {"u", "v"} <= set(anyone.get_children(zkdata.BROKER_TOPICS))
 
 
-def _server_wired() -> bool:
-    import kbroker.server
-
-    return "zk_acl" in Path(kbroker.server.__file__).read_text()
-
-
-@pytest.mark.skipif(not _server_wired(), reason="server.py does not build ZkClient with the ZooKeeper credential yet")
 def test_broker_with_zookeeper_set_acl_secures_its_znodes(
     cluster_factory: Callable[..., LocalCluster], monkeypatch: pytest.MonkeyPatch
 ) -> None:

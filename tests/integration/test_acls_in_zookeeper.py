@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from kbroker.cluster import acl_store
 from kbroker.cluster.zk_client import ZkClient, split_connect_string
-from kbroker.security import authorizer as authorizer_module
 from kbroker.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -186,7 +186,7 @@ def test_existing_acls_load_at_start_and_old_notifications_are_purged(
     try:
         assert a.authorize("User:bob", "h", Op.READ, RT.GROUP, "g")
         assert a.authorize("User:bob", "h", Op.DESCRIBE, RT.GROUP, "g")
-        monkeypatch.setattr(authorizer_module, "CHANGE_EXPIRATION_MS", -1)
+        monkeypatch.setattr(acl_store, "CHANGE_EXPIRATION_MS", -1)
         assert a.create_acls([binding("t", "User:bob", Op.READ)]) == [None]
         assert a.sync()
         assert zk.kazoo.get_children("/kafka-acl-changes") == []  # the malformed one too

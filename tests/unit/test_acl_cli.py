@@ -9,8 +9,15 @@ import pytest
 from kbroker.cli import acls as acls_cli
 from kbroker.cli.common import UsageError
 from kbroker.cli.main import build_parser, main
-from kbroker.security.acl import AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, ResourcePattern
-from kbroker.security.authorizer import AclDeleteResult, bindings_matching
+from kbroker.cluster.acl_store import AclDeleteResult
+from kbroker.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    ResourcePattern,
+    bindings_matching,
+)
 from kclient.errors import KafkaError
 
 
