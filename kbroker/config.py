@@ -150,6 +150,10 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1048576
+    max_incremental_fetch_session_cache_slots: int = 1000
+    """Fetch sessions (KIP-227) this broker keeps; 0: none (every fetch is a full one)."""
+    min_incremental_fetch_session_eviction_ms: int = 120000
+    """A fetch session unused this long may be evicted for a new one."""
     retention_check_interval_ms: int = 300000
     controlled_shutdown: bool = True
     controlled_shutdown_max_retries: int = 3
@@ -349,6 +353,8 @@ for _key, _attr, _min in (
     ("replica.lag.time.max.ms", "replica_lag_time_max_ms", 100),
     ("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", 0),
     ("replica.fetch.max.bytes", "replica_fetch_max_bytes", 1),
+    ("max.incremental.fetch.session.cache.slots", "max_incremental_fetch_session_cache_slots", 0),
+    ("min.incremental.fetch.session.eviction.ms", "min_incremental_fetch_session_eviction_ms", 0),
     ("log.retention.check.interval.ms", "retention_check_interval_ms", 1),
     ("leader.imbalance.check.interval.seconds", "leader_imbalance_check_interval_ms", 1),
     ("grpc.workers", "grpc_workers", 4),

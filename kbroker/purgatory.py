@@ -8,6 +8,10 @@ changes a key (an append, a high-watermark move, a leadership change, a group st
 change) calls :meth:`Purgatory.progress` with that key; only the waiters watching
 that key re-check their predicate, in the caller's thread, without re-reading any log.
 
+Listeners (:meth:`Purgatory.add_listener`) hear of every progressed key, watched or
+not, after its waiters: fetch sessions mark their partitions that may have something to
+return that way (:mod:`kbroker.replication.fetch_session`).
+
 A waiter holds no thread: an asyncio request handler awaits :meth:`Waiter.wait_async`
 (the completion is handed to its event loop thread-safely), and plain threads may use
 :meth:`Waiter.wait`. Whatever the outcome the caller must :meth:`Purgatory.cancel` the
@@ -92,10 +96,27 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 
 class Purgatory:
+    """Waiters by key, and the listeners of every progressed key.
+
+    Thread safety: every method may be called from any thread; waiters' predicates and
+    listeners run in the caller's thread, without the purgatory's lock held (so they may
+    report progress on other keys)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watchers: dict[Hashable, set[Waiter]] = {}
+        self._listeners: tuple[Callable[[Hashable], None], ...] = ()
         self._closed = False
+
+    def add_listener(self, listener: Callable[[Hashable], None]) -> None:
+        """Call ``listener(key)`` at every :meth:`progress`, after the key's waiters. It
+        must be cheap and must not block; an exception it raises is logged and dropped."""
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
+
+    def remove_listener(self, listener: Callable[[Hashable], None]) -> None:
+        with self._lock:
+            self._listeners = tuple(x for x in self._listeners if x is not listener)
 
     def watch(
         self,
@@ -131,15 +152,19 @@ class Purgatory:
                         del self._watchers[k]
 
     def progress(self, key: Hashable) -> None:
-        """``key`` changed: its waiters re-check their conditions."""
+        """``key`` changed: its waiters re-check their conditions, then the listeners hear of it."""
         with self._lock:
             ws = self._watchers.get(key)
-            if not ws:
-                return
-            waiting = list(ws)
+            waiting = list(ws) if ws else ()
+            listeners = self._listeners
         for w in waiting:
             if w.try_complete():
                 self.cancel(w)
+        for listener in listeners:
+            try:
+                listener(key)
+            except Exception:
+                log.exception("purgatory listener failed for %r", key)
 
     def progress_all(self) -> None:
         with self._lock:

@@ -144,6 +144,9 @@ class KafkaServer:
             replica_fetch_max_bytes=cfg.replica_fetch_max_bytes,
             inter_broker_channel=self._inter_broker_channel,
         )
+        self.replicas.fetch_sessions.configure(
+            cfg.max_incremental_fetch_session_cache_slots, cfg.min_incremental_fetch_session_eviction_ms
+        )
         self.replicas.set_replication_throttles(
             effective.leader_replication_throttled_rate, effective.follower_replication_throttled_rate
         )

@@ -414,6 +414,18 @@ class GroupIdNotFoundError(BrokerResponseError):
     description = "The group id does not exist."
 
 
+class FetchSessionIdNotFoundError(BrokerResponseError):
+    errno = 70
+    retriable = True
+    description = "The fetch session ID was not found."
+
+
+class InvalidFetchSessionEpochError(BrokerResponseError):
+    errno = 71
+    retriable = True
+    description = "The fetch session epoch is invalid."
+
+
 class FencedLeaderEpochError(BrokerResponseError):
     errno = 74
     retriable = True

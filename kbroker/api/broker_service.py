@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
@@ -40,6 +40,7 @@ from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.group.group import MemberIdNeeded
 from kbroker.metrics import BrokerMetrics, count_records, error_name
+from kbroker.replication.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from kbroker.replication.replica_manager import (
     DeleteRecordsResult,
     FetchResult,
@@ -328,6 +329,16 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         dup = _no_duplicates([(s.topic, s.partition) for s in specs])
         if dup is not None:
             await _abort(context, dup)
+        session_id = opt(request, "session_id", INVALID_SESSION_ID)
+        session_epoch = opt(request, "session_epoch", FINAL_EPOCH)
+        if session_id != INVALID_SESSION_ID or session_epoch != FINAL_EPOCH:
+            forgotten = [(t.name, p) for t in request.forgotten_topics_data for p in t.partitions]
+            ctx = self._replicas.fetch_sessions.new_context(session_id, session_epoch, specs, forgotten, replica_id)
+            if ctx.error is not None:
+                code, msg = _code(ctx.error)
+                return log_pb2.FetchResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
+            if ctx.session is not None:
+                return await self._session_fetch(replica_id, max_wait_ms, min_bytes, max_bytes, ctx)
         refused = self._fetch_refusals(replica_id, specs)
         allowed = [s for s in specs if s.topic not in refused] if refused else specs
         parked = max_wait_ms > 0 and min_bytes > 0
@@ -343,10 +354,53 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         if refused:
             done = iter(results)
             results = [FetchResult(refused[s.topic]) if s.topic in refused else next(done) for s in specs]
+        return self._fetch_response(replica_id, zip(specs, results, strict=True))
+
+    async def _session_fetch(
+        self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, ctx: FetchContext
+    ) -> log_pb2.FetchResponse:
+        """A full or incremental fetch in ``ctx.session`` (KIP-227): the answer names what
+        the session's rules say, and the session id."""
+        session = ctx.session
+        assert session is not None
+        parked = max_wait_ms > 0 and min_bytes > 0
+        if parked:
+            self.parked["Fetch"] += 1
+        try:
+            entries = await self._replicas.fetch_session_async(
+                self._offload,
+                replica_id,
+                min(max_wait_ms, MAX_FETCH_WAIT_MS),
+                min_bytes,
+                max_bytes,
+                ctx,
+                self._session_refusals(replica_id, session.topic_names()),
+            )
+        finally:
+            if parked:
+                self.parked["Fetch"] -= 1
+        resp = self._fetch_response(replica_id, entries)
+        resp.session_id = session.id
+        return resp
+
+    def _session_refusals(self, replica_id: int, topics: list[str]) -> dict[str, BrokerResponseError]:
+        """:meth:`_fetch_refusals` for a session's topics, checked at every fetch (an ACL
+        change applies to a session at once): one check per topic, or one for a follower."""
+        if not self._access.enabled:
+            return {}
+        if replica_id < 0:
+            return self._access.refused_topics(Op.READ, topics)
+        if self._access.cluster(Op.CLUSTER_ACTION):
+            return {}
+        return {t: self._access.topic_error(Op.CLUSTER_ACTION, t) for t in topics}
+
+    def _fetch_response(
+        self, replica_id: int, entries: Iterable[tuple[FetchSpec, FetchResult]]
+    ) -> log_pb2.FetchResponse:
         resp = log_pb2.FetchResponse()
         metrics = self._metrics
         by_topic: dict[str, Any] = {}
-        for spec, r in zip(specs, results, strict=True):
+        for spec, r in entries:
             tr = by_topic.get(spec.topic)
             if tr is None:
                 tr = by_topic[spec.topic] = resp.topics.add(name=spec.topic)

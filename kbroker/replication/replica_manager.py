@@ -35,6 +35,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
+from kbroker.replication.fetch_session import CachedPartition, FetchContext, FetchSession, FetchSessionCache
 from kbroker.replication.fetcher import GrpcLeaderEndPoint, ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
 from kbroker.replication.quota import ReplicationQuota, parse_throttled_replicas
@@ -86,6 +87,10 @@ class FetchSpec:
     current_leader_epoch: int = -1
     log_start_offset: int = -1
     """A follower's own log start offset (-1: not reported)."""
+
+
+Answered = tuple[FetchSpec, "FetchResult"]
+"""A partition of a session fetch's answer: what was asked, and the outcome."""
 
 
 def fetch_keys(specs: list[FetchSpec]) -> list[TopicPartition]:
@@ -698,6 +703,121 @@ class ReplicaManager:
             if r.read is not None:
                 total += len(r.read.records)
         return total >= max(min_bytes, 1)
+
+    # --- fetch sessions (KIP-227) ------------------------------------------------------
+
+    @functools.cached_property
+    def fetch_sessions(self) -> FetchSessionCache:
+        """This broker's fetch sessions (Kafka's cache settings until ``configure``d);
+        the purgatory marks their partitions (see :mod:`kbroker.replication.fetch_session`)."""
+        cache = FetchSessionCache()
+        cache.attach(self.purgatory)
+        return cache
+
+    async def fetch_session_async(
+        self,
+        offload: Offload,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        ctx: FetchContext,
+        refused: Mapping[str, BrokerResponseError],
+    ) -> list[tuple[FetchSpec, FetchResult]]:
+        """A fetch in ``ctx.session`` (a full or an incremental one): what to answer, in
+        order. It reads the session's dirty partitions only (every one for a full fetch),
+        parks under the session's key, and reads the dirty ones again. ``refused``: the
+        topics answered with that error (authorization).
+
+        A follower's position is recorded for each partition whose fetch offset (or
+        epoch, log start, max bytes) the request changed; for every partition of the
+        session every ``replica.lag.time.max.ms / 4`` (so ISR shrinking and expansion see
+        a caught-up idle follower as such), and at every fetch while ZooKeeper is out of
+        reach (fencing looks at the followers' last fetch). Each refresh also marks every
+        partition dirty, a safety net for a change no purgatory key reported (a log start
+        moved by retention)."""
+        session = ctx.session
+        if session is None:
+            raise ValueError("fetch_session_async needs a session context")
+
+        def first() -> tuple[dict[TopicPartition, BrokerResponseError], dict[TopicPartition, Answered]]:
+            errors = self._record_session_positions(replica_id, session, ctx.changed)
+            return errors, self._read_session(replica_id, max_bytes, session, ctx.full, errors, refused)
+
+        errors, answered = await offload(first)
+        if max_wait_ms <= 0 or self.enough([r for _, r in answered.values()], min_bytes):
+            return list(answered.values())
+        w = self.purgatory.watch(
+            [session.waiter_key],
+            lambda: self._session_ready(replica_id, min_bytes, max_bytes, session),
+            asyncio.get_running_loop(),
+        )
+        try:
+            await w.wait_async(max_wait_ms / 1000.0)
+        finally:
+            self.purgatory.cancel(w)
+        answered.update(await offload(self._read_session, replica_id, max_bytes, session, False, errors, refused))
+        return list(answered.values())
+
+    def _record_session_positions(
+        self, replica_id: int, session: FetchSession, changed: list[FetchSpec]
+    ) -> dict[TopicPartition, BrokerResponseError]:
+        now = time.monotonic() * 1000.0
+        refresh = now - session.last_refresh_ms >= self._lag_max_ms / 4
+        if refresh:
+            session.last_refresh_ms = now
+            session.mark_all()
+        if replica_id < 0:
+            return {}
+        specs = [cp.spec for cp in session.cached()] if refresh or not self._zk.connected else changed
+        errors = self.record_follower_fetches(replica_id, specs)
+        return {(specs[i].topic, specs[i].partition): e for i, e in errors.items()}
+
+    def _read_session(
+        self,
+        replica_id: int,
+        max_bytes: int,
+        session: FetchSession,
+        full: bool,
+        errors: Mapping[TopicPartition, BrokerResponseError],
+        refused: Mapping[str, BrokerResponseError],
+    ) -> dict[TopicPartition, Answered]:
+        """Read the dirty partitions (all for ``full``) once: those to answer (new
+        records, a changed high watermark or log start offset, an error; all for
+        ``full``), by key. Those that returned records or are not caught up stay dirty."""
+        parts = session.take_dirty()
+        if full:
+            parts = session.cached()
+        if not parts:
+            return {}
+        specs = [cp.spec for cp in parts]
+        errs: dict[int, BrokerResponseError] = {}
+        if errors or refused:
+            for i, spec in enumerate(specs):
+                err = refused.get(spec.topic) or errors.get((spec.topic, spec.partition))
+                if err is not None:
+                    errs[i] = err
+        results = self.read(replica_id, max_bytes, specs, errs)
+        out: dict[TopicPartition, Answered] = {}
+        keep: list[CachedPartition] = []
+        for cp, spec, r in zip(parts, specs, results, strict=True):
+            rd = r.read
+            if rd is None:
+                out[cp.key] = (spec, r)
+                continue
+            told = rd.high_watermark == cp.high_watermark and rd.log_start_offset == cp.log_start_offset
+            if full or rd.records or not told:
+                cp.high_watermark, cp.log_start_offset = rd.high_watermark, rd.log_start_offset
+                out[cp.key] = (spec, r)
+            if rd.records or spec.offset < (rd.log_end_offset if replica_id >= 0 else rd.high_watermark):
+                keep.append(cp)
+        session.keep_dirty(keep)
+        return out
+
+    def _session_ready(self, replica_id: int, min_bytes: int, max_bytes: int, session: FetchSession) -> bool:
+        """:meth:`fetch_ready` over the session's dirty partitions only."""
+        parts = session.peek_dirty()
+        return bool(parts) and self.fetch_ready(replica_id, min_bytes, max_bytes, [cp.spec for cp in parts])
 
     # --- delete records ------------------------------------------------------------
 
