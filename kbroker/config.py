@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kbroker.cluster.zk_acl import ZkCredential, ZkCredentialError
 from kbroker.log_setup import DEFAULT_FILE_BACKUPS, DEFAULT_FILE_MAX_BYTES, LoggingConfig, parse_level
 from kbroker.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
@@ -29,6 +28,7 @@ from kbroker.security.listeners import (
     parse_listeners,
     split_listener_key,
 )
+from kbroker.security.zk_credential import ZkCredential, ZkCredentialError
 from kbroker.storage.cleaner_manager import CleanerConfig
 from kclient.errors import InvalidConfigError, KafkaError
 from kclient.security import jaas_credentials, parse_jaas_config
@@ -236,7 +236,7 @@ class BrokerConfig:
     zookeeper_set_acl: bool = False
     zookeeper_auth_digest: str | None = field(default=None, repr=False)
     """``user:password`` of the ZooKeeper digest credential (``zookeeper.auth.digest``; else
-    ``KBROKER_ZK_DIGEST`` or a JAAS Client section, see :mod:`kbroker.cluster.zk_acl`)."""
+    ``KBROKER_ZK_DIGEST`` or a JAAS Client section, see :mod:`kbroker.security.zk_credential`)."""
     log_level: str = "INFO"
     """log.level (kbroker's name; Kafka sets levels in log4j.properties); --log-level wins."""
     log_file: Path | None = None

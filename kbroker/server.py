@@ -34,7 +34,6 @@ from kbroker.api.grpc_server import GrpcServer
 from kbroker.api.kafka.door import kafka_door
 from kbroker.api.kafka.server import KafkaProtocolServer
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
-from kbroker.cluster import zk_acl
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
@@ -55,6 +54,7 @@ from kbroker.security.credentials import CredentialStore
 from kbroker.security.listeners import EndPoint, with_bound_ports
 from kbroker.security.sasl import SaslAuthenticator, SessionStore
 from kbroker.security.tls import broker_channel_credentials
+from kbroker.security.zk_credential import resolve_credential
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import KafkaError
@@ -74,7 +74,7 @@ class KafkaServer:
         self.log_defaults = self.static_log_defaults
         """In force: the static defaults with the dynamic broker configs on top."""
         # zookeeper.auth.digest, else KBROKER_ZK_DIGEST, else a JAAS Client section
-        credential = zk_acl.resolve_credential(config.zookeeper_auth_digest)
+        credential = resolve_credential(config.zookeeper_auth_digest)
         self.zk = ZkClient(
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,

@@ -8,7 +8,7 @@ written once.
 
 On a cluster with ``zookeeper.set.acl``, ``--zookeeper`` authenticates with the
 ZooKeeper credential of the environment (``$KBROKER_ZK_DIGEST``, or the JAAS file named
-in ``$KAFKA_OPTS``; see :mod:`kbroker.cluster.zk_acl`) and gives what it creates the
+in ``$KAFKA_OPTS``; see :mod:`kbroker.security.zk_credential`) and gives what it creates the
 secure ACLs, as Kafka's tools do when JAAS is configured. Without it, a write is refused
 with one line naming NoAuth. ZooKeeper failures arrive as
 :mod:`kbroker.cluster.zk_errors`' types (``kctl`` runs every command inside
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker.cli.common import CliError, UsageError, check_bootstrap, check_zookeeper
-from kbroker.cluster import zk_acl, zkdata
+from kbroker.cluster import zkdata
 from kbroker.cluster.preferred_election import ElectionInProgressError, request_preferred_election
 from kbroker.cluster.topic_admin import TopicAdmin
-from kbroker.cluster.zk_acl import ZkCredential, ZkCredentialError
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zk_errors import ZooKeeperError, ZooKeeperNoAuthError, ZooKeeperTimeoutError, mapped
+from kbroker.security.zk_credential import ZkCredential, ZkCredentialError, no_auth_message, resolve_credential
 from kclient import AdminClient, NewTopic, TopicPartition
 from kclient.errors import KafkaError, PreferredLeaderNotAvailableError, UnknownTopicOrPartitionError
 from kclient.proto.kbroker.v1 import config_pb2
@@ -156,7 +156,7 @@ def _as_int(text: str | None, default: int) -> int:
 def zookeeper_credential() -> ZkCredential | None:
     """The ZooKeeper credential of kctl's environment, if any (CliError if malformed)."""
     try:
-        return zk_acl.resolve_credential()
+        return resolve_credential()
     except ZkCredentialError as exc:
         raise CliError(str(exc)) from None
 
@@ -191,7 +191,7 @@ def connect_zookeeper(
         if isinstance(exc, ZooKeeperTimeoutError):
             raise CliError(f"cannot connect to ZooKeeper at {connect} (no answer within {timeout_s:g}s)") from None
         if isinstance(exc, ZooKeeperNoAuthError):
-            raise CliError(zk_acl.no_auth_message(credential)) from None
+            raise CliError(no_auth_message(credential)) from None
         cause = exc.__cause__ if isinstance(exc, ZooKeeperError) and exc.__cause__ is not None else exc
         raise CliError(f"cannot connect to ZooKeeper at {connect}: {type(cause).__name__} {cause}".rstrip()) from None
     _hint_other_chroot(zk)
@@ -235,10 +235,10 @@ def refused_write_message() -> str:
     """The one line for a ZooKeeperNoAuthError that reached ``kctl``'s top level, naming whether
     the environment gave a credential (for main.py's handler)."""
     try:
-        credential = zk_acl.resolve_credential()
+        credential = resolve_credential()
     except ZkCredentialError:
         credential = None
-    return zk_acl.no_auth_message(credential)
+    return no_auth_message(credential)
 
 
 @contextmanager
@@ -248,7 +248,7 @@ def refused_writes(credential: ZkCredential | None) -> Iterator[None]:
         with mapped():
             yield
     except ZooKeeperNoAuthError:
-        raise CliError(zk_acl.no_auth_message(credential)) from None
+        raise CliError(no_auth_message(credential)) from None
 
 
 class ZooKeeperBackend(Backend):

@@ -24,8 +24,9 @@ from typing import Any
 
 from kbroker.cli.backends import connect_zookeeper, zookeeper_credential
 from kbroker.cli.common import CliError, UsageError, check_zookeeper
-from kbroker.cluster import zk_acl
+from kbroker.cluster import zk_acl_migration
 from kbroker.cluster.zk_errors import ZooKeeperNoAuthError
+from kbroker.security.zk_credential import DIGEST_ENV, JAAS_PROPERTY, KAFKA_OPTS_ENV, NO_AUTH_HINT, no_auth_message
 
 NOUN = "zookeeper-security-migration"
 
@@ -37,7 +38,7 @@ def add_parser(nouns: argparse._SubParsersAction[Any], connection: argparse.Argu
         help="set or remove the ZooKeeper ACLs of kbroker's znodes (zookeeper-security-migration.sh)",
         description="Make every kbroker znode secure (ALL for the ZooKeeper credential, READ for world"
         " except credentials) or unsecure (world ALL). The credential comes from"
-        f" ${zk_acl.DIGEST_ENV}=USER:PASSWORD or ${zk_acl.KAFKA_OPTS_ENV}=-D{zk_acl.JAAS_PROPERTY}=FILE.",
+        f" ${DIGEST_ENV}=USER:PASSWORD or ${KAFKA_OPTS_ENV}=-D{JAAS_PROPERTY}=FILE.",
     )
     p.add_argument(
         "--zookeeper.connect",
@@ -85,21 +86,21 @@ def run_migration(args: argparse.Namespace) -> int:
     secure = args.zookeeper_acl == "secure"
     credential = zookeeper_credential()
     if credential is None:
-        raise CliError(f"{NOUN} needs the ZooKeeper credential: {zk_acl.NO_AUTH_HINT}")
+        raise CliError(f"{NOUN} needs the ZooKeeper credential: {NO_AUTH_HINT}")
     zk = connect_zookeeper(
         connect, credential=credential, set_acl=secure, session_timeout_ms=args.zookeeper_session_timeout
     )
     try:
-        missing = zk_acl.missing_roots(zk)
+        missing = zk_acl_migration.missing_roots(zk)
         if missing:
             note = f"these kbroker paths do not exist under {connect}: {', '.join(missing)} (a wrong chroot?)"
             if args.enable_path_check:
                 raise CliError(note)
             print(f"kctl: warning: {note}", file=sys.stderr)
         try:
-            count = zk_acl.migrate(zk, credential if secure else None)
+            count = zk_acl_migration.migrate(zk, credential if secure else None)
         except ZooKeeperNoAuthError:
-            raise CliError(zk_acl.no_auth_message(credential)) from None
+            raise CliError(no_auth_message(credential)) from None
     finally:
         zk.close()
     print(f"Set {args.zookeeper_acl} ACLs on {count} znodes under {connect}")

@@ -24,6 +24,7 @@ from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zk_acl, zkdata
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
+from kbroker.security.zk_credential import NO_AUTH_HINT, ZkCredential
 from kclient.errors import (
     BrokerResponseError,
     InvalidRequestError,
@@ -84,9 +85,9 @@ class ZkClient:
         hosts, chroot = split_connect_string(connect)
         if not hosts:
             raise KafkaError(f"bad ZooKeeper connect string {connect!r}")
-        credential = zk_acl.ZkCredential.parse(auth_digest) if auth_digest else None
+        credential = ZkCredential.parse(auth_digest) if auth_digest else None
         if set_acl and credential is None:
-            raise KafkaError(f"zookeeper.set.acl is true, but no ZooKeeper credential was given; {zk_acl.NO_AUTH_HINT}")
+            raise KafkaError(f"zookeeper.set.acl is true, but no ZooKeeper credential was given; {NO_AUTH_HINT}")
         self.connect = connect
         self.chroot = chroot
         self.write_timeout_s = 5.0

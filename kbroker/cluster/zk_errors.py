@@ -9,7 +9,7 @@ Hierarchy::
 
 :func:`mapped` turns kazoo's exceptions into these at a boundary, ``raise ... from`` the
 original (httpx's ``map_exceptions``): ``kctl`` runs each command inside it, and the
-cluster modules that tools call directly (:mod:`kbroker.cluster.zk_acl`,
+cluster modules that tools call directly (:mod:`kbroker.cluster.zk_acl_migration`,
 :mod:`kbroker.cluster.preferred_election`) map their own. Inside ``cluster/`` kazoo's
 exceptions stay as they are (compare-and-set loops branch on them, and
 :class:`~kbroker.cluster.zk_events.ZkEventThread` recognises a connection loss by its

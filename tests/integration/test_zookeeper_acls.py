@@ -22,10 +22,11 @@ from kbroker.cli import zk_security
 from kbroker.cli.common import CliError
 from kbroker.cluster import zkdata
 from kbroker.cluster.topic_admin import TopicAdmin
-from kbroker.cluster.zk_acl import DIGEST_ENV, ZkCredential, acls_for, is_sensitive
+from kbroker.cluster.zk_acl import acls_for, is_sensitive
 from kbroker.cluster.zk_client import ZkClient, split_connect_string
 from kbroker.cluster.zkdata import BrokerInfo, LeaderAndIsr
 from kbroker.local.cluster import LocalCluster
+from kbroker.security.zk_credential import DIGEST_ENV, ZkCredential
 from kclient import AdminClient, NewTopic, Producer
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Permissions, make_digest_acl_credential
 
-from kbroker.cluster import zk_acl, zkdata
-from kbroker.cluster.zk_acl import ZkCredential, ZkCredentialError, acls_for, is_sensitive, resolve_credential
+from kbroker.cluster import zkdata
+from kbroker.cluster.zk_acl import acls_for, digest_acl, is_sensitive
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.security import zk_credential
+from kbroker.security.zk_credential import ZkCredential, ZkCredentialError, resolve_credential
 from kclient.errors import KafkaError
 
 CRED = ZkCredential("kafka", "s3cr:et")
@@ -17,7 +19,7 @@ WORLD_READ = READ_ACL_UNSAFE[0]
 
 
 def test_credential_acl_is_the_digest_id_with_all_permissions() -> None:
-    acl = CRED.acl()
+    acl = digest_acl(CRED)
     assert acl.id.scheme == "digest"
     assert acl.id.id == make_digest_acl_credential("kafka", "s3cr:et")
     assert acl.perms == Permissions.ALL
@@ -47,7 +49,7 @@ def test_credential_acl_is_the_digest_id_with_all_permissions() -> None:
 )
 def test_non_sensitive_paths_get_all_for_the_credential_and_world_read(path: str) -> None:
     assert not is_sensitive(path)
-    assert acls_for(path, CRED) == [CRED.acl(), WORLD_READ]
+    assert acls_for(path, CRED) == [digest_acl(CRED), WORLD_READ]
 
 
 @pytest.mark.parametrize(
@@ -56,7 +58,7 @@ def test_non_sensitive_paths_get_all_for_the_credential_and_world_read(path: str
 )
 def test_sensitive_paths_get_no_world_read(path: str) -> None:
     assert is_sensitive(path)
-    assert acls_for(path, CRED) == [CRED.acl()]
+    assert acls_for(path, CRED) == [digest_acl(CRED)]
 
 
 def test_without_a_credential_every_path_is_open() -> None:
@@ -97,27 +99,27 @@ Other { x required username="o" password="p"; };
 def test_credential_sources_in_order(tmp_path: Path) -> None:
     jaas = tmp_path / "jaas.conf"
     jaas.write_text(JAAS)
-    opts = f"-Xmx1g -D{zk_acl.JAAS_PROPERTY}={jaas}"
+    opts = f"-Xmx1g -D{zk_credential.JAAS_PROPERTY}={jaas}"
     assert resolve_credential(None, {}) is None
     assert resolve_credential(None, {"KAFKA_OPTS": "-Xmx1g"}) is None
     assert resolve_credential(None, {"KAFKA_OPTS": opts}) == ZkCredential("kafka", "kafka-secret")
-    other = {"KAFKA_OPTS": f"{opts} -D{zk_acl.JAAS_SECTION_PROPERTY}=Other"}
+    other = {"KAFKA_OPTS": f"{opts} -D{zk_credential.JAAS_SECTION_PROPERTY}=Other"}
     assert resolve_credential(None, other) == ZkCredential("o", "p")
-    env = {"KAFKA_OPTS": opts, zk_acl.DIGEST_ENV: "env:pw"}
+    env = {"KAFKA_OPTS": opts, zk_credential.DIGEST_ENV: "env:pw"}
     assert resolve_credential(None, env) == ZkCredential("env", "pw")
     assert resolve_credential("conf:pw", env) == ZkCredential("conf", "pw")
 
 
 def test_unreadable_or_incomplete_jaas_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ZkCredentialError, match="cannot read"):
-        zk_acl.read_jaas_credential(tmp_path / "missing.conf")
+        zk_credential.read_jaas_credential(tmp_path / "missing.conf")
     bad = tmp_path / "bad.conf"
     bad.write_text('KafkaServer { x required username="a" password="b"; };')
     with pytest.raises(ZkCredentialError, match="no Client section"):
-        zk_acl.read_jaas_credential(bad)
+        zk_credential.read_jaas_credential(bad)
     bad.write_text('Client { x required username="a"; };')
     with pytest.raises(ZkCredentialError, match="needs username and password"):
-        zk_acl.read_jaas_credential(bad)
+        zk_credential.read_jaas_credential(bad)
 
 
 def test_zk_client_refuses_set_acl_without_a_credential() -> None:
@@ -139,7 +141,7 @@ def test_secure_zk_client_resolves_acls_per_path_in_transactions() -> None:
     tx.create("/config/users/alice", b"{}")
     tx.create("/brokers/topics/t", b"{}")
     cred = ZkCredential("kafka", "pw")
-    assert [op.acl for op in tx.operations] == [[cred.acl()], [cred.acl(), WORLD_READ]]
+    assert [op.acl for op in tx.operations] == [[digest_acl(cred)], [digest_acl(cred), WORLD_READ]]
     zk.kazoo.close()
 
 
@@ -147,10 +149,10 @@ def test_kctl_no_auth_line_names_the_missing_or_refused_credential(monkeypatch: 
     from kbroker.cli.backends import refused_write_message
 
     monkeypatch.delenv("KAFKA_OPTS", raising=False)
-    monkeypatch.delenv(zk_acl.DIGEST_ENV, raising=False)
+    monkeypatch.delenv(zk_credential.DIGEST_ENV, raising=False)
     line = refused_write_message()
     assert line.startswith("ZooKeeper refused the write: no authentication") and "(NoAuth)" in line
-    assert zk_acl.DIGEST_ENV in line and "\n" not in line
-    monkeypatch.setenv(zk_acl.DIGEST_ENV, "bob:pw")
+    assert zk_credential.DIGEST_ENV in line and "\n" not in line
+    monkeypatch.setenv(zk_credential.DIGEST_ENV, "bob:pw")
     line = refused_write_message()
     assert "'bob'" in line and "(NoAuth)" in line and ":pw" not in line
