@@ -184,6 +184,10 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
+    offsets_retention_minutes: int = 10080
+    """Committed offsets expire after this (KIP-211: once their group has been Empty this
+    long; see kbroker.group.coordinator)."""
+    offsets_retention_check_interval_ms: int = 600000
     metrics_port: int = -1
     """Port of the Prometheus ``/metrics`` endpoint (kbroker.metrics) on the inter-broker
     listener's host; -1 = off (the default), 0 = a free port."""
@@ -369,6 +373,8 @@ for _key, _attr, _min in (
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", 0),
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),
+    ("offsets.retention.minutes", "offsets_retention_minutes", 1),
+    ("offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", 1),
     ("metrics.port", "metrics_port", -1),
     ("num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", 1),
     ("log.cleaner.threads", "log_cleaner_threads", 1),

@@ -19,6 +19,13 @@ ZooKeeper drops the session of a client that sends a packet over ``jute.maxbuffe
 Which offset znodes exist is cached per group so the transaction can say create or set
 without a round trip per partition (a stale cache costs one retry).
 
+Committed-offset retention (:meth:`GroupStore.offsets_with_times`,
+:meth:`GroupStore.expire_offsets`): an offset znode's ``mtime`` (ZooKeeper's time of its
+last write) is the offset's commit timestamp, and the group znode's data and ``mtime``
+tell whether the group ever had members. Expired offsets are deleted with the version
+that was read, so a commit that lands in between keeps its offset (Kafka's "pending
+commits are not expired").
+
 Ownership znodes are advisory (Kafka-era tools read them), so a large assignment is
 written in several multis of at most MAX_REQUEST_BYTES each, up to
 :data:`MAX_OWNER_WRITE_BYTES` in all (InvalidRequestError beyond).
@@ -31,8 +38,9 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
@@ -43,6 +51,25 @@ TopicPartition = tuple[str, int]
 
 MAX_OWNER_WRITE_BYTES = 8 * zkdata.MAX_REQUEST_BYTES
 """All ownership znodes of one group generation together (several multis)."""
+
+
+@dataclass(frozen=True)
+class StoredOffset:
+    """A committed offset with its znode's commit time (epoch ms) and version."""
+
+    committed: CommittedOffset
+    commit_time_ms: int
+    version: int
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    """The group znode: generation (0: never had members) and protocol type as last
+    written, and when it was last written (epoch ms)."""
+
+    generation: int
+    protocol_type: str
+    changed_ms: int
 
 
 class GroupStore:
@@ -76,6 +103,22 @@ class GroupStore:
             return int(json.loads(data.decode()).get("generation", 0)) if data else 0
         except (ValueError, AttributeError):
             return 0
+
+    def stored_group(self, group: str) -> StoredGroup | None:
+        """The group znode (None when there is none)."""
+        try:
+            data, stat = self.kazoo.get(zkdata.group_path(group))
+        except NoNodeError:
+            return None
+        generation, protocol_type = 0, ""
+        try:
+            body = json.loads(data.decode()) if data else {}
+            if isinstance(body, dict):
+                generation = int(body.get("generation", 0))
+                protocol_type = str(body.get("protocol_type", ""))
+        except (ValueError, TypeError, UnicodeDecodeError):
+            pass
+        return StoredGroup(generation, protocol_type, int(stat.mtime))
 
     def set_generation(self, group: str, generation: int, protocol_type: str) -> None:
         body = json.dumps({"version": 1, "generation": generation, "protocol_type": protocol_type}).encode()
@@ -220,6 +263,41 @@ class GroupStore:
             except ValueError:
                 continue
         return out
+
+    def offsets_with_times(self, group: str) -> dict[TopicPartition, StoredOffset]:
+        """Every committed offset of ``group`` with its commit time and znode version."""
+        zkdata.group_path(group)  # InvalidGroupIdError before anything else
+        out: dict[TopicPartition, StoredOffset] = {}
+        for topic, p in sorted(self._scan(group)):
+            try:
+                data, stat = self.kazoo.get(zkdata.group_offset_path(group, topic, p))
+            except (NoNodeError, InvalidTopicError):
+                continue
+            try:
+                committed = zkdata.decode_offset(data)
+            except ValueError:
+                continue
+            out[(topic, p)] = StoredOffset(committed, int(stat.mtime), int(stat.version))
+        return out
+
+    def expire_offsets(self, group: str, expired: Mapping[TopicPartition, int]) -> bool:
+        """Delete the offsets of ``expired`` (partition -> the znode version that was
+        found expired) in one transaction. False, deleting nothing, when one of them was
+        committed again (or deleted) meanwhile: the caller looks again at its next check."""
+        if not expired:
+            return True
+        tx = self.kazoo.transaction()
+        for (topic, p), version in sorted(expired.items()):
+            tx.delete(zkdata.group_offset_path(group, topic, p), version=version)
+        results = tx.commit()
+        with self._lock:
+            self._existing.pop(group, None)  # rescanned at the next commit
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        if failure is None:
+            return True
+        if isinstance(failure, (BadVersionError, NoNodeError)):
+            return False
+        raise failure
 
     def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """Delete ``group``'s committed offsets of ``partitions`` (those that exist) in one

@@ -8,8 +8,31 @@ ZooKeeper (:class:`GroupStore`): member and owner znodes are ephemeral under the
 coordinator's session, the generation and committed offsets are persistent, so a new
 coordinator continues the generation sequence and every committed offset.
 
+Committed-offset retention (Kafka's ``offsets.retention.minutes``, KIP-211), checked every
+``offsets.retention.check.interval.ms`` by the ``group-offsets-expiry`` thread over the
+groups this broker coordinates, as Kafka 2.8's ``GroupMetadata.removeExpiredOffsets``:
+
+- an Empty group that has had members (a protocol type): every offset expires once the
+  group has been Empty for the retention period (``Group.empty_since_ms``);
+- a group with members of the consumer protocol: the offsets of topics no member
+  subscribes to expire once their last commit is older than the retention period;
+  those of subscribed topics never; members of another protocol: none;
+- a group that never had members (offsets committed without a generation: a standalone
+  consumer): each offset once its last commit is older than the retention period.
+
+A commit's time is its znode's mtime. An Empty group left without offsets is deleted
+(Kafka: Dead). Kafka keeps a group's state timestamp with its members in
+``__consumer_offsets``; kbroker keeps members in the coordinator's memory only, so a
+coordinator that loads a group (at its start, or when the group moves to it) counts the
+group's Empty time from then: a stable group whose members are reconnecting after a
+coordinator change never loses its offsets. OffsetCommit v2-v4's ``retention_time`` is
+not honoured (every offset has the broker's retention), as Kafka 2.1+ does from v5 on:
+see docs/kafka-compatibility.md.
+
 Thread safety: request threads call in concurrently; each group serialises itself; a
-daemon thread (``group-reaper``) expires silent members and drops groups that moved.
+daemon thread (``group-reaper``) expires silent members and drops groups that moved;
+another (``group-offsets-expiry``) expires committed offsets, holding each group's lock
+over its check and delete, as commits do.
 JoinGroup and SyncGroup have asynchronous forms (:meth:`join_async`,
 :meth:`sync_async`) that park in ``waiters`` (keyed by group id) instead of holding a
 thread; their blocking parts run through the caller's ``offload``.
@@ -73,6 +96,8 @@ class GroupCoordinator:
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1800000,
         inter_broker_channel: Callable[[str], Any] | None = None,
+        offsets_retention_minutes: int = 10080,
+        offsets_retention_check_interval_ms: int = 600000,
     ) -> None:
         self.broker_id = broker_id
         self._store = store
@@ -89,6 +114,9 @@ class GroupCoordinator:
         self.waiters = Purgatory()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._reap, name="group-reaper", daemon=True)
+        self.offsets_retention_ms = offsets_retention_minutes * 60_000
+        self._check_interval_s = offsets_retention_check_interval_ms / 1000.0
+        self._expiry = threading.Thread(target=self._expire_loop, name="group-offsets-expiry", daemon=True)
 
     @property
     def store(self) -> GroupStore:
@@ -96,6 +124,7 @@ class GroupCoordinator:
 
     def start(self) -> None:
         self._thread.start()
+        self._expiry.start()
 
     def shutdown(self) -> None:
         self._stopped.set()
@@ -409,6 +438,86 @@ class GroupCoordinator:
                     log.info("group %s: empty and without offsets; removed", group_id)
                     self._drop(g)
             return out
+
+    # --- committed-offset retention -------------------------------------------------------
+
+    def _expire_loop(self) -> None:
+        while not self._stopped.wait(self._check_interval_s):
+            started = time.monotonic()
+            try:
+                removed = self.expire_offsets(time.time() * 1000.0)
+            except Exception:
+                log.exception("committed-offset expiry failed")
+                continue
+            if removed:
+                log.info("removed %d expired offsets in %d milliseconds", removed, (time.monotonic() - started) * 1000)
+
+    def expire_offsets(self, now_ms: float) -> int:
+        """One retention check (see the module docstring) over every group in ZooKeeper
+        this broker coordinates; the number of offsets deleted."""
+        brokers = sorted(self._metadata.snapshot().brokers)
+        removed = 0
+        for gid in self._store.groups():
+            if self._stopped.is_set():
+                break
+            if coordinator_for(gid, brokers) != self.broker_id:
+                continue
+            try:
+                removed += self._expire_group(gid, now_ms)
+            except (NotCoordinatorError, InvalidGroupIdError):
+                continue  # moved meanwhile, or a znode no group id maps to
+            except Exception:
+                log.exception("group %s: committed-offset expiry failed", gid)
+        return removed
+
+    def _expire_group(self, gid: str, now_ms: float) -> int:
+        g = self._group(gid)
+        retention = self.offsets_retention_ms
+        with g.cond:  # no commit and no join between the check and the delete
+            if g.state == GroupState.DEAD:
+                return 0
+            offsets = self._store.offsets_with_times(gid)
+            had_members = self._had_members(g)
+            if g.members:
+                if g.protocol_type not in ("", "consumer"):
+                    return 0
+                subscribed = g.subscribed_topics()
+                expired = {
+                    tp: o.version
+                    for tp, o in offsets.items()
+                    if tp[0] not in subscribed and now_ms - o.commit_time_ms >= retention
+                }
+            elif had_members:
+                empty_long = now_ms - g.empty_since_ms >= retention
+                expired = {tp: o.version for tp, o in offsets.items()} if empty_long else {}
+            else:  # offsets only (a standalone consumer): each by its own commit time
+                expired = {tp: o.version for tp, o in offsets.items() if now_ms - o.commit_time_ms >= retention}
+            if expired and not self._store.expire_offsets(gid, expired):
+                return 0  # committed again meanwhile: the next check looks again
+            if expired:
+                with self._lock:
+                    committed = self._committed.get(gid, {})
+                    for tp in expired:
+                        committed.pop(tp, None)
+                log.info("group %s: %d committed offset(s) expired (offsets.retention.minutes)", gid, len(expired))
+            if (
+                g.state == GroupState.EMPTY
+                and not g.members
+                and not g.pending
+                and len(expired) == len(offsets)
+                and (not had_members or now_ms - g.empty_since_ms >= retention)
+            ):
+                log.info("group %s: empty and without offsets; removed", gid)
+                self._drop(g)
+            return len(expired)
+
+    def _had_members(self, g: Group) -> bool:
+        """Whether the group has a protocol type (Kafka's test): it had members, here or
+        under an earlier coordinator (a generation in ZooKeeper)."""
+        if g.protocol_type:
+            return True
+        stored = self._store.stored_group(g.group_id)
+        return stored is not None and stored.generation > 0
 
     def local_state(self, group_id: str) -> str:
         with self._lock:

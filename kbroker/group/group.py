@@ -134,10 +134,14 @@ class Group:
         initial_delay_s: float,
         on_change: Listener,
         on_wake: Listener = _no_wake,
+        empty_since_ms: float | None = None,
     ) -> None:
         self.group_id = group_id
         self.generation = generation
         self.state = GroupState.EMPTY
+        self.empty_since_ms = time.time() * 1000.0 if empty_since_ms is None else empty_since_ms
+        """When the group last became Empty (epoch ms; Kafka's currentStateTimestamp as
+        committed-offset retention reads it): at construction, when it was loaded here."""
         self.protocol_type = ""
         self.protocol = ""
         self.leader_id = ""
@@ -245,6 +249,7 @@ class Group:
         self.generation += 1
         if not self.members:
             self.state = GroupState.EMPTY
+            self.empty_since_ms = time.time() * 1000.0
             self.protocol = ""
             self.leader_id = ""
         else:
@@ -583,6 +588,7 @@ class Group:
             del self.static_members[m.group_instance_id]
         if not self.members and self.state != GroupState.PREPARING_REBALANCE:
             self.state = GroupState.EMPTY
+            self.empty_since_ms = time.time() * 1000.0
             self.generation += 1
             self.leader_id = ""
             self.protocol = ""
