@@ -175,6 +175,8 @@ class KafkaServer:
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            offsets_retention_minutes=cfg.offsets_retention_minutes,
+            offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
             inter_broker_channel=self._inter_broker_channel,
         )
 
