@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ from kclient.errors import (
     UnknownTopicOrPartitionError,
     for_code,
 )
+from kclient.fetch_session import FetchSessionHandler, PartitionData
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2
 from kclient.transport import CHANNEL_OPTIONS, map_rpc_error
 
@@ -138,7 +139,19 @@ connection replaced): keepalive pings notice a dead peer sooner still."""
 
 
 class ReplicaFetcher(threading.Thread):
-    """Fetches every partition this broker follows from one leader."""
+    """Fetches every partition this broker follows from one leader, in a fetch session
+    (KIP-227) when the leader keeps one: a full fetch first, then incremental fetches
+    that name only the partitions whose fetch offset, log start offset, leader epoch or
+    max bytes changed since the last one, and those to forget (removed, truncating,
+    delayed or throttled ones). An idle fetch names no partition, and a loop over it
+    touches none: whatever may change a partition's fetch data marks it (``_touch``).
+    A connection error or a session error starts again with a full fetch.
+
+    Invariants: ``_truncating`` and ``_delayed`` hold (at least) the partitions whose
+    state says truncating / delayed; ``_out_of_sync`` the partitions not known in sync.
+
+    Thread safety: the partition table (and those sets) under ``_lock``; the session
+    handler, truncation and fetching belong to the fetcher thread."""
 
     def __init__(
         self,
@@ -152,6 +165,7 @@ class ReplicaFetcher(threading.Thread):
         quota: ReplicationQuota | None = None,
         error_log: RateLimiter | None = None,
         response_max_bytes: int = REPLICA_FETCH_RESPONSE_MAX_BYTES,
+        sessions: bool = True,
     ) -> None:
         super().__init__(name=f"replica-fetcher-{leader_id}", daemon=True)
         self._error_log = error_log if error_log is not None else RateLimiter(ERROR_LOG_INTERVAL_S)
@@ -168,19 +182,34 @@ class ReplicaFetcher(threading.Thread):
         self._purgatory = purgatory
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, _FetchState] = {}
+        self._truncating: set[TopicPartition] = set()
+        self._delayed: set[TopicPartition] = set()
+        self._out_of_sync: set[TopicPartition] = set()
+        self._touched: set[TopicPartition] = set()
+        """Partitions whose fetch data may have changed, for the session (any thread)."""
+        self.session = FetchSessionHandler(enabled=sessions)
+        """The fetch session with the leader (the fetcher thread's)."""
         self._stopped = threading.Event()
         self._wake = threading.Event()
 
     # --- partition table -----------------------------------------------------------
 
     def add(self, partition: Partition, leader_epoch: int) -> None:
+        tp = (partition.topic, partition.index)
         with self._lock:
-            self._partitions[(partition.topic, partition.index)] = _FetchState(partition, leader_epoch)
+            self._partitions[tp] = _FetchState(partition, leader_epoch)
+            self._truncating.add(tp)
+            self._out_of_sync.add(tp)
+            self._touched.add(tp)
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
         with self._lock:
             self._partitions.pop(tp, None)
+            self._truncating.discard(tp)
+            self._delayed.discard(tp)
+            self._out_of_sync.discard(tp)
+            self._touched.add(tp)  # forgotten at the next fetch
 
     def partitions(self) -> list[TopicPartition]:
         with self._lock:
@@ -192,6 +221,10 @@ class ReplicaFetcher(threading.Thread):
         self.join(timeout=5)
         self.leader.close()
 
+    def _touch(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._touched.add(tp)
+
     # --- loop ----------------------------------------------------------------------
 
     def run(self) -> None:
@@ -201,27 +234,24 @@ class ReplicaFetcher(threading.Thread):
                 self._wake.wait(backoff)
                 self._wake.clear()
             with self._lock:
-                states = list(self._partitions.values())
-            if not states:
+                empty = not self._partitions
+                truncating = [st for tp in self._truncating if (st := self._partitions.get(tp)) and st.truncating]
+                self._truncating = {(st.partition.topic, st.partition.index) for st in truncating}
+            if empty and not self.session.incremental:
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
             try:
-                truncating = [s for s in states if s.truncating]
                 if truncating:
                     self._truncate(truncating)
-                now = time.monotonic()
-                ready = [s for s in states if not s.truncating and s.delayed_until <= now]
-                if ready:
-                    backoff = self._fetch(ready)
-                else:
-                    delayed = [s.delayed_until - now for s in states if not s.truncating]
-                    backoff = min(max(min(delayed, default=0.2), 0.01), 0.2)
+                backoff = self._fetch()
                 self._reached()
             except KafkaError as exc:
+                self.session.reset()
                 self._unreachable(exc)
                 backoff = 0.5
             except Exception:
+                self.session.reset()
                 log.exception("replica fetcher for leader %d", self.leader_id)
                 backoff = 1.0
 
@@ -280,6 +310,8 @@ class ReplicaFetcher(threading.Thread):
                 self._truncation_round(st, r.leader_epoch, r.end_offset)
             except FencedLeaderEpochError:
                 continue  # we are no longer this leader's follower; the watch moves us
+            if not st.truncating:
+                self._touch((p.topic, p.index))  # fetched from now on
 
     def _truncation_round(self, st: _FetchState, leader_epoch: int, leader_end: int) -> None:
         """One KIP-279 round: the leader's largest epoch <= ours ends at ``leader_end``."""
@@ -311,39 +343,89 @@ class ReplicaFetcher(threading.Thread):
         p = st.partition
         return not st.in_sync and self._quota.is_throttled(p.topic, p.index) and self._quota.is_exceeded()
 
-    def _fetch(self, states: list[_FetchState]) -> float:
+    def _wanted(self, tp: TopicPartition, now: float) -> PartitionData | None:
+        """What to ask of ``tp`` now; None while it is gone, truncating, delayed or throttled."""
+        with self._lock:
+            st = self._partitions.get(tp)
+        if st is None or st.truncating or st.delayed_until > now or self._throttled(st):
+            return None
+        log_ = st.partition.log
+        return PartitionData(log_.log_end_offset, log_.log_start_offset, st.leader_epoch, self._max_bytes)
+
+    def _fetch(self, states: list[_FetchState] | None = None) -> float:
+        """One Fetch (of ``states`` only, for a full one, when given); returns how long to
+        wait before the next."""
+        now = time.monotonic()
+        with self._lock:
+            due = [tp for tp in self._delayed if (st := self._partitions.get(tp)) is None or st.delayed_until <= now]
+            self._delayed.difference_update(due)
+            self._touched.update(due)
+            if self._out_of_sync:
+                self._touched.update(tp for tp in self._out_of_sync if self._quota.is_throttled(*tp))
+            touched, self._touched = self._touched, set()
+        for tp in touched:
+            self.session.touch(tp)
+        if states is not None:
+            chosen = [(s.partition.topic, s.partition.index) for s in states]
+            every: Callable[[], Iterable[TopicPartition]] = lambda: chosen  # noqa: E731
+        else:
+            every = self.partitions
+        data = self.session.build(lambda tp: self._wanted(tp, now), every)
+        if data.full and not data.to_send:
+            # Nothing to fetch (all truncating, delayed or throttled).
+            with self._lock:
+                throttled = any(self._throttled(st) for tp in self._out_of_sync if (st := self._partitions.get(tp)))
+            if throttled:
+                return min(1.0, max(self._quota.time_until_within_s(), 0.05))
+            return 0.2 if self.partitions() else 0.0
         req = log_pb2.FetchRequest(
-            replica_id=self.broker_id, max_wait_ms=self._max_wait_ms, min_bytes=1, max_bytes=self._response_max_bytes
+            replica_id=self.broker_id,
+            max_wait_ms=self._max_wait_ms,
+            min_bytes=1,
+            max_bytes=self._response_max_bytes,
+            session_id=data.session_id,
+            session_epoch=data.epoch,
         )
-        unthrottled = [s for s in states if not self._throttled(s)]
-        if not unthrottled:
-            return min(1.0, max(self._quota.time_until_within_s(), 0.05))
         topics: dict[str, log_pb2.FetchTopic] = {}
-        offsets: dict[TopicPartition, int] = {}
-        for s in unthrottled:
-            p = s.partition
-            t = topics.get(p.topic)
+        for (topic, index), d in data.to_send.items():
+            t = topics.get(topic)
             if t is None:
-                t = topics[p.topic] = req.topics.add(name=p.topic)
-            offsets[(p.topic, p.index)] = fetch_offset = p.log.log_end_offset
+                t = topics[topic] = req.topics.add(name=topic)
             t.partitions.add(
-                index=p.index,
-                fetch_offset=fetch_offset,
-                partition_max_bytes=self._max_bytes,
-                current_leader_epoch=s.leader_epoch,
-                log_start_offset=p.log.log_start_offset,
+                index=index,
+                fetch_offset=d.fetch_offset,
+                partition_max_bytes=d.max_bytes,
+                current_leader_epoch=d.current_leader_epoch,
+                log_start_offset=d.log_start_offset,
             )
+        forgotten: dict[str, log_pb2.ForgottenTopic] = {}
+        for topic, index in data.forgotten:
+            f = forgotten.get(topic)
+            if f is None:
+                f = forgotten[topic] = req.forgotten_topics_data.add(name=topic)
+            f.partitions.append(index)
         resp = self.leader.fetch(req, self._max_wait_ms / 1000.0 + FETCH_TIMEOUT_MARGIN_S)
+        if not self.session.handle_response(data, resp.session_id, resp.error_code):
+            log.info(
+                "replica fetcher: leader %d ended fetch session %d (%s); starting a new one",
+                self.leader_id,
+                data.session_id,
+                for_code(resp.error_code)(resp.error_message),
+            )
+            return 0.0
         progressed = False
         errors = 0
         throttled_bytes = 0
         for t in resp.topics:
             for r in t.partitions:
+                tp = (t.name, r.index)
                 with self._lock:
-                    st = self._partitions.get((t.name, r.index))
+                    st = self._partitions.get(tp)
+                    self._touched.add(tp)  # its log end / start may move, or it errs
                 if st is None or st.truncating:
                     continue
-                fetch_offset = offsets.get((t.name, r.index), -1)
+                sent = self.session.sent(tp) or data.to_send.get(tp)
+                fetch_offset = sent.fetch_offset if sent is not None else -1
                 if r.error_code:
                     errors += 1
                     self._partition_error(st, for_code(r.error_code)(r.error_message), r, fetch_offset)
@@ -351,15 +433,20 @@ class ReplicaFetcher(threading.Thread):
                 try:
                     st.partition.append_as_follower(r.records, r.high_watermark, st.leader_epoch, r.log_start_offset)
                     st.in_sync = st.partition.log.log_end_offset >= r.high_watermark
+                    with self._lock:
+                        if st.in_sync:
+                            self._out_of_sync.discard(tp)
+                        elif tp in self._partitions:
+                            self._out_of_sync.add(tp)
                     if self._quota.is_throttled(t.name, r.index):
                         throttled_bytes += len(r.records)
                     if r.records:
                         progressed = True
-                        self._purgatory.progress((t.name, r.index))
+                        self._purgatory.progress(tp)
                 except FencedLeaderEpochError:
                     continue  # this broker's role changed while the fetch was out
                 except OffsetOutOfRangeError:
-                    st.truncating = True  # our log moved under us (truncation); resync
+                    self._resync(st)  # our log moved under us (truncation)
                 except (CorruptRecordError, InvalidRecordError) as exc:
                     # This partition only: the others of the response are appended, and it is
                     # fetched again after a backoff (the leader's copy may be repaired, or the
@@ -367,18 +454,39 @@ class ReplicaFetcher(threading.Thread):
                     self._delay(st, "is corrupt, not appended", exc, fetch_offset)
                 except KafkaError as exc:
                     log.warning("%s-%d: follower append failed: %s", t.name, r.index, exc)
-                    st.truncating = True
-                    st.delayed_until = time.monotonic() + FETCH_BACKOFF_S
+                    self._resync(st)
+                    self._hold(st)
                 except Exception as exc:  # a bug, or bytes nothing above caught: this partition only
                     self._delay(st, "could not be appended", exc, fetch_offset, traceback=True)
         self._quota.record(throttled_bytes)
         # Nothing but errors (e.g. the leader moved): don't spin; the metadata watch fixes it.
         return 0.5 if errors and not progressed else 0.0
 
+    def _resync(self, st: _FetchState) -> None:
+        """Truncate ``st`` (KIP-279) before fetching it again."""
+        p = st.partition
+        tp = (p.topic, p.index)
+        st.truncating = True
+        st.rounds = 0
+        with self._lock:
+            if self._partitions.get(tp) is st:
+                self._truncating.add(tp)
+            self._touched.add(tp)
+
+    def _hold(self, st: _FetchState) -> None:
+        """Fetch ``st`` again only after FETCH_BACKOFF_S."""
+        p = st.partition
+        tp = (p.topic, p.index)
+        st.delayed_until = time.monotonic() + FETCH_BACKOFF_S
+        with self._lock:
+            if self._partitions.get(tp) is st:
+                self._delayed.add(tp)
+            self._touched.add(tp)
+
     def _delay(self, st: _FetchState, what: str, exc: Exception, fetch_offset: int, *, traceback: bool = False) -> None:
         """Hold ``st`` back for FETCH_BACKOFF_S: its fetched data ``what``. WARNING at most
         once per partition every ERROR_LOG_INTERVAL_S (with how many were held back)."""
-        st.delayed_until = time.monotonic() + FETCH_BACKOFF_S
+        self._hold(st)
         p = st.partition
         held_back = self._error_log.allow(("append", p.topic, p.index))
         if held_back is None:
