@@ -25,6 +25,8 @@ client turns the code back into the class with :func:`for_code`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 _REPEATED_NAME = re.compile(r"((?:\[Error -?\d+\] )?)\b([A-Z]\w*): (?:\[Error -?\d+\] )?\2: ")
 """``Name: Name: `` (either half may carry ``[Error N] ``): one error's text nested in its own."""
@@ -486,9 +488,27 @@ class GroupSubscribedToTopicError(BrokerResponseError):
     description = "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."
 
 
+class RecordError(NamedTuple):
+    """One record a broker refused (KIP-467): its index in its batch, and why."""
+
+    batch_index: int
+    message: str
+
+
 class InvalidRecordError(BrokerResponseError):
+    """INVALID_RECORD. ``record_errors`` names the records the broker refused, when it
+    said (KIP-467: Produce v8+ on the Kafka door, always on gRPC): their indexes and
+    messages. The producer's futures give each record its own error (see
+    :mod:`kclient.producer.futures`); the indexes are batch positions for ``send`` and
+    positions in the call's input for ``send_batch``."""
+
     errno = 87
     description = "This record has failed the validation on broker and hence will be rejected."
+
+    def __init__(self, message: str = "", record_errors: Iterable[tuple[int, str]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors: Sequence[tuple[int, str]] = [RecordError(int(i), str(m)) for i, m in record_errors]
+        """(batch index, message) of each refused record (:class:`RecordError` here)."""
 
 
 class UnstableOffsetCommitError(BrokerResponseError):

@@ -5,6 +5,15 @@ returns a :class:`FutureRecordMetadata`, three slots pointing at its batch's res
 ``send_batch`` returns one :class:`FutureBatchMetadata` over the results of the batches
 it made, whose value is a :class:`BatchMetadata` (every record's partition and offset,
 computed on demand from each batch's base offset).
+
+KIP-467: when a broker refuses a batch for some of its records (INVALID_RECORD with
+record errors, e.g. records without a key on a compacted topic), the whole batch fails,
+and each record's future says which part it played, as Kafka's Java producer does: a
+refused record raises :class:`~kclient.errors.InvalidRecordError` with the broker's
+message for it, the others one saying that they were not written because of the
+batch's invalid records; both carry ``record_errors`` (every refused record's batch
+index and message). ``send_batch``'s future raises one InvalidRecordError whose
+``record_errors`` are positions in the call's input.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
-from kclient.errors import KafkaTimeoutError
+from kclient.errors import InvalidRecordError, KafkaTimeoutError
 from kclient.structs import RecordMetadata
 
 log = logging.getLogger(__name__)
@@ -75,6 +84,22 @@ class ProduceResult:
         fut._call(cb)
 
 
+BATCH_HAD_INVALID_RECORDS = "the record was not written: its batch had invalid records"
+"""The error message of a valid record failed with its batch (KIP-467)."""
+
+
+def record_error(err: BaseException | None, index: int) -> BaseException | None:
+    """The error of the record at ``index`` of a batch that failed with ``err``: its own
+    message when the broker named it (KIP-467), else ``err`` itself."""
+    if not isinstance(err, InvalidRecordError) or not err.record_errors:
+        return err
+    mine = [m for i, m in err.record_errors if i == index]
+    if mine:
+        return InvalidRecordError(f"record {index} of its batch: {mine[0]}", err.record_errors)
+    refused = ", ".join(str(i) for i, _ in err.record_errors)
+    return InvalidRecordError(f"{BATCH_HAD_INVALID_RECORDS} ({refused}): {err.message}", err.record_errors)
+
+
 def _run_callback(cb: Callback, value: Any, err: BaseException | None) -> None:
     fn, args, on_success = cb
     try:
@@ -108,11 +133,15 @@ class FutureRecordMetadata:
         ts = r.log_append_time if r.log_append_time > 0 else self._timestamp
         return RecordMetadata(r.topic, r.partition, offset, ts)
 
+    def _error(self) -> BaseException | None:
+        return record_error(self._result.error, self._index)
+
     def get(self, timeout: float | None = None) -> RecordMetadata:
         if not self._result.wait(timeout):
             raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
-        if self._result.error is not None:
-            raise self._result.error
+        err = self._error()
+        if err is not None:
+            raise err
         return self._value()
 
     result = get
@@ -131,7 +160,7 @@ class FutureRecordMetadata:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._result.wait(timeout):
             raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
-        return self._result.error
+        return self._error()
 
     def add_callback(self, fn: Callable[..., Any], *args: Any) -> FutureRecordMetadata:
         """``fn(*args, record_metadata)`` on success."""
@@ -144,7 +173,7 @@ class FutureRecordMetadata:
         return self
 
     def _call(self, cb: Callback) -> None:
-        err = self._result.error
+        err = self._error()
         _run_callback(cb, None if err is not None else self._value(), err)
 
 
@@ -289,7 +318,14 @@ class FutureBatchMetadata:
         failed = [r for r in self._runs if r.result.error is not None]
         if not failed:
             return None
-        return min(failed, key=lambda r: r.indices[0] if r.indices else 0).result.error
+        first = min(failed, key=lambda r: r.indices[0] if r.indices else 0)
+        err = first.result.error
+        if isinstance(err, InvalidRecordError) and err.record_errors:
+            # KIP-467: batch indexes -> positions in the call's input (one run per batch)
+            idx = first.indices
+            mapped = [(idx[i] if 0 <= i < len(idx) else i, m) for i, m in err.record_errors]
+            return InvalidRecordError(err.message, mapped)
+        return err
 
     def _wait(self, timeout: float | None) -> None:
         if timeout is None:

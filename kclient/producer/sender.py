@@ -51,6 +51,7 @@ import grpc
 from kclient.errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
+    InvalidRecordError,
     KafkaError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
@@ -362,7 +363,11 @@ class Sender:
             if pr is None:
                 failed.append((b, KafkaError("partition missing from produce response")))
             elif pr.error_code and pr.error_code != _DUPLICATE_SEQUENCE:
-                err = for_code(pr.error_code)(pr.error_message)
+                if pr.error_code == InvalidRecordError.errno:
+                    # KIP-467: the records the broker refused, by index in the batch.
+                    err = InvalidRecordError(pr.error_message, [(e.batch_index, e.message) for e in pr.record_errors])
+                else:
+                    err = for_code(pr.error_code)(pr.error_message)
                 if isinstance(err, RequestTimedOutError):
                     # The leader could not replicate in time: it may be cut off (from
                     # ZooKeeper or its followers) while another broker leads now.
