@@ -34,7 +34,7 @@ from kbroker.api.grpc_server import GrpcServer
 from kbroker.api.kafka.door import kafka_door
 from kbroker.api.kafka.server import KafkaProtocolServer
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
-from kbroker.cluster.controller import Controller
+from kbroker.cluster.controller import Controller, grpc_channel_maker
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -132,7 +132,7 @@ class KafkaServer:
             current_default=self.log_defaults,
         )
         self.logs.startup()
-        self.metadata = MetadataCache(self.zk)
+        self.metadata = MetadataCache(self.zk, broker_epoch=lambda: self.broker_epoch)
         self.replicas = ReplicaManager(
             cfg.broker_id,
             self.logs,
@@ -166,6 +166,7 @@ class KafkaServer:
             unclean_default=self.log_defaults.unclean_leader_election_enable,
             auto_leader_rebalance=cfg.auto_leader_rebalance,
             leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_ms,
+            channel=grpc_channel_maker(self._inter_broker_channel),
         )
 
         self.groups = GroupCoordinator(

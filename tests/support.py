@@ -116,3 +116,54 @@ def serve_fetch(request: Any, leader_of: Callable[[str, int], Any]) -> Any:
             )
             pr.records = r.records
     return resp
+
+
+class InProcessControllerChannel:
+    """A controller channel (:class:`kbroker.cluster.controller.ChannelLike`) that hands
+    LeaderAndIsr and UpdateMetadata straight to metadata caches in this process (broker id
+    -> cache), with the same fencing as over gRPC; it records what it sent.
+
+    ``maker`` is what :class:`~kbroker.cluster.controller.Controller` takes as ``channel``."""
+
+    def __init__(self, caches: dict[int, Any]) -> None:
+        self.caches = caches
+        self.sent: list[tuple[str, int, list[Any]]] = []
+        """(kind, broker id, updates) in the order sent."""
+        self._known: set[int] = set()
+        self._tenure: tuple[int, int] = (-1, -1)
+
+    def maker(self, controller_id: int, epoch: int) -> InProcessControllerChannel:
+        self._tenure = (controller_id, epoch)
+        self._known = set()
+        return self
+
+    def set_brokers(self, live: dict[int, Any]) -> list[int]:
+        added = sorted(set(live) - self._known)
+        self._known = set(live)
+        return added
+
+    def send(self, leader_and_isr: dict[int, list[Any]], update_metadata: list[Any], to: Any = None) -> dict[int, Any]:
+        from concurrent.futures import Future
+
+        targets = set(leader_and_isr) | (self._known if to is None else set(to))
+        out: dict[int, Future[None]] = {}
+        for broker in sorted(targets & self._known):
+            fut: Future[None] = Future()
+            out[broker] = fut
+            cache = self.caches.get(broker)
+            try:
+                for kind, updates in (
+                    ("LeaderAndIsr", leader_and_isr.get(broker, [])),
+                    ("UpdateMetadata", update_metadata),
+                ):
+                    if updates:
+                        self.sent.append((kind, broker, list(updates)))
+                        if cache is not None:
+                            cache.apply_controller_states(self._tenure[0], self._tenure[1], -1, list(updates))
+                fut.set_result(None)
+            except Exception as exc:
+                fut.set_exception(exc)
+        return out
+
+    def close(self) -> None:
+        self._known = set()

@@ -31,6 +31,7 @@ from kbroker.api.security_service import SecurityRpcs
 from kbroker.cluster import zkdata
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType, static_broker_configs
 from kbroker.cluster.controller import Controller
+from kbroker.cluster.controller_channel import PartitionStateUpdate
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
 from kbroker.cluster.preferred_election import request_preferred_election
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -841,6 +842,33 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         for topic, p in remaining:
             resp.remaining.add(topic=topic, partition=p)
         return resp
+
+    @blocking
+    def LeaderAndIsr(self, request: cluster_pb2.LeaderAndIsrRequest) -> cluster_pb2.LeaderAndIsrResponse:
+        """The controller's roles for this broker's replicas (controller channel)."""
+        resp = cluster_pb2.LeaderAndIsrResponse()
+        self._apply_controller_states(request, resp)
+        return resp
+
+    @blocking
+    def UpdateMetadata(self, request: cluster_pb2.UpdateMetadataRequest) -> cluster_pb2.UpdateMetadataResponse:
+        """The controller's partition states for this broker's metadata (controller channel)."""
+        resp = cluster_pb2.UpdateMetadataResponse()
+        self._apply_controller_states(request, resp)
+        return resp
+
+    def _apply_controller_states(self, request: Any, resp: Any) -> None:
+        if self._refuse_cluster(resp, Op.CLUSTER_ACTION):
+            return
+        try:
+            self._metadata.apply_controller_states(
+                request.controller_id,
+                request.controller_epoch,
+                request.broker_epoch,
+                [PartitionStateUpdate.from_proto(m) for m in request.partition_states],
+            )
+        except Exception as exc:
+            _set_error(resp, as_response_error(exc))
 
     @blocking
     def AlterPartitionReassignments(

@@ -23,30 +23,44 @@ The controller reacts to:
 * partition reassignment (:mod:`kbroker.cluster.reassignment`): the request znode
   ``/admin/reassign_partitions`` (created or changed) and :meth:`alter_partition_reassignments`
   start, replace or cancel moves (step U); a move completes (step B) when its target is in
-  sync, checked on each reassigning partition's state change, on membership changes and
-  every ``REASSIGN_TICK_S`` while anything moves. A new controller resumes from the topic
-  znodes. Preferred-leader elections skip moving partitions.
+  sync, checked when a leader announces an ISR change of a moving partition, on
+  membership changes and every ``REASSIGN_TICK_S`` while anything moves. A new
+  controller resumes from the topic znodes. Preferred-leader elections skip moving
+  partitions.
 * controlled shutdown (KIP-380): the request names the broker's epoch, the czxid of its
   current ``/brokers/ids/<id>``; a missing or stale one is refused
   (StaleBrokerEpochError). The broker counts as shutting down only while that very
   registration lives: it ends when the broker re-registers or its session ends.
 
-Batches (issue 22): every event that changes many partitions (membership, controlled
-shutdown, preferred election, new partitions) reads their states in one pipelined round
-(:meth:`ZkClient.partition_states`), decides every new leader and ISR, and writes them all
-pipelined (:meth:`ZkClient.update_partition_states` / ``create_partition_states``: one
-small transaction per partition, each fenced by the ``/controller_epoch`` version and
-compare-and-set on the state's znode version). Only the partitions whose version check
-failed (a leader changed its ISR meanwhile) are re-read and decided again. One summary
-line per batch; the per-partition lines stay at INFO.
+Batches: every event that changes many partitions (membership, controlled shutdown,
+preferred election, new partitions) decides every new leader and ISR from the
+controller's cache and writes them all pipelined (:meth:`ZkClient.update_partition_states`
+/ ``create_partition_states``: one small transaction per partition, each fenced by the
+``/controller_epoch`` version and compare-and-set on the state's znode version). Only the
+partitions whose version check failed (a leader changed its ISR meanwhile) are re-read
+and decided again. One summary line per batch; the per-partition lines stay at INFO.
+
+The cache: the topic znodes and partition states, read from ZooKeeper once per election
+(pipelined) and kept current by the topic watches, this controller's own writes and the
+leaders' ISR change notifications (``/isr_change_notification``). A failover or a
+broker's death therefore reads nothing from ZooKeeper again; a stale entry only costs a
+failed compare-and-set.
+
+The controller channel (:mod:`kbroker.cluster.controller_channel`): whatever a batch
+wrote goes to the brokers in one LeaderAndIsr per replica and one UpdateMetadata per
+live broker; a broker new to the channel (the controller's first round, a registration
+or re-registration) gets every partition's state. Brokers do not watch partition-state
+znodes. ISR changes made by leaders reach the controller as sequential notification
+znodes (batched by the leaders) and go out in UpdateMetadata.
 
 A controlled shutdown first marks the broker's registration (its znode's data version,
 see :meth:`ZkClient.mark_broker_shutting_down`), which leaders check when they write an
 ISR, then moves all its leaderships and ISR memberships in one batch before answering.
 
 Watches: a fixed set of kazoo recipes (``/controller``, ``/brokers/ids``,
-``/brokers/topics``, ``/admin/delete_topics``, the preferred-election znode), set once
-at start, plus one plain ZooKeeper watch per topic znode, all with the same callback.
+``/brokers/topics``, ``/admin/delete_topics``, the preferred-election and reassignment
+znodes, ``/isr_change_notification``), set once at start, plus one plain ZooKeeper
+watch per topic znode, all with the same callback.
 kazoo's recipes spawn a thread per recipe on every reconnect; plain watches spawn none,
 so a reconnect costs a bounded number of threads however many topics exist. kazoo
 forgets plain watches when the connection drops, so on reconnect the controller re-arms
@@ -66,16 +80,17 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.controller_channel import ChannelFactory, ControllerChannel, PartitionStateUpdate
 from kbroker.cluster.reassignment import Moves, ReassignmentManager
 from kbroker.cluster.zk_client import ControllerMovedError, ZkClient
-from kbroker.cluster.zkdata import Assignment, LeaderAndIsr, Reassignment, TopicZNode
+from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
 from kclient.errors import (
     BrokerNotAvailableError,
     KafkaError,
@@ -91,6 +106,34 @@ REASSIGN_TICK_S = 5.0  # while a move is under way, try to complete it at least 
 TP = tuple[str, int]
 _Change = tuple[int, list[int], str]  # new leader, new ISR, reason
 MAX_BATCH_ROUNDS = 5  # re-reads of partitions whose compare-and-set failed, per batch
+CONTROLLED_SHUTDOWN_ACK_S = 10.0
+"""How long a controlled shutdown waits for the new leaders to confirm (LeaderAndIsr)."""
+
+
+class ChannelLike(Protocol):
+    """What the controller needs of a :class:`ControllerChannel` (tests pass a fake)."""
+
+    def set_brokers(self, live: dict[int, BrokerInfo]) -> list[int]: ...
+
+    def send(
+        self,
+        leader_and_isr: dict[int, list[PartitionStateUpdate]],
+        update_metadata: list[PartitionStateUpdate],
+        to: Any = None,
+    ) -> dict[int, Future[None]]: ...
+
+    def close(self) -> None: ...
+
+
+ChannelMaker = Callable[[int, int], ChannelLike]
+"""(controller id, controller epoch) -> the channel of that controller tenure."""
+
+
+def grpc_channel_maker(channel: ChannelFactory) -> ChannelMaker:
+    def make(controller_id: int, epoch: int) -> ChannelLike:
+        return ControllerChannel(controller_id, epoch, channel)  # type: ignore[return-value]
+
+    return make
 
 
 def _ids(brokers: list[int]) -> str:
@@ -160,8 +203,19 @@ class Controller:
         unclean_default: bool = False,
         auto_leader_rebalance: bool = True,
         leader_imbalance_check_interval_ms: int = 300000,
+        channel: ChannelMaker | None = None,
     ) -> None:
         self._zk = zk
+        self._new_channel = channel
+        self._channel: ChannelLike | None = None
+        # The controller's cache (event thread only; reset on each election): every
+        # partition state read or written (None: no state znode), every topic znode.
+        self._states: dict[TP, LeaderAndIsr | None] = {}
+        self._znodes: dict[str, TopicZNode] = {}
+        self._znodes_loaded = False
+        self._full_sync: set[int] = set()
+        """Brokers new to the channel: they get the whole state after the current event."""
+        self._last_sent: dict[int, Future[None]] = {}
         self.broker_id = broker_id
         self._unclean_default = unclean_default
         self._auto_rebalance = auto_leader_rebalance
@@ -179,7 +233,7 @@ class Controller:
         self._seen: set[int] = set()  # brokers seen alive since this controller was elected
         self._suspended = False
         self._reassign = ReassignmentManager(_ZkReassignmentStore(zk, -1), 0)
-        self._moving: set[TP] = set()  # reassigning partitions (state watches armed)
+        self._moving: set[TP] = set()  # reassigning partitions
         self._next_reassign_tick = 0.0
 
     @property
@@ -195,12 +249,21 @@ class Controller:
         ChildrenWatch(self._zk.kazoo, zkdata.DELETE_TOPICS, self._enqueue_on_change("deletions"))
         DataWatch(self._zk.kazoo, zkdata.PREFERRED_REPLICA_ELECTION, self._preferred_changed)
         DataWatch(self._zk.kazoo, zkdata.REASSIGN_PARTITIONS, self._reassign_changed)
+        ChildrenWatch(self._zk.kazoo, zkdata.ISR_CHANGE_NOTIFICATION, self._enqueue_on_change("isr_changes"))
 
     def stop(self) -> None:
         self._stopped = True
         self._events.put(None)
         self._thread.join(timeout=5)
+        self._deactivate()
+
+    def _deactivate(self) -> None:
+        """No longer controller: stale watches are ignored, the channel closes."""
         self._active = False
+        self._generation += 1
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
     def resign(self) -> None:
         """Give up the controller role (on shutdown) so another broker takes over."""
@@ -255,13 +318,6 @@ class Controller:
             self._events.put(("reassign_znode", self._generation))
         return True
 
-    def _state_watch(self, event: WatchedEvent) -> None:
-        """A reassigning partition's state znode changed (e.g. its ISR grew): try step B."""
-        if self._stopped or event.type == EventType.NONE or not event.path:
-            return
-        parts = event.path.split("/")  # /brokers/topics/<t>/partitions/<p>/state
-        self._events.put(("isr", self._generation, zkdata.decode_segment(parts[-4]), int(parts[-2])))
-
     def _topic_watch(self, event: WatchedEvent) -> None:
         """The one callback of every topic znode's plain watch (kazoo's callback thread)."""
         if self._stopped or event.type == EventType.NONE or not event.path:
@@ -289,12 +345,13 @@ class Controller:
                 return
             try:
                 self._handle(event)
+                if self._full_sync and self._active:
+                    self._send_full_state()
             except ControllerMovedError:
                 log.warning(
                     "broker %d: controller moved (a newer epoch than %d exists); resigning", self.broker_id, self.epoch
                 )
-                self._active = False
-                self._generation += 1
+                self._deactivate()
             except Exception as exc:
                 if isinstance(exc, (ConnectionLoss, SessionExpiredError)):
                     log.warning("controller event %s: ZooKeeper unreachable (%r); retrying in 1 s", event[0], exc)
@@ -317,16 +374,14 @@ class Controller:
                     self.epoch,
                     zkdata.decode_controller(event[1]),
                 )
-                self._active = False
-                self._generation += 1
+                self._deactivate()
             return
         if kind == "session_lost":
             if self._active:
                 log.warning(
                     "broker %d: ZooKeeper session lost; no longer controller (epoch %d)", self.broker_id, self.epoch
                 )
-            self._active = False
-            self._generation += 1
+            self._deactivate()
             return
         if kind == "controlled_shutdown":
             fut = event[3]
@@ -334,7 +389,9 @@ class Controller:
                 fut.set_exception(ControllerMovedError(f"broker {self.broker_id} is not the controller"))
             else:
                 try:
-                    fut.set_result(self._controlled_shutdown(event[1], event[2]))
+                    self._last_sent = {}
+                    remaining = self._controlled_shutdown(event[1], event[2])
+                    fut.set_result((remaining, self._last_sent))
                 except Exception as exc:
                     fut.set_exception(exc)
             return
@@ -347,12 +404,14 @@ class Controller:
             self._on_brokers()
             self._complete_moves(None)
         elif kind == "reassign_znode":
+            before = set(self._reassign.ongoing(None))
             self._reassign.process_request(self._live())
             self._complete_moves(None)
+            self._refresh(before)
         elif kind == "reassign_tick":
             self._complete_moves(None)
-        elif kind == "isr":
-            self._complete_moves([(event[2], event[3])])
+        elif kind == "isr_changes":
+            self._on_isr_changes()
         elif kind == "topics":
             self._on_topics()
         elif kind == "topic":
@@ -363,10 +422,14 @@ class Controller:
             for topic in self._zk.topics_pending_deletion():
                 self._delete_topic(topic)
         elif kind == "resync":
+            # Whatever changed while we were away is read again (the cache starts over).
+            self._states = {}
+            self._znodes = {}
+            self._znodes_loaded = False
             self._topics = set()
             self._on_topics()
             self._on_brokers()
-            self._moving = set()  # kazoo forgot the plain state watches: re-arm them
+            self._moving = set()
             self._events.put(("deletions", self._generation))
             self._events.put(("reassign_znode", self._generation))
         elif kind == "elect_preferred":
@@ -393,10 +456,18 @@ class Controller:
         self._seen = set()
         self._reassign = ReassignmentManager(_ZkReassignmentStore(self._zk, self._epoch_zk_version), self.epoch)
         self._moving = set()
+        self._states = {}
+        self._znodes = {}
+        self._znodes_loaded = False
+        self._full_sync = set()
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = self._new_channel(self.broker_id, self.epoch) if self._new_channel is not None else None
         log.info("broker %d: elected controller, epoch %d", self.broker_id, self.epoch)
         # "reassign_znode" starts what the request asks and resumes (step B) what a previous
-        # controller started: the progress is in the topic znodes.
-        for kind in ("brokers", "topics", "deletions", "reassign_znode"):
+        # controller started: the progress is in the topic znodes. "brokers" reads every
+        # partition state once (the cache's first load) and tells every live broker.
+        for kind in ("brokers", "topics", "deletions", "reassign_znode", "isr_changes"):
             self._events.put((kind, self._generation))
 
     # --- topic and partition state -------------------------------------------------
@@ -405,6 +476,8 @@ class Controller:
         """Live brokers, without those in a controlled shutdown of their current registration."""
         brokers = self._zk.live_brokers()
         self._seen.update(brokers)
+        if self._channel is not None:
+            self._full_sync.update(self._channel.set_brokers(brokers))
         # A mark ends with the registration it was made for (re-registration or session end).
         self._shutting_down = {b: e for b, e in self._shutting_down.items() if b in brokers and brokers[b].epoch == e}
         return {b for b, info in brokers.items() if self._shutting_down.get(b) != info.epoch}
@@ -436,15 +509,22 @@ class Controller:
     def _on_topic(self, topic: str) -> None:
         found = self._zk.topic_znode(topic)
         if found is None:
+            self._forget_topic(topic)
+            self._znodes.pop(topic, None)
             return
         znode, version = found
         if znode.topic_id is None:
             # Written without an id (a Kafka-era tool): give this incarnation one, as Kafka 2.8 does
             # (keeping every other field: an in-flight reassignment survives).
             try:
-                self._zk.set_topic_znode(topic, replace(znode, topic_id=zkdata.new_topic_id()), version)
+                znode = replace(znode, topic_id=zkdata.new_topic_id())
+                self._zk.set_topic_znode(topic, znode, version)
             except BadVersionError:
-                pass  # changed meanwhile: the watch brings us back
+                return  # changed meanwhile: the watch brings us back
+        old = self._znodes.get(topic)
+        if old is not None and old.topic_id != znode.topic_id:
+            self._forget_topic(topic)  # another incarnation: its cached states are not ours
+        self._znodes[topic] = znode
         self._init_partitions({topic: znode.partitions})
 
     def _init_partitions(self, assignments: dict[str, Assignment], live: set[int] | None = None) -> None:
@@ -454,6 +534,7 @@ class Controller:
             live = self._live()
         tps = [(t, p) for t, a in sorted(assignments.items()) for p in sorted(a)]
         existing = self._zk.partition_states(tps)
+        self._states.update(existing)
         new: dict[TP, LeaderAndIsr] = {}
         for (topic, p), state in existing.items():
             if state is not None:
@@ -475,19 +556,113 @@ class Controller:
                     log.warning("%s-%d: cannot create the partition state: %r", topic, p, result)
                 continue
             created += 1
-            state = new[(topic, p)]
+            state = self._states[(topic, p)] = replace(new[(topic, p)], zk_version=0)
             log.info(
                 "%s-%d: leader %d elected, reason: new partition; epoch 0 isr %s", topic, p, state.leader, state.isr
             )
+        self._publish([tp for tp, r in results.items() if not isinstance(r, Exception)])
         if created > 1:
             log.info("controller: %d new partition(s) got their first leader in one batch", created)
 
     def _delete_topic(self, topic: str) -> None:
         self._zk.delete_topic_znodes(topic, self._epoch_zk_version)
+        self._forget_topic(topic)
+        self._znodes.pop(topic, None)
         self._topics.discard(topic)
         self._moving = {tp for tp in self._moving if tp[0] != topic}
         self._reassign.drop_topic(topic)
         log.info("topic %s deleted", topic)
+
+    # --- the cache and the channel ------------------------------------------------------
+
+    def _topic_znodes(self) -> dict[str, TopicZNode]:
+        """Every topic znode: read once per election (pipelined), then kept current by the
+        topic watches (:meth:`_on_topic`) and this controller's own writes."""
+        if not self._znodes_loaded:
+            self._znodes = self._zk.all_topic_znodes()
+            self._znodes_loaded = True
+        return self._znodes
+
+    def _assignments(self) -> dict[str, Assignment]:
+        return {t: z.partitions for t, z in self._topic_znodes().items()}
+
+    def _forget_topic(self, topic: str) -> None:
+        for tp in [tp for tp in self._states if tp[0] == topic]:
+            del self._states[tp]
+
+    def _update(self, tp: TP) -> PartitionStateUpdate | None:
+        state = self._states.get(tp)
+        znode = self._znodes.get(tp[0])
+        if state is None or znode is None:
+            return None
+        return PartitionStateUpdate(tp[0], tp[1], znode.topic_id or "", state)
+
+    def _publish(self, tps: list[TP], *, leader_and_isr: bool = True) -> dict[int, Future[None]]:
+        """Send the cached states of ``tps``: LeaderAndIsr to their replicas (unless only
+        ISRs written by their leaders changed), then UpdateMetadata to every live broker."""
+        if self._channel is None or not tps:
+            return {}
+        updates = [u for tp in tps if (u := self._update(tp)) is not None]
+        by_broker: dict[int, list[PartitionStateUpdate]] = {}
+        if leader_and_isr:
+            for u in updates:
+                for replica in self._znodes[u.topic].partitions.get(u.partition, ()):
+                    by_broker.setdefault(replica, []).append(u)
+        return self._channel.send(by_broker, updates)
+
+    def _send_full_state(self) -> None:
+        """Brokers new to the channel (this controller's first round, a broker that
+        registered or re-registered) get every partition's state."""
+        brokers, self._full_sync = sorted(self._full_sync), set()
+        if self._channel is None:
+            return
+        assignments = self._assignments()
+        tps = [(t, p) for t, a in sorted(assignments.items()) for p in sorted(a)]
+        missing = [tp for tp in tps if tp not in self._states]
+        if missing:
+            self._states.update(self._zk.partition_states(missing))
+        updates = [u for tp in tps if (u := self._update(tp)) is not None]
+        by_broker: dict[int, list[PartitionStateUpdate]] = {b: [] for b in brokers}
+        for u in updates:
+            for replica in assignments[u.topic][u.partition]:
+                if replica in by_broker:
+                    by_broker[replica].append(u)
+        self._channel.send(by_broker, updates, to=brokers)
+        log.info(
+            "controller: sent the state of %d partition(s) to %s (new to the controller channel)",
+            len(updates),
+            _ids(brokers),
+        )
+
+    def _refresh(self, tps: set[TP]) -> None:
+        """Re-read ``tps`` (and their topics' znodes) from ZooKeeper, after writes made
+        outside :meth:`_change_batch` (reassignment steps), and send what changed."""
+        if not tps:
+            return
+        for topic in sorted({t for t, _ in tps}):
+            found = self._zk.topic_znode(topic)
+            if found is not None:
+                self._znodes[topic] = found[0]
+        fresh = self._zk.partition_states(sorted(tps))
+        changed = [tp for tp, state in fresh.items() if self._states.get(tp) != state]
+        self._states.update(fresh)
+        self._publish(changed)
+
+    def _on_isr_changes(self) -> None:
+        """Leaders announced ISR changes (``/isr_change_notification``): read the states
+        they name, send them in UpdateMetadata, and try to complete moves waiting on them."""
+        children = self._zk.isr_change_notifications()
+        if not children:
+            return
+        known = self._topic_znodes()
+        tps = {tp for tp in self._zk.take_isr_changes(children) if tp[0] in known}
+        fresh = self._zk.partition_states(sorted(tps))
+        changed = [tp for tp, state in fresh.items() if self._states.get(tp) != state]
+        self._states.update(fresh)
+        self._publish(changed, leader_and_isr=False)
+        log.debug("controller: %d ISR change(s) announced by leaders sent to the brokers", len(changed))
+        if self._moving & tps:
+            self._complete_moves(sorted(self._moving & tps))
 
     # --- batched state changes ---------------------------------------------------------
 
@@ -497,10 +672,17 @@ class Controller:
         """Read the states of ``tps`` (pipelined), ``decide`` each one's new leader and ISR,
         and write all changes pipelined, fenced and compare-and-set; the partitions whose
         version check failed (a leader changed its ISR meanwhile) are re-read and decided
-        again. Returns the last state known of each partition (None: no state znode)."""
-        states = self._zk.partition_states(tps)
+        again. Returns the last state known of each partition (None: no state znode).
+
+        The states come from the controller's cache (read from ZooKeeper once, on
+        election or first use); a stale entry only costs a failed compare-and-set and a
+        re-read. What is written goes to the brokers (:meth:`_publish`)."""
+        missing = [tp for tp in tps if tp not in self._states]
+        if missing:
+            self._states.update(self._zk.partition_states(missing))
+        states = {tp: self._states.get(tp) for tp in tps}
         todo = list(tps)
-        written = 0
+        changed: list[TP] = []
         failure: Exception | None = None
         for _round in range(MAX_BATCH_ROUNDS):
             changes: dict[TP, tuple[LeaderAndIsr, LeaderAndIsr, str]] = {}
@@ -523,22 +705,25 @@ class Controller:
             for tp, (old, new, reason) in sorted(changes.items()):
                 result = results.get(tp)
                 if isinstance(result, int):
-                    states[tp] = replace(new, zk_version=result)
-                    written += 1
+                    states[tp] = self._states[tp] = replace(new, zk_version=result)
+                    changed.append(tp)
                     self._log_change(tp, old, new, reason)
                 elif isinstance(result, BadVersionError):
                     retry.append(tp)
                 elif isinstance(result, NoNodeError):
-                    states[tp] = None
+                    states[tp] = self._states[tp] = None
                 else:  # outcome unknown (e.g. the connection dropped): the event is retried
                     log.warning("%s-%d: state change (%s) failed: %r", tp[0], tp[1], reason, result)
                     failure = failure or result
             if not retry or failure is not None:
                 break
-            states.update(self._zk.partition_states(retry))
+            fresh = self._zk.partition_states(retry)
+            states.update(fresh)
+            self._states.update(fresh)
             todo = retry
-        if written:
-            log.info("controller: %s: %d partition state(s) changed in one batch", what, written)
+        self._last_sent = self._publish(changed)
+        if changed:
+            log.info("controller: %s: %d partition state(s) changed in one batch", what, len(changed))
         if failure is not None:
             raise failure
         return states
@@ -561,7 +746,7 @@ class Controller:
     def _on_brokers(self) -> None:
         """Membership changed: re-elect where a leader or ISR member is gone (or back), in one batch."""
         live = self._live()
-        assignments = self._zk.all_assignments()
+        assignments = self._assignments()
         tps = [(t, p) for t, a in sorted(assignments.items()) for p in sorted(a)]
         unclean: dict[str, bool] = {}
 
@@ -616,7 +801,7 @@ class Controller:
 
     def _elect_preferred(self, partitions: list[tuple[str, int]] | None) -> None:
         live = self._live()
-        znodes = self._zk.all_topic_znodes()
+        znodes = self._topic_znodes()
         wanted = None if partitions is None else set(partitions)
         tps = [
             (t, p)
@@ -641,14 +826,13 @@ class Controller:
     # --- reassignment ----------------------------------------------------------------
 
     def _complete_moves(self, tps: list[TP] | None) -> None:
-        """Try step B (all reassigning partitions, or ``tps``) and keep state watches on the rest."""
+        """Try step B (all reassigning partitions, or ``tps``); the rest are tried again when
+        their leaders announce an ISR change, and every ``REASSIGN_TICK_S``. What the
+        steps wrote goes to the brokers."""
         self._next_reassign_tick = time.monotonic() + REASSIGN_TICK_S
         ongoing = set(self._reassign.ongoing(tps))
-        for topic, p in sorted(ongoing - self._moving if tps is None else ongoing):
-            # Armed before reading the state (no change slips between); re-armed on each
-            # "isr" event, since plain watches fire once (kazoo keeps one per callback).
-            self._zk.kazoo.exists(zkdata.partition_state_path(topic, p), watch=self._state_watch)
         done = set(self._reassign.try_complete(self._live(), tps))
+        self._refresh(ongoing | set(self._reassign.ongoing(tps)))
         if tps is None:
             self._moving = ongoing - done
         else:
@@ -691,11 +875,13 @@ class Controller:
             return
         try:
             if op == "alter":
+                before = set(self._reassign.ongoing(None))
                 try:
                     result: Any = self._reassign.alter(arg, self._live())
                 except BadVersionError:  # a znode changed under us: re-read once (steps are idempotent)
                     result = self._reassign.alter(arg, self._live())
                 self._complete_moves(None)
+                self._refresh(before)  # cancelled moves changed their partitions too
             else:
                 ongoing: dict[TP, Moves] = self._reassign.ongoing(arg)
                 result = {tp: (m.replicas, m.adding, m.removing) for tp, m in ongoing.items()}
@@ -716,14 +902,26 @@ class Controller:
         StaleBrokerEpochError and changes nothing. BrokerNotAvailableError if the broker
         is not registered; ControllerMovedError (a NotControllerError) when this broker
         is not the controller; RequestTimedOutError after ``timeout_s``. Runs on the
-        controller's event thread.
+        controller's event thread; then waits (here, up to ``CONTROLLED_SHUTDOWN_ACK_S``)
+        until the new leaders confirmed their LeaderAndIsr, so that no partition is without
+        a serving leader when the broker stops.
         """
-        fut: Future[list[tuple[str, int]]] = Future()
+        fut: Future[tuple[list[tuple[str, int]], dict[int, Future[None]]]] = Future()
+        deadline = time.monotonic() + timeout_s
         self._events.put(("controlled_shutdown", broker_id, broker_epoch, fut))
         try:
-            return fut.result(timeout_s)
+            remaining, sent = fut.result(timeout_s)
         except FutureTimeoutError:
             raise RequestTimedOutError(f"controlled shutdown of broker {broker_id} took over {timeout_s} s") from None
+        wait_until = min(deadline, time.monotonic() + CONTROLLED_SHUTDOWN_ACK_S)
+        for target, ack in sorted(sent.items()):
+            if target == broker_id:
+                continue  # the broker leaving waits for this answer: it cannot answer first
+            try:
+                ack.result(max(wait_until - time.monotonic(), 0.0))
+            except Exception as exc:  # a late or refused ack only costs clients a retry
+                log.info("controlled shutdown of broker %d: broker %d did not confirm: %r", broker_id, target, exc)
+        return remaining
 
     def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[tuple[str, int]]:
         current = self._zk.broker_epoch(broker_id)
@@ -740,7 +938,7 @@ class Controller:
         # cannot put the broker back into the ISRs this batch removes it from.
         self._zk.mark_broker_shutting_down(broker_id, current, self._epoch_zk_version)
         live = self._live()
-        assignments = self._zk.all_assignments()
+        assignments = self._assignments()
         tps = [(t, p) for t, a in sorted(assignments.items()) for p, rs in sorted(a.items()) if broker_id in rs]
         reason = f"controlled shutdown of broker {broker_id}"
 

@@ -1,7 +1,16 @@
-"""Each broker's view of the cluster, kept current by ZooKeeper watches.
+"""Each broker's view of the cluster: membership, topics and configs from ZooKeeper
+watches, partition states from the controller.
 
 Watched: ``/brokers/ids`` (children), ``/controller``, ``/brokers/topics`` (children),
-each topic's assignment znode, its config znode and each partition's state znode.
+each topic's assignment znode and its config znode. Partition states (leader, epoch,
+ISR) are not watched: the active controller sends them in batches over the controller
+channel (LeaderAndIsr to the replicas, UpdateMetadata to every broker;
+:meth:`apply_controller_states`). They are kept by topic incarnation (topic id), apart
+from the topic entries, so a state that arrives before its topic's znode is read waits
+for it. A request from an older controller epoch than the newest seen, or naming an
+older registration of this broker, is refused and changes nothing; within a partition
+a state older than the one held (lower leader epoch, or same epoch and lower znode
+version) is ignored.
 
 Watches are plain one-shot ZooKeeper watches that all share one callback, which runs
 on kazoo's callback thread and only enqueues the znode's path; one daemon thread
@@ -16,11 +25,12 @@ notifies the listeners of what changed meanwhile.
 
 Events are applied in batches: the event thread drains its queue, coalesces the
 watched paths (a znode named twice is read once), reads them with one pipelined round,
-publishes one snapshot and notifies the listeners of exactly the partitions whose view
-changed, then logs one summary line for the batch. The work for a batch is O(events),
-not O(partitions of the cluster): a state event touches only its partition's entries
-(the topic's states are copied once per batch), and only the topics and partitions the
-batch touched are compared and notified. Derived views (:meth:`ClusterSnapshot.offline_count`,
+applies the controller's states that arrived meanwhile, publishes one snapshot and
+notifies the listeners of exactly the partitions whose view changed, then logs one
+summary line for the batch. The work for a batch is O(events), not O(partitions of the
+cluster): a state touches only its partition's entries (a topic's states are copied once
+per batch), and only the topics and partitions the batch touched are compared and
+notified. Derived views (:meth:`ClusterSnapshot.offline_count`,
 :meth:`ClusterSnapshot.leader_counts`) are computed lazily, once per snapshot.
 
 Listeners: a partition listener is called for each partition when it is first seen
@@ -47,12 +57,16 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.controller_channel import PartitionStateUpdate
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr
+from kclient.errors import RequestTimedOutError, StaleBrokerEpochError, StaleControllerEpochError
 
 log = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 30.0
+APPLY_TIMEOUT_S = 30.0
+"""How long a controller request waits for the event thread to apply it."""
 
 
 @dataclass(frozen=True)
@@ -110,19 +124,24 @@ Read = tuple[bytes | None, ZnodeStat | None]
 class MetadataCache:
     """Cluster metadata from ZooKeeper, with change listeners."""
 
-    def __init__(self, zk: ZkClient) -> None:
+    def __init__(self, zk: ZkClient, broker_epoch: Callable[[], int] | None = None) -> None:
         self._zk = zk
+        self._broker_epoch = broker_epoch or (lambda: -1)
+        self._controller_epoch = -1
+        """The newest controller epoch seen in a controller request (under ``_lock``)."""
+        self._controller_states: dict[str, tuple[str, dict[int, LeaderAndIsr]]] = {}
+        """Event thread only: topic -> (topic id or "", partition -> the newest state the
+        controller sent), for the newest incarnation the controller named."""
         self._lock = threading.Lock()
         self._snapshot = ClusterSnapshot()
         self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._partition_listeners: list[PartitionListener] = []
         self._deleted_listeners: list[TopicDeletedListener] = []
         self._broker_listeners: list[Callable[[], None]] = []
-        # Event thread only: watched znode path -> ("assignment"|"config", topic) or ("state", topic, p);
-        # each topic's watched paths, and the partitions whose state znode is watched.
+        # Event thread only: watched znode path -> ("assignment"|"config", topic); each
+        # topic's watched paths.
         self._paths: dict[str, tuple[Any, ...]] = {}
         self._topic_paths: dict[str, set[str]] = {}
-        self._state_keys: set[tuple[str, int]] = set()
         self._thread = threading.Thread(target=self._run, name="metadata-events", daemon=True)
         self._changed = threading.Condition()
         self._stopped = False
@@ -161,6 +180,38 @@ class MetadataCache:
                 self._changed.wait_for(lambda: self._stopped or predicate(self.snapshot()), timeout=timeout_s)
                 and not self._stopped
             )
+
+    def apply_controller_states(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        broker_epoch: int,
+        updates: list[PartitionStateUpdate],
+        timeout_s: float = APPLY_TIMEOUT_S,
+    ) -> None:
+        """A LeaderAndIsr or UpdateMetadata request: apply ``updates`` (on the event thread,
+        listeners included) and return once applied.
+
+        Raises StaleControllerEpochError for an older controller epoch than the newest
+        seen, StaleBrokerEpochError when ``broker_epoch`` names an older registration of
+        this broker (both change nothing), RequestTimedOutError after ``timeout_s``.
+        """
+        mine = self._broker_epoch()
+        if 0 <= broker_epoch < mine:
+            raise StaleBrokerEpochError(
+                f"controller {controller_id} addressed broker epoch {broker_epoch}; this broker's is {mine}"
+            )
+        with self._lock:
+            if controller_epoch < self._controller_epoch:
+                raise StaleControllerEpochError(
+                    f"controller {controller_id} has epoch {controller_epoch}; "
+                    f"epoch {self._controller_epoch} has been seen"
+                )
+            self._controller_epoch = controller_epoch
+        done = threading.Event()
+        self._events.put(("controller", updates, done))
+        if not done.wait(timeout_s):
+            raise RequestTimedOutError(f"{len(updates)} partition state(s) not applied within {timeout_s} s")
 
     def sync(self, timeout_s: float = 10.0) -> None:
         """Wait until every event enqueued so far has been applied."""
@@ -236,6 +287,8 @@ class MetadataCache:
             for event in batch:
                 if event[0] == "barrier":
                     event[1].set()
+                elif event[0] == "controller":
+                    event[2].set()
             with self._changed:
                 self._changed.notify_all()
         return not stop
@@ -261,7 +314,13 @@ class MetadataCache:
         if resync:
             # Everything is read again (and every watch re-armed): the paths go with it.
             self._guarded("resync", self._resync)
-            return
+        else:
+            self._apply_paths(paths)
+        updates = [u for e in batch if e[0] == "controller" for u in e[1]]
+        if updates:
+            self._guarded("controller states", lambda: self._apply_controller_states(updates))
+
+    def _apply_paths(self, paths: dict[str, None]) -> None:
         if zkdata.BROKER_IDS in paths:
             self._guarded("path", self._read_brokers)
         if zkdata.CONTROLLER in paths:
@@ -346,89 +405,98 @@ class MetadataCache:
             self._watch_path(tpath, ("assignment", topic))
             self._watch_path(cpath, ("config", topic))
             paths += [tpath, cpath]
-            if resync:
-                info = self.snapshot().topics.get(topic)
-                for p in info.assignment if info else ():
-                    paths.append(self._state_path(topic, p))
         return paths
 
     def _watch_path(self, path: str, key: tuple[Any, ...]) -> None:
         self._paths[path] = key
         self._topic_paths.setdefault(key[1], set()).add(path)
 
-    def _state_path(self, topic: str, partition: int) -> str:
-        path = zkdata.partition_state_path(topic, partition)
-        self._watch_path(path, ("state", topic, partition))
-        self._state_keys.add((topic, partition))
-        return path
-
     def _read_topic_znodes(self, paths: list[str]) -> None:
-        """Read topic znodes (and the states of partitions seen for the first time),
-        publish one snapshot, then notify every partition whose view changed.
-
-        O(znodes read): only the topics and partitions named by ``paths`` are touched,
-        compared and notified; a topic's states are copied once, however many change."""
+        """Read topic znodes, publish one snapshot, then notify every partition whose view
+        changed. O(znodes read): only the topics named by ``paths`` are touched."""
         started = time.monotonic()
         old = self.snapshot().topics
         topics = dict(old)
-        states_of: dict[str, dict[int, LeaderAndIsr]] = {}
         touched: dict[str, set[int] | None] = {}
-        """Topic -> the partitions to compare and notify; None: all of them (its assignment,
-        config or topic id was read)."""
         deleted: set[str] = set()
         reads = self._read(paths)
-        while reads:
-            assigned: list[str] = []
-            # Assignments first: they create a topic's entry, its config and states fill it.
-            for path, (data, stat) in sorted(reads.items(), key=lambda r: _ORDER[self._paths[r[0]][0]]):
-                key = self._paths[path]
-                kind, topic = key[:2]
-                info = topics.get(topic)
-                try:
-                    if kind == "assignment":
-                        if data is None:
-                            deleted.add(topic)
-                            continue
-                        znode = zkdata.decode_topic_znode(data)
-                        if info is None:
-                            info = TopicInfo(topic, znode.partitions)
-                        topics[topic] = replace(
-                            info,
-                            assignment=znode.partitions,
-                            topic_id=znode.topic_id,
-                            adding=znode.adding,
-                            removing=znode.removing,
-                        )
-                        touched[topic] = None
-                        assigned.append(topic)
-                    elif info is None:
-                        continue  # the topic's assignment is gone or unread: it brings the rest
-                    elif kind == "config":
-                        topics[topic] = replace(info, config=zkdata.decode_topic_config(data) if data else {})
-                        touched[topic] = None
-                    else:
-                        states = states_of.get(topic)
-                        if states is None:
-                            states = states_of[topic] = dict(info.states)
-                        partition = key[2]
-                        if data is None or stat is None:
-                            states.pop(partition, None)
-                        else:
-                            states[partition] = zkdata.decode_leader_and_isr(data, int(stat.version))
-                        parts = touched.setdefault(topic, set())
-                        if parts is not None:
-                            parts.add(partition)
-                except Exception:
-                    log.exception("cannot apply znode %s", path)
-            # Partitions never read before (a new topic, added partitions): their states.
-            unseen = [(t, p) for t in assigned for p in topics[t].assignment if (t, p) not in self._state_keys]
-            reads = self._read([self._state_path(t, p) for t, p in unseen]) if unseen else {}
-        for topic, states in states_of.items():
-            if topic in topics:
-                topics[topic] = replace(topics[topic], states=states)
+        # Assignments first: they create a topic's entry, its config fills it.
+        for path, (data, _stat) in sorted(reads.items(), key=lambda r: _ORDER[self._paths[r[0]][0]]):
+            kind, topic = self._paths[path][:2]
+            info = topics.get(topic)
+            try:
+                if kind == "assignment":
+                    if data is None:
+                        deleted.add(topic)
+                        continue
+                    znode = zkdata.decode_topic_znode(data)
+                    if info is None:
+                        info = TopicInfo(topic, znode.partitions)
+                    topics[topic] = replace(
+                        info,
+                        assignment=znode.partitions,
+                        topic_id=znode.topic_id,
+                        adding=znode.adding,
+                        removing=znode.removing,
+                        states=self._states_of(topic, znode.topic_id),
+                    )
+                    touched[topic] = None
+                elif info is not None:  # else the topic's assignment is gone or unread: it brings the rest
+                    topics[topic] = replace(info, config=zkdata.decode_topic_config(data) if data else {})
+                    touched[topic] = None
+            except Exception:
+                log.exception("cannot apply znode %s", path)
         self._publish(replace(self.snapshot(), topics=topics))
         for topic in sorted(deleted):
             self._drop_topic(topic)
+        self._notify_changes(old, topics, touched, deleted, started)
+
+    def _states_of(self, topic: str, topic_id: str | None) -> dict[int, LeaderAndIsr]:
+        """The controller's states of ``topic`` if they are of incarnation ``topic_id``."""
+        entry = self._controller_states.get(topic)
+        if entry is None or not _same_incarnation(entry[0], topic_id):
+            return {}
+        return dict(entry[1])
+
+    def _apply_controller_states(self, updates: list[PartitionStateUpdate]) -> None:
+        """Keep the newest state of each partition (per incarnation), then publish and
+        notify the topics known here whose states changed."""
+        started = time.monotonic()
+        touched: dict[str, set[int] | None] = {}
+        for u in updates:
+            entry = self._controller_states.get(u.topic)
+            if entry is None or (u.topic_id and entry[0] != u.topic_id):
+                entry = self._controller_states[u.topic] = (u.topic_id, {})  # a (new) incarnation
+            held = entry[1].get(u.partition)
+            new = u.state
+            if held is not None and (new.leader_epoch, new.zk_version) < (held.leader_epoch, held.zk_version):
+                continue  # older than what the controller already told us
+            entry[1][u.partition] = new
+            parts = touched.setdefault(u.topic, set())
+            assert parts is not None
+            parts.add(u.partition)
+        old = self.snapshot().topics
+        topics = dict(old)
+        for topic in list(touched):
+            info = topics.get(topic)
+            if info is None or not _same_incarnation(self._controller_states[topic][0], info.topic_id):
+                del touched[topic]  # its topic znode brings the states when read
+                continue
+            topics[topic] = replace(info, states=self._states_of(topic, info.topic_id))
+        if touched:
+            self._publish(replace(self.snapshot(), topics=topics))
+        self._notify_changes(old, topics, touched, set(), started)
+
+    def _notify_changes(
+        self,
+        old: dict[str, TopicInfo],
+        topics: dict[str, TopicInfo],
+        touched: dict[str, set[int] | None],
+        deleted: set[str],
+        started: float,
+    ) -> None:
+        """Notify each touched partition (None: every partition of the topic) whose view
+        changed, and log one line for the batch."""
         summary: Counter[str] = Counter()
         for topic in sorted(touched):
             info = topics.get(topic)
@@ -471,13 +539,15 @@ class MetadataCache:
 
     def _forget_paths(self, topic: str) -> None:
         for path in self._topic_paths.pop(topic, ()):
-            key = self._paths.pop(path, None)
-            if key is not None and key[0] == "state":
-                self._state_keys.discard((topic, key[2]))
+            self._paths.pop(path, None)
 
     def _drop_topic(self, topic: str) -> None:
         self._forget_paths(topic)
         snap = self.snapshot()
+        entry = self._controller_states.get(topic)
+        info = snap.topics.get(topic)
+        if entry is not None and (info is None or _same_incarnation(entry[0], info.topic_id)):
+            del self._controller_states[topic]  # not a newer incarnation's, sent ahead of its znode
         if topic in snap.topics:
             topics = dict(snap.topics)
             del topics[topic]
@@ -497,7 +567,12 @@ class MetadataCache:
             )
 
 
-_ORDER = {"assignment": 0, "config": 1, "state": 2}
+_ORDER = {"assignment": 0, "config": 1}
+
+
+def _same_incarnation(a: str | None, b: str | None) -> bool:
+    """Do two topic ids name the same incarnation (an unknown id matches any)?"""
+    return not a or not b or a == b
 _KINDS = ("new", "new leader", "no leader", "isr", "replicas", "config")
 
 

@@ -660,6 +660,43 @@ class ZkClient:
             out[tp] = zkdata.decode_leader_and_isr(data, int(stat.version))
         return out
 
+    # --- ISR change notifications (leaders -> controller) ---------------------------
+
+    def announce_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
+        """A leader wrote these partitions' ISRs: one sequential notification znode for
+        all of them, which the controller reads, forwards and deletes."""
+        self.kazoo.create(
+            zkdata.isr_change_path(zkdata.ISR_CHANGE_PREFIX), zkdata.encode_isr_change(partitions), sequence=True
+        )
+
+    def isr_change_notifications(self) -> list[str]:
+        """The pending notification znodes' names, oldest first."""
+        try:
+            return sorted(self.kazoo.get_children(zkdata.ISR_CHANGE_NOTIFICATION))
+        except NoNodeError:
+            return []
+
+    def take_isr_changes(self, children: list[str]) -> set[tuple[str, int]]:
+        """Controller: read the notifications ``children`` (pipelined), delete them
+        (pipelined) and return every partition they name. A malformed one is dropped."""
+        paths = [zkdata.isr_change_path(c) for c in children]
+        reads = [(path, self.kazoo.get_async(path)) for path in paths]
+        out: set[tuple[str, int]] = set()
+        for path, result in reads:
+            try:
+                data, _ = result.get(timeout=self.write_timeout_s * 6)
+                out.update(zkdata.decode_isr_change(data))
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("dropping malformed ISR change notification %s: %r", path, exc)
+        for result in [self.kazoo.delete_async(path) for path in paths]:
+            try:
+                result.get(timeout=self.write_timeout_s * 6)
+            except NoNodeError:
+                pass
+        return out
+
     def create_partition_state(self, topic: str, partition: int, state: LeaderAndIsr, epoch_zk_version: int) -> None:
         """Controller: create a new partition's state znode (and its parents)."""
         for path in (zkdata.partitions_path(topic), zkdata.partition_path(topic, partition)):

@@ -80,6 +80,11 @@ DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+"""Leaders announce ISR changes they wrote as sequential children
+``/isr_change_notification/isr_change_<seq>``; the controller reads, forwards (in
+UpdateMetadata) and deletes them."""
 
 PERSISTENT_PATHS = (
     BROKER_IDS,
@@ -90,6 +95,7 @@ PERSISTENT_PATHS = (
     ADMIN,
     DELETE_TOPICS,
     CONSUMERS,
+    ISR_CHANGE_NOTIFICATION,
 )
 """Parents that every broker makes sure exist at start-up."""
 
@@ -635,6 +641,23 @@ def decode_preferred_election(data: bytes) -> list[tuple[str, int]] | None:
     body: dict[str, Any] = _loads(data) if data else {"all": True}
     if body.get("all"):
         return None
+    return [(str(e["topic"]), int(e["partition"])) for e in body.get("partitions", [])]
+
+
+# --- /isr_change_notification --------------------------------------------------------
+
+
+def isr_change_path(child: str) -> str:
+    return f"{ISR_CHANGE_NOTIFICATION}/{child}"
+
+
+def encode_isr_change(partitions: list[tuple[str, int]]) -> bytes:
+    """Kafka's ``{"version":1,"partitions":[{"topic":..,"partition":..}]}``, sorted."""
+    return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in sorted(partitions)]})
+
+
+def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
+    body: dict[str, Any] = _loads(data) if data else {}
     return [(str(e["topic"]), int(e["partition"])) for e in body.get("partitions", [])]
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 from kazoo.exceptions import BadVersionError, NoNodeError
 
+from kbroker.cluster.isr_changes import IsrChangeNotifier
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
@@ -213,9 +214,12 @@ class ReplicaManager:
             loaded.cleaner_upper_bound = functools.partial(int, self._saved_hw.get(key, 0))
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replica-manager", daemon=True)
+        self._isr_changes = IsrChangeNotifier(zk)
+        """The ISR changes this broker wrote as leader, announced to the controller in batches."""
 
     def start(self) -> None:
         self._thread.start()
+        self._isr_changes.start()
 
     def _run(self) -> None:
         last_checkpoint = time.monotonic()
@@ -261,7 +265,9 @@ class ReplicaManager:
         applied) is raised, so the partition can stay conservative.
         """
         try:
-            return self._zk.update_partition_state(p.topic, p.index, state, None)
+            version = self._zk.update_partition_state(p.topic, p.index, state, None)
+            self._isr_changes.record(p.topic, p.index)
+            return version
         except BadVersionError:
             log.info("%s-%d: ISR change to %s refused (state changed in ZooKeeper)", p.topic, p.index, state.isr)
         except NoNodeError:
@@ -917,6 +923,7 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._stopped.set()
+        self._isr_changes.stop()
         for lane in self._lanes:
             lane.shutdown(wait=True, cancel_futures=True)
         self.fetchers.shutdown()

@@ -186,6 +186,16 @@ class BrokerStub:
                 request_serializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
+        self.LeaderAndIsr = channel.unary_unary(
+                '/kbroker.v1.Broker/LeaderAndIsr',
+                request_serializer=kbroker_dot_v1_dot_cluster__pb2.LeaderAndIsrRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_cluster__pb2.LeaderAndIsrResponse.FromString,
+                _registered_method=True)
+        self.UpdateMetadata = channel.unary_unary(
+                '/kbroker.v1.Broker/UpdateMetadata',
+                request_serializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataResponse.FromString,
+                _registered_method=True)
         self.SaslHandshake = channel.unary_unary(
                 '/kbroker.v1.Broker/SaslHandshake',
                 request_serializer=kbroker_dot_v1_dot_security__pb2.SaslHandshakeRequest.SerializeToString,
@@ -403,6 +413,19 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeaderAndIsr(self, request, context):
+        """From the active controller to brokers (cluster.proto; inter-broker only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SaslHandshake(self, request, context):
         """Security (security.proto).
         """
@@ -593,6 +616,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListPartitionReassignments,
                     request_deserializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaderAndIsr,
+                    request_deserializer=kbroker_dot_v1_dot_cluster__pb2.LeaderAndIsrRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_cluster__pb2.LeaderAndIsrResponse.SerializeToString,
+            ),
+            'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMetadata,
+                    request_deserializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataResponse.SerializeToString,
             ),
             'SaslHandshake': grpc.unary_unary_rpc_method_handler(
                     servicer.SaslHandshake,
@@ -1413,6 +1446,60 @@ class Broker:
             '/kbroker.v1.Broker/ListPartitionReassignments',
             kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsRequest.SerializeToString,
             kbroker_dot_v1_dot_reassignment__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaderAndIsr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/LeaderAndIsr',
+            kbroker_dot_v1_dot_cluster__pb2.LeaderAndIsrRequest.SerializeToString,
+            kbroker_dot_v1_dot_cluster__pb2.LeaderAndIsrResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/UpdateMetadata',
+            kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataRequest.SerializeToString,
+            kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

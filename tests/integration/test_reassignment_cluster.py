@@ -265,12 +265,13 @@ def test_the_controller_api_starts_lists_completes_and_cancels(zk: ZkClient, zk_
             state = zk.partition_state("api", 0)
             assert state is not None
             zk.update_partition_state("api", 0, replace(state, isr=[*state.isr, broker]), None)
+            zk.announce_isr_changes([("api", 0)])  # and announces it, as leaders do
 
         join(2)
         ctl.request_preferred_election()  # 2 is preferred and in sync, but the partition moves
         ctl.list_partition_reassignments()  # (a barrier: events run in order)
         assert zk.partition_state("api", 0).leader == 0  # type: ignore[union-attr]
-        join(3)  # the state watch fires: step B
+        join(3)  # the announcement reaches the controller: step B
         wait_until(lambda: finished(zk, "api", [2, 3]), 15, "the move completes")
         assert ctl.list_partition_reassignments() == {}
 

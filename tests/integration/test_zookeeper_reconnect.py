@@ -12,12 +12,11 @@ import pytest
 from kazoo.protocol.connection import _CONNECTION_DROP, _SESSION_EXPIRED
 from kazoo.protocol.states import KazooState
 
-from kbroker.cluster import zkdata
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import BrokerInfo, LeaderAndIsr
-from tests.support import wait_until
+from tests.support import InProcessControllerChannel, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +60,8 @@ def drop_connection(zk: ZkClient) -> None:
 
 
 def test_a_reconnect_spawns_a_bounded_number_of_threads(zk: ZkClient) -> None:
-    ctl = Controller(zk, 0, auto_leader_rebalance=False)
     cache = MetadataCache(zk)
+    ctl = Controller(zk, 0, auto_leader_rebalance=False, channel=InProcessControllerChannel({0: cache}).maker)
     seen: list[tuple[str, int, LeaderAndIsr | None]] = []
     cache.on_partition_change(lambda t, p, _r, state, _c, _i: seen.append((t, p, state)))
     ctl.start()
@@ -101,11 +100,13 @@ def test_a_reconnect_spawns_a_bounded_number_of_threads(zk: ZkClient) -> None:
         assert peak < 50
         assert seen == []  # nothing changed meanwhile: listeners are not called for it
 
-        # Changes after the reconnect still reach the cache (watches were re-armed) ...
+        # Changes after the reconnect still reach the cache (the controller's watches were
+        # re-armed): a leader's ISR change, announced as a leader does ...
         state = zk.partition_state("t3", 42)
         assert state is not None
-        zk.update_partition_state("t3", 42, LeaderAndIsr(0, state.leader_epoch + 1, [0], 1, state.zk_version), None)
-        assert cache.wait_for(lambda s: s.topics["t3"].states[42].leader_epoch == state.leader_epoch + 1, 10)
+        zk.update_partition_state("t3", 42, LeaderAndIsr(0, state.leader_epoch, [0], 1, state.zk_version), None)
+        zk.announce_isr_changes([("t3", 42)])
+        assert cache.wait_for(lambda s: s.topics["t3"].states[42].zk_version == state.zk_version + 1, 10)
         assert [(t, p) for t, p, _ in seen] == [("t3", 42)]
         # ... and the controller's: a partition added to an existing topic gets a leader.
         found = zk.topic_assignment("t7")
@@ -122,18 +123,17 @@ def test_a_reconnect_spawns_a_bounded_number_of_threads(zk: ZkClient) -> None:
 
 
 def test_the_cache_follows_changes_after_its_session_expired(zk: ZkClient, zk_connect: str) -> None:
-    zk.create_topic("t", {p: [0] for p in range(10)}, {})
-    for p in range(10):
-        zk.kazoo.create(
-            f"/brokers/topics/t/partitions/{p}/state",
-            zkdata.encode_leader_and_isr(LeaderAndIsr(0, 0, [0], 1)),
-            makepath=True,
-        )
-    cache = MetadataCache(zk)
-    cache.start()
+    """The broker's session expires: its watches come back, and once it registers again (a
+    new broker epoch) the controller sends it every partition's state again."""
     other = ZkClient(zk_connect)
     other.start()
+    cache = MetadataCache(zk)
+    channel = InProcessControllerChannel({0: cache})
+    ctl = Controller(other, 9, auto_leader_rebalance=False, channel=channel.maker)
+    ctl.start()
+    cache.start()
     try:
+        other.create_topic("t", {p: [0] for p in range(10)}, {})
         assert cache.wait_for(lambda s: "t" in s.topics and len(s.topics["t"].states) == 10, 15)
         session = zk.session_id
         lost, back = threading.Event(), threading.Event()
@@ -149,13 +149,25 @@ def test_the_cache_follows_changes_after_its_session_expired(zk: ZkClient, zk_co
         zk.kazoo.add_listener(listener)
         zk.kazoo._call(_SESSION_EXPIRED, None)
         assert lost.wait(5) and back.wait(15) and zk.session_id != session
+        # The registration went with the session: the partitions go offline (a broker not
+        # registered is sent nothing), then come back when it registers again.
+        # (ZooKeeper ends the old session after its 18 s timeout.)
+        wait_until(lambda: not other.partition_state("t", 0).has_leader, 40, "t offline")  # type: ignore[union-attr]
+        channel.sent.clear()
+        zk.register_broker(BrokerInfo(0, "127.0.0.1", 9000))
+        assert cache.wait_for(
+            lambda s: all(st.leader == 0 and st.leader_epoch == 2 for st in s.topics["t"].states.values()), 15
+        )
+        assert any(kind == "UpdateMetadata" and len(updates) == 10 for kind, _, updates in channel.sent)
         # The new session re-armed every watch: later changes arrive.
         state = other.partition_state("t", 3)
         assert state is not None
-        other.update_partition_state("t", 3, LeaderAndIsr(0, 1, [0], 1, state.zk_version), None)
-        assert cache.wait_for(lambda s: s.topics["t"].states[3].leader_epoch == 1, 15)
+        other.update_partition_state("t", 3, LeaderAndIsr(0, state.leader_epoch, [0], 1, state.zk_version), None)
+        other.announce_isr_changes([("t", 3)])
+        assert cache.wait_for(lambda s: s.topics["t"].states[3].zk_version == state.zk_version + 1, 15)
         other.create_topic("u", {0: [0]}, {})
-        assert cache.wait_for(lambda s: "u" in s.topics, 15)
+        assert cache.wait_for(lambda s: "u" in s.topics and 0 in s.topics["u"].states, 15)
     finally:
-        other.close()
+        ctl.stop()
         cache.stop()
+        other.close()
