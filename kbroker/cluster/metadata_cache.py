@@ -197,7 +197,7 @@ class MetadataCache:
         this broker (both change nothing), RequestTimedOutError after ``timeout_s``.
         """
         mine = self._broker_epoch()
-        if 0 <= broker_epoch < mine:
+        if 0 < broker_epoch < mine:  # (0 or -1: the sender does not know it)
             raise StaleBrokerEpochError(
                 f"controller {controller_id} addressed broker epoch {broker_epoch}; this broker's is {mine}"
             )
