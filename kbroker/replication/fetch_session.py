@@ -118,8 +118,10 @@ class FetchSession:
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
         self.last_refresh_ms = now_ms
-        """When the leader last recorded the follower's position of every partition (see
-        ``ReplicaManager.fetch_session_async``)."""
+        """When every partition was last marked dirty, and a follower's position of each
+        recorded (see ``ReplicaManager.fetch_session_async``)."""
+        self.positions_ms = now_ms
+        """When a follower's position of every partition was last recorded."""
         self.waiter_key = SessionKey(session_id)
         """The purgatory key a parked fetch of this session waits under."""
         self._lock = threading.Lock()

@@ -94,6 +94,10 @@ Answered = tuple[FetchSpec, "FetchResult"]
 """A partition of a session fetch's answer: what was asked, and the outcome."""
 
 
+def _now_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
 def fetch_keys(specs: list[FetchSpec]) -> list[TopicPartition]:
     return [(s.topic, s.partition) for s in specs]
 
@@ -768,14 +772,17 @@ class ReplicaManager:
     def _record_session_positions(
         self, replica_id: int, session: FetchSession, changed: list[FetchSpec]
     ) -> dict[TopicPartition, BrokerResponseError]:
-        now = time.monotonic() * 1000.0
+        now = _now_ms()
         refresh = now - session.last_refresh_ms >= self._lag_max_ms / 4
         if refresh:
             session.last_refresh_ms = now
             session.mark_all()
         if replica_id < 0:
             return {}
-        specs = [cp.spec for cp in session.cached()] if refresh or not self._zk.connected else changed
+        everything = refresh or not self._zk.connected
+        specs = [cp.spec for cp in session.cached()] if everything else changed
+        if everything:
+            session.positions_ms = now
         errors = self.record_follower_fetches(replica_id, specs)
         return {(specs[i].topic, specs[i].partition): e for i, e in errors.items()}
 
@@ -821,7 +828,11 @@ class ReplicaManager:
         return out
 
     def _session_ready(self, replica_id: int, min_bytes: int, max_bytes: int, session: FetchSession) -> bool:
-        """:meth:`fetch_ready` over the session's dirty partitions only."""
+        """:meth:`fetch_ready` over the session's dirty partitions only; or, for a follower
+        while ZooKeeper is out of reach, as soon as its positions were last recorded half
+        the fencing silence ago (its next fetch records them all: see :meth:`fenced`)."""
+        if replica_id >= 0 and not self._zk.connected and _now_ms() - session.positions_ms > self._quiet_ms / 2:
+            return True
         parts = session.peek_dirty()
         return bool(parts) and self.fetch_ready(replica_id, min_bytes, max_bytes, [cp.spec for cp in parts])
 

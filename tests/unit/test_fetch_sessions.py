@@ -363,3 +363,20 @@ def test_idle_follower_positions_are_refreshed_now_and_then(tmp_path: Path, monk
         assert spy.calls["record_follower_fetch"] == PARTITIONS
     finally:
         rm.shutdown()
+
+
+def test_while_zookeeper_is_out_of_reach_every_fetch_records_every_position(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rm = leader(tmp_path)
+    try:
+        c = Client(rm)
+        c.fetch([spec("t", i) for i in range(PARTITIONS)])
+        spy = Spy(monkeypatch)
+        monkeypatch.setattr(rm._zk, "connected", False)  # fencing looks at the followers' last fetch
+        c.fetch([])
+        c.fetch([])
+        assert spy.calls["record_follower_fetch"] == 2 * PARTITIONS
+    finally:
+        monkeypatch.setattr(rm._zk, "connected", True)
+        rm.shutdown()
