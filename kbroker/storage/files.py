@@ -167,9 +167,11 @@ def fsync_dir(dir: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` durably: tmp file, fsync, rename, fsync dir.
 
+    With ``sync=False`` neither is fsynced: readers see the old or the new file whole,
+    but a crash may bring the old one back (the caller makes it durable later).
     If writing fails (a full disk), the tmp file is removed and ``path`` is untouched.
     """
     tmp = path.with_name(path.name + TMP_SUFFIX)
@@ -180,21 +182,25 @@ def atomic_write(path: Path, data: bytes) -> None:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
-def write_checkpoint(path: Path, entries: Iterable[str], version: int = CHECKPOINT_VERSION) -> None:
+def write_checkpoint(
+    path: Path, entries: Iterable[str], version: int = CHECKPOINT_VERSION, *, sync: bool = True
+) -> None:
     """Write a checkpoint file: version line, count line, one line per entry."""
     lines = list(entries)
     text = f"{version}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
-    atomic_write(path, text.encode("utf-8"))
+    atomic_write(path, text.encode("utf-8"), sync=sync)
 
 
 def read_checkpoint(path: Path, fields: int, version: int = CHECKPOINT_VERSION) -> list[list[str]] | None:
@@ -262,5 +268,5 @@ def read_epoch_checkpoint(path: Path) -> list[tuple[int, int]] | None:
     return [(_int_field(path, e), _int_field(path, o)) for e, o in entries]
 
 
-def write_epoch_checkpoint(path: Path, entries: Iterable[tuple[int, int]]) -> None:
-    write_checkpoint(path, (f"{epoch} {offset}" for epoch, offset in entries))
+def write_epoch_checkpoint(path: Path, entries: Iterable[tuple[int, int]], *, sync: bool = True) -> None:
+    write_checkpoint(path, (f"{epoch} {offset}" for epoch, offset in entries), sync=sync)

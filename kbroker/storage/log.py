@@ -587,7 +587,10 @@ class Log:
 
     def flush(self, offset: int | None = None) -> None:
         """fsync everything below ``offset`` (default: the log end offset) and move the
-        recovery point there. Appends continue while the fsync runs."""
+        recovery point there. Appends continue while the fsync runs. The leader-epoch
+        checkpoint is made durable first (the epochs of what becomes flushed)."""
+        with self._offline_on_error(f"flushing the leader-epoch checkpoint of {self.name}"):
+            self._epoch_cache.flush()
         with self._flush_lock:
             with self._lock:
                 self._ensure_open()
@@ -604,6 +607,7 @@ class Log:
     def _flush_locked(self, target: int, now_ms: int) -> None:
         """Flush with the log lock held (flush.messages on the append path)."""
         with self._offline_on_error(f"flushing {self.name}"):
+            self._epoch_cache.flush()
             for segment in self._segments_between(self._recovery_point, target):
                 segment.flush()
         self._advance_recovery_point(target, now_ms)

@@ -93,3 +93,38 @@ def test_corrupt_checkpoint(tmp_path: Path, text: str) -> None:
     (tmp_path / files.LEADER_EPOCH_CHECKPOINT).write_text(text)
     with pytest.raises(KafkaStorageError):
         LeaderEpochCache.load(tmp_path)
+
+
+def test_changes_are_written_at_once_and_fsynced_by_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader change writes the checkpoint (readers and a restart see it) without an
+    fsync; flush() makes it durable with one, and only when something changed."""
+    import os
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    cache = LeaderEpochCache.load(tmp_path)
+    for epoch in range(1, 6):
+        assert cache.assign(epoch, epoch * 10)
+    cache.truncate_from_end(40)
+    assert synced == []
+    assert LeaderEpochCache.load(tmp_path).entries() == [EpochEntry(e, e * 10) for e in range(1, 4)]
+    cache.flush()
+    assert len(synced) == 2  # the file and its directory
+    cache.flush()
+    assert len(synced) == 2  # nothing new: no write
+
+
+def test_a_log_flush_makes_the_epochs_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kbroker.storage.log import Log
+    from kbroker.storage.log_config import LogConfig
+
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    flushed: list[bool] = []
+    real = LeaderEpochCache.flush
+    monkeypatch.setattr(LeaderEpochCache, "flush", lambda self: (flushed.append(True), real(self))[1])
+    log.leader_epoch_cache.assign(3, 0)
+    log.flush()  # nothing to flush in the log itself: the epochs still are
+    assert flushed == [True]
+    assert not log.leader_epoch_cache._unsynced
+    log.close()
