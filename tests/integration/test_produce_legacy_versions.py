@@ -110,3 +110,25 @@ def test_log_append_time_stamps_magic_0_records(door: LocalCluster) -> None:
         stamped = int(r.log_append_time.timestamp() * 1000)
         assert before <= stamped <= int(time.time() * 1000) + 1
         assert {ts for *_, ts in _fetch(c, APPEND_TIME_TOPIC, 0)} == {stamped}
+
+
+def test_a_produce_version_not_served_fails_each_partition_in_its_own_shape(door: LocalCluster) -> None:
+    """Produce v10+ (not served: ApiVersions says 0-9) is answered in that version's
+    schema with UNSUPPORTED_VERSION on every partition, and nothing is written; with
+    acks=0 (no answer awaited) the connection closes."""
+    unsupported = 35
+    request = {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout": 10_000,
+        "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": message_set(RECORDS)}]}],
+    }
+    with WireClient(door.kafka_bootstrap()) as c:
+        resp = c.call(0, 10, request)
+        [r] = resp.responses[0].partition_responses
+        assert (int(r.index), r.error_code, r.base_offset) == (0, unsupported, -1)
+        assert _fetch(c, TOPIC, 0) == []
+    with WireClient(door.kafka_bootstrap()) as c:
+        c.send_raw(c.frame(0, 10, {**request, "acks": 0}))
+        c.sock.settimeout(10)
+        assert c.sock.recv(1) == b""

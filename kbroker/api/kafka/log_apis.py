@@ -6,7 +6,7 @@ the same handler as gRPC -> Kafka's response. Record batches pass through untouc
 Versions: Produce 0-9 (v0-2 carry message sets of magic 0/1, up-converted to a v2
 RecordBatch per partition by :mod:`~kbroker.api.kafka.legacy_produce`, as Kafka 2.8 does;
 a set that cannot be converted fails its partition only, with CORRUPT_MESSAGE or
-INVALID_RECORD) and Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on
+INVALID_RECORD; v10+ gets UNSUPPORTED_VERSION on each partition in its own schema) and Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on
 are not served), ListOffsets 1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served),
 OffsetForLeaderEpoch 2-4 (kio has no schema for 0-1), Metadata 0-12,
 InitProducerId 0-4, DescribeCluster 0. Fetch sessions (KIP-227) are not kept: every
@@ -40,7 +40,7 @@ class LogApis:
 
     def apis(self) -> list[Api]:
         return [
-            Api(PRODUCE, "Produce", 0, 9, self.produce),
+            Api(PRODUCE, "Produce", 0, 9, self.produce, refuse=self.refuse_produce),
             Api(FETCH, "Fetch", 4, 12, self.fetch),
             Api(LIST_OFFSETS, "ListOffsets", 1, 6, self.list_offsets),  # v7 means MAX_TIMESTAMP (-3)
             Api(METADATA, "Metadata", 0, 12, self.metadata),
@@ -100,6 +100,21 @@ class LogApis:
                 raise CloseConnection()
             return None
         return self._produce_answer(req, resp)
+
+    def refuse_produce(self, req: KafkaRequest, errno: int) -> Any:
+        """``errno`` on every partition of a Produce of a version not served (v10+), in
+        that version's schema; acks=0 closes the connection (no answer is awaited)."""
+        p = req.payload
+        if int(p.acks) == 0:
+            raise CloseConnection()
+        refused = log_pb2.ProduceResponse()
+        for t in p.topic_data:
+            tr = refused.topics.add(name=t.name)
+            for part in t.partition_data:
+                tr.partitions.add(
+                    index=int(part.index), error_code=errno, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
+                )
+        return self._produce_answer(req, refused)
 
     @staticmethod
     def _produce_answer(req: KafkaRequest, resp: log_pb2.ProduceResponse) -> Any:

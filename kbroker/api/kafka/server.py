@@ -44,7 +44,10 @@ Wire handling, per connection:
   (requests already started behind it run to their end, as their effects are queued);
 - Produce with acks=0 gets no response, as in Kafka;
 - an API key or version not served gets UNSUPPORTED_VERSION (ApiVersions of an unknown
-  version: a v0 answer listing what is served), never a dropped connection;
+  version: a v0 answer listing what is served), never a dropped connection; an API
+  with a ``refuse`` builder (Produce) puts it on each partition of the version's own
+  response when the request reads (Produce with acks=0 closes the connection instead,
+  as nothing is answered);
 - on a SASL listener nothing but ApiVersions, SaslHandshake and SaslAuthenticate is
   served until the connection authenticated (Kafka's rule), and those are handled one
   at a time;
@@ -98,6 +101,8 @@ READ_CHUNK = 256 * 1024
 
 SASL_HANDSHAKE_KEY = 17
 
+UNSUPPORTED_VERSION = 35
+
 SASL_STAGE_KEYS = frozenset({SASL_HANDSHAKE_KEY, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: served before authentication."""
 
@@ -144,6 +149,10 @@ Handler = Callable[[KafkaRequest], Awaitable[Any]]
 """Serves one request: the response entity (a kio dataclass), or None for no response."""
 
 
+Refuser = Callable[["KafkaRequest", int], Any]
+"""Builds the response refusing a request with an error code (raises CloseConnection
+where Kafka answers nothing)."""
+
 RawTokenHandler = Callable[[Connection, bytes], Awaitable[bytes]]
 """Serves one raw SASL token (SaslHandshake v0): the server's token to send back."""
 
@@ -157,6 +166,11 @@ class Api:
     handle: Handler
     raw_tokens: RawTokenHandler | None = None
     """SaslHandshake only: serves the raw SASL tokens that follow a v0 handshake."""
+    refuse: Refuser | None = None
+    """Answers a request of a version not served whose payload still reads (a schema
+    exists) with the error on each of its parts, in that version's schema (Produce:
+    per partition); without it such a request gets the table's UNSUPPORTED_VERSION
+    answer."""
 
 
 class CloseConnection(Exception):
@@ -475,6 +489,18 @@ class KafkaProtocolServer:
                 raise asyncio.CancelledError()
         return await self._dispatch(conn, header, frame, start)
 
+    @staticmethod
+    def _refused(api: Api, conn: Connection, header: Header, frame: bytes, start: int) -> bytes | None:
+        """UNSUPPORTED_VERSION on each part of a request whose version is not served but
+        reads, in that version's response schema; None when it does not read."""
+        assert api.refuse is not None
+        try:
+            payload = read_request(header.api_key, header.api_version, frame, start)
+        except MalformedRequest:
+            return None
+        response = api.refuse(KafkaRequest(header, payload, conn), UNSUPPORTED_VERSION)
+        return encode_response(header.correlation_id, response)
+
     async def _raw_token(
         self, previous: asyncio.Task[bytes | None] | None, conn: Connection, token: bytes
     ) -> bytes | None:
@@ -504,6 +530,10 @@ class KafkaProtocolServer:
             raise CloseConnection()
         api = self._apis.get(header.api_key)
         if api is None or not api.min_version <= header.api_version <= api.max_version:
+            if api is not None and api.refuse is not None:
+                refused = self._refused(api, conn, header, frame, start)
+                if refused is not None:
+                    return refused
             return self._unsupported(header)
         if not conn.authenticated and header.api_key not in SASL_STAGE_KEYS:
             self._warn(
