@@ -34,7 +34,6 @@ No ``from __future__ import annotations`` here: kio reads the field types at run
 Thread safety: pure functions; the classes are immutable.
 """
 
-
 import struct
 import zlib
 from dataclasses import dataclass, field
