@@ -29,12 +29,8 @@ def message(
     return struct.pack(">qi", offset, len(msg)) + msg
 
 
-def message_set(
-    records: list[tuple[bytes | None, bytes | None]], *, magic: int = 0, timestamp: int = -1
-) -> bytes:
-    return b"".join(
-        message(k, v, magic=magic, timestamp=timestamp, offset=i) for i, (k, v) in enumerate(records)
-    )
+def message_set(records: list[tuple[bytes | None, bytes | None]], *, magic: int = 0, timestamp: int = -1) -> bytes:
+    return b"".join(message(k, v, magic=magic, timestamp=timestamp, offset=i) for i, (k, v) in enumerate(records))
 
 
 def compressed(inner: bytes, codec: Compression, *, magic: int = 0, timestamp: int = -1) -> bytes:
