@@ -38,7 +38,9 @@ controller's cache and writes them all pipelined (:meth:`ZkClient.update_partiti
 / ``create_partition_states``: one small transaction per partition, each fenced by the
 ``/controller_epoch`` version and compare-and-set on the state's znode version). Only the
 partitions whose version check failed (a leader changed its ISR meanwhile) are re-read
-and decided again. One summary line per batch; the per-partition lines stay at INFO.
+and decided again. One summary line per batch; per-partition lines at their own level for the first
+:data:`PARTITION_LINES_MAX` of an event (a small failure tells its whole story), the rest
+at DEBUG (Kafka 1.1's fix was partly log volume).
 
 The cache: the topic znodes and partition states, read from ZooKeeper once per election
 (pipelined) and kept current by the topic watches, this controller's own writes and the
@@ -106,6 +108,9 @@ REASSIGN_TICK_S = 5.0  # while a move is under way, try to complete it at least 
 TP = tuple[str, int]
 _Change = tuple[int, list[int], str]  # new leader, new ISR, reason
 MAX_BATCH_ROUNDS = 5  # re-reads of partitions whose compare-and-set failed, per batch
+PARTITION_LINES_MAX = 10
+"""An event logs at most this many per-partition lines at their own level (a small
+failure tells its whole story); the rest go at DEBUG, and one line says how many."""
 CONTROLLED_SHUTDOWN_ACK_S = 10.0
 """How long a controlled shutdown waits for the new leaders to confirm (LeaderAndIsr)."""
 
@@ -134,6 +139,30 @@ def grpc_channel_maker(channel: ChannelFactory) -> ChannelMaker:
         return ControllerChannel(controller_id, epoch, channel)  # type: ignore[return-value]
 
     return make
+
+
+class _PartitionLines:
+    """The per-partition log lines of one controller event, emitted bounded (:data:`PARTITION_LINES_MAX`)."""
+
+    def __init__(self) -> None:
+        self._lines: list[tuple[int, str, tuple[Any, ...]]] = []
+
+    def add(self, level: int, msg: str, *args: Any) -> None:
+        self._lines.append((level, msg, args))
+
+    def emit(self) -> None:
+        lines, self._lines = self._lines, []
+        for level, msg, args in lines[:PARTITION_LINES_MAX]:
+            log.log(level, msg, *args)
+        rest = lines[PARTITION_LINES_MAX:]
+        for _, msg, args in rest:
+            log.debug(msg, *args)
+        if rest:
+            log.log(
+                max(level for level, _, _ in rest),
+                "controller: %d more partition line(s) of this event at DEBUG",
+                len(rest),
+            )
 
 
 def _ids(brokers: list[int]) -> str:
@@ -216,6 +245,7 @@ class Controller:
         self._full_sync: set[int] = set()
         """Brokers new to the channel: they get the whole state after the current event."""
         self._last_sent: dict[int, Future[None]] = {}
+        self._lines = _PartitionLines()
         self.broker_id = broker_id
         self._unclean_default = unclean_default
         self._auto_rebalance = auto_leader_rebalance
@@ -344,9 +374,12 @@ class Controller:
             if event is None:
                 return
             try:
-                self._handle(event)
-                if self._full_sync and self._active:
-                    self._send_full_state()
+                try:
+                    self._handle(event)
+                    if self._full_sync and self._active:
+                        self._send_full_state()
+                finally:
+                    self._lines.emit()
             except ControllerMovedError:
                 log.warning(
                     "broker %d: controller moved (a newer epoch than %d exists); resigning", self.broker_id, self.epoch
@@ -543,7 +576,7 @@ class Controller:
             alive = [r for r in replicas if r in live]
             if not alive:
                 level = logging.WARNING if self._seen.intersection(replicas) else logging.INFO
-                log.log(level, "%s-%d: no live replica among %s yet; waiting", topic, p, replicas)
+                self._lines.add(level, "%s-%d: no live replica among %s yet; waiting", topic, p, replicas)
                 continue
             new[(topic, p)] = LeaderAndIsr(alive[0], 0, alive, self.epoch)
         if not new:
@@ -553,13 +586,15 @@ class Controller:
         for (topic, p), result in sorted(results.items()):
             if isinstance(result, Exception):
                 if not isinstance(result, (NodeExistsError, NoNodeError)):
-                    log.warning("%s-%d: cannot create the partition state: %r", topic, p, result)
+                    self._lines.add(logging.WARNING, "%s-%d: cannot create the partition state: %r", topic, p, result)
                 continue
             created += 1
             state = self._states[(topic, p)] = replace(new[(topic, p)], zk_version=0)
-            log.info(
-                "%s-%d: leader %d elected, reason: new partition; epoch 0 isr %s", topic, p, state.leader, state.isr
-            )
+            self._lines.add(
+                logging.INFO,
+                "%s-%d: leader %d elected, reason: new partition; epoch 0 isr %s",
+                topic, p, state.leader, state.isr,
+            )  # fmt: skip
         self._publish([tp for tp, r in results.items() if not isinstance(r, Exception)])
         if created > 1:
             log.info("controller: %d new partition(s) got their first leader in one batch", created)
@@ -713,7 +748,7 @@ class Controller:
                 elif isinstance(result, NoNodeError):
                     states[tp] = self._states[tp] = None
                 else:  # outcome unknown (e.g. the connection dropped): the event is retried
-                    log.warning("%s-%d: state change (%s) failed: %r", tp[0], tp[1], reason, result)
+                    self._lines.add(logging.WARNING, "%s-%d: state change (%s) failed: %r", *tp, reason, result)
                     failure = failure or result
             if not retry or failure is not None:
                 break
@@ -728,17 +763,18 @@ class Controller:
             raise failure
         return states
 
-    @staticmethod
-    def _log_change(tp: TP, old: LeaderAndIsr, new: LeaderAndIsr, reason: str) -> None:
+    def _log_change(self, tp: TP, old: LeaderAndIsr, new: LeaderAndIsr, reason: str) -> None:
         topic, p = tp
         if new.leader == old.leader:
-            log.info(
+            self._lines.add(
+                logging.INFO,
                 "%s-%d: ISR change %s -> %s, reason: %s; leader %d epoch %d",
                 topic, p, old.isr, new.isr, reason, new.leader, new.leader_epoch,
             )  # fmt: skip
         elif new.leader != zkdata.NO_LEADER:  # (no leader: the decision logged why)
             isr_change = f", ISR {old.isr} -> {new.isr}" if new.isr != old.isr else f", isr {new.isr}"
-            log.info(
+            self._lines.add(
+                logging.INFO,
                 "%s-%d: leader %d elected (was %s), reason: %s; epoch %d%s",
                 topic, p, new.leader, _leader_name(old.leader), reason, new.leader_epoch, isr_change,
             )  # fmt: skip
@@ -772,18 +808,25 @@ class Controller:
                 unclean[topic] = self._unclean(topic)
             alive = [r for r in replicas if r in live]
             if unclean[topic] and alive:
-                log.warning("%s-%d: unclean leader election of %d: no in-sync replica is alive", topic, p, alive[0])
+                self._lines.add(
+                    logging.WARNING,
+                    "%s-%d: unclean leader election of %d: no in-sync replica is alive",
+                    topic, p, alive[0],
+                )  # fmt: skip
                 return alive[0], [alive[0]], "unclean election (data may be lost)"
             if state.leader == zkdata.NO_LEADER:
                 return None
             # Offline: no live ISR member. Keep the last ISR member so that it can
             # lead again when it returns; never shrink the ISR to nothing.
             if self._seen.intersection(state.isr):
-                log.error(
-                    "%s-%d: offline, reason: leader %d lost and no in-sync replica is alive", topic, p, state.leader
-                )
+                self._lines.add(
+                    logging.ERROR,
+                    "%s-%d: offline, reason: leader %d lost and no in-sync replica is alive",
+                    topic, p, state.leader,
+                )  # fmt: skip
             else:  # e.g. the cluster is starting and the ISR has not registered yet
-                log.info(
+                self._lines.add(
+                    logging.INFO,
                     "%s-%d: offline, reason: leader %d not alive; waiting for in-sync replica %s",
                     topic, p, state.leader, state.isr,
                 )  # fmt: skip

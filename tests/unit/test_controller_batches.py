@@ -1,4 +1,4 @@
-"""Issue 22: the controller changes many partitions with pipelined, fenced writes.
+"""The controller changes many partitions with pipelined, fenced writes.
 
 A fake kazoo (an in-memory znode tree) counts the calls: blocking round trips
 (``get``, ``set``, ``create``, ``exists``, ``get_children``, ``commit``) must not grow
@@ -8,6 +8,7 @@ transaction per partition, all in flight together).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +17,10 @@ import pytest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from kbroker.cluster import zkdata
-from kbroker.cluster.controller import Controller
+from kbroker.cluster.controller import PARTITION_LINES_MAX, Controller
 from kbroker.cluster.zk_client import ControllerMovedError, ReplicaShuttingDownError, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo, LeaderAndIsr
+from tests.support import InProcessControllerChannel
 
 
 @dataclass
@@ -273,3 +275,48 @@ def test_leaders_cannot_add_a_broker_in_controlled_shutdown_to_an_isr() -> None:
     # a new registration of broker 1 (version 0 again) may be added
     kz.nodes[zkdata.broker_path(1)] = (kz.nodes[zkdata.broker_path(1)][0], 0)
     assert zk.update_partition_state(*tp, LeaderAndIsr(2, 1, [1, 2, 3], 3, 6), None) == 7
+
+
+def test_a_failover_reads_states_once_and_sends_one_request_per_broker() -> None:
+    """The controller's cache: the first event reads every state (pipelined), later ones
+    read none; what a batch wrote goes out as one LeaderAndIsr per replica and one
+    UpdateMetadata per live broker."""
+    zk, kz, _ = cluster(500)
+    channel = InProcessControllerChannel({})
+    ctl = Controller(zk, 1, channel=channel.maker)
+    ctl.epoch, ctl._epoch_zk_version, ctl._active = 3, 2, True
+    ctl._channel = channel.maker(1, 3)
+    ctl._on_brokers()  # the first round: loads the cache, every broker is new
+    ctl._send_full_state()
+    assert {(kind, b) for kind, b, _ in channel.sent} == {
+        (k, b) for k in ("LeaderAndIsr", "UpdateMetadata") for b in (1, 2, 3)
+    }
+    assert all(len(updates) == 500 for _, _, updates in channel.sent)
+    channel.sent.clear()
+    kz.calls.clear()
+    del kz.nodes[zkdata.broker_path(1)]  # broker 1 (every partition's leader) dies
+    ctl._on_brokers()
+    assert kz.calls["get_async"] == 0  # decided from the cache
+    assert kz.calls["commit_async"] == 500
+    assert sorted((kind, b, len(u)) for kind, b, u in channel.sent) == [
+        ("LeaderAndIsr", 2, 500),
+        ("LeaderAndIsr", 3, 500),
+        ("UpdateMetadata", 2, 500),
+        ("UpdateMetadata", 3, 500),
+    ]
+    assert all(u.state.leader == 2 and u.state.zk_version == 1 for _, _, updates in channel.sent for u in updates)
+
+
+def test_a_big_batch_logs_a_bounded_number_of_lines(caplog: pytest.LogCaptureFixture) -> None:
+    zk, kz, _ = cluster(500)
+    ctl = controller(zk)
+    caplog.set_level(logging.DEBUG, logger="kbroker.cluster.controller")
+    del kz.nodes[zkdata.broker_path(1)]
+    ctl._on_brokers()
+    ctl._lines.emit()
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(info) <= PARTITION_LINES_MAX + 2, info
+    assert "490 more partition line(s) of this event at DEBUG" in " ".join(info)
+    assert any("500 partition state(s) changed in one batch" in line for line in info)
+    assert len([line for line in debug if "leader 2 elected (was 1)" in line]) == 490
