@@ -6,8 +6,9 @@ the same handler as gRPC -> Kafka's response. Record batches pass through untouc
 Versions: Produce 0-9 (v0-2 carry message sets of magic 0/1, up-converted to a v2
 RecordBatch per partition by :mod:`~kbroker.api.kafka.legacy_produce`, as Kafka 2.8 does;
 a set that cannot be converted fails its partition only, with CORRUPT_MESSAGE or
-INVALID_RECORD; v10+ gets UNSUPPORTED_VERSION on each partition in its own schema) and Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on
-are not served), ListOffsets 1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served),
+INVALID_RECORD; v10+ gets UNSUPPORTED_VERSION on each partition in its own schema) and
+Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on are not served),
+ListOffsets 1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served),
 OffsetForLeaderEpoch 2-4 (kio has no schema for 0-1), Metadata 0-12,
 InitProducerId 0-4, DescribeCluster 0. Fetch sessions (KIP-227) are not kept: every
 fetch is answered in full with session id 0 ("no session"), which clients accept; a
