@@ -92,7 +92,12 @@ class ZkAclStore:
     when absent, delete when no ACL is left) plus one sequential change notification, so
     no update is lost to a concurrent writer and no change goes unannounced.
 
-    Thread safety: stateless over a thread-safe kazoo client; concurrent writers (threads,
+    ZooKeeper failures other than a lost race come out as kazoo's exceptions, which the
+    watcher thread (:class:`~kbroker.cluster.zk_events.ZkEventThread`) recognises and
+    ``kctl`` maps (:func:`kbroker.cluster.zk_errors.mapped`); :meth:`create_acls` and
+    :meth:`delete_acls` report them per binding as UnknownError.
+
+    Thread safety: stateless over a thread-safe ZkClient; concurrent writers (threads,
     brokers, kctl) are serialized by the znode versions.
     """
 

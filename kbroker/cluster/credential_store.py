@@ -34,7 +34,8 @@ class ZkCredentialStore:
 
     Invariant: :meth:`update` applies a change to the config as read and writes the result
     only if the znode is unchanged since (else it re-reads and applies the change again),
-    so concurrent writers (threads, brokers, kctl) lose no update.
+    so concurrent writers (threads, brokers, kctl) lose no update. ZooKeeper failures come
+    out as kazoo's exceptions (see :class:`~kbroker.cluster.acl_store.ZkAclStore`).
 
     Thread safety: stateless over a thread-safe ZkClient.
     """
