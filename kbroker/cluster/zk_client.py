@@ -23,6 +23,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zk_acl, zkdata
+from kbroker.cluster.zk_errors import mapped
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
 from kbroker.security.zk_credential import NO_AUTH_HINT, ZkCredential
 from kclient.errors import (
@@ -758,6 +759,18 @@ class ZkClient:
 
         self._fenced(epoch_zk_version, build)
         return state.zk_version + 1
+
+    def write_isr(self, topic: str, partition: int, state: LeaderAndIsr) -> int | None:
+        """A leader's ISR change (:meth:`update_partition_state` without the controller's
+        fence): the new znode version, or None if ZooKeeper refused it (the state changed
+        since ``state.zk_version``, a new member is shutting down or not registered, or
+        the partition is gone). Any other failure leaves the outcome unknown and is
+        raised as a :class:`~kbroker.cluster.zk_errors.ZooKeeperError`."""
+        with mapped():
+            try:
+                return self.update_partition_state(topic, partition, state, None)
+            except (BadVersionError, NoNodeError):  # (ReplicaShuttingDownError is one)
+                return None
 
     # --- batched controller writes (pipelined, each fenced) ----------------------------
 

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from kazoo.exceptions import BadVersionError, NoNodeError
 
 from kbroker.cluster.isr_changes import IsrChangeNotifier
 from kbroker.cluster.zk_client import ZkClient
@@ -263,20 +262,18 @@ class ReplicaManager:
             log.exception("cannot write %s", self._hw_file)
 
     def _write_isr(self, p: Partition, state: LeaderAndIsr) -> int | None:
-        """The new znode version, or None if ZooKeeper refused the change.
+        """The new znode version, or None if ZooKeeper refused the change; announced to
+        the controller (in a batch) when written.
 
         Any other failure (e.g. a lost connection: the write may or may not have been
         applied) is raised, so the partition can stay conservative.
         """
-        try:
-            version = self._zk.update_partition_state(p.topic, p.index, state, None)
-            self._isr_changes.record(p.topic, p.index)
-            return version
-        except BadVersionError:
+        version = self._zk.write_isr(p.topic, p.index, state)
+        if version is None:
             log.info("%s-%d: ISR change to %s refused (state changed in ZooKeeper)", p.topic, p.index, state.isr)
-        except NoNodeError:
-            pass
-        return None
+            return None
+        self._isr_changes.record(p.topic, p.index)
+        return version
 
     # --- lookups -------------------------------------------------------------------
 

@@ -180,7 +180,7 @@ PARTITIONS = 20
 def leader(tmp_path: Path, **kwargs: Any) -> ReplicaManager:
     logs = LogManager(tmp_path / "data", LogConfig())
     logs.startup()
-    zk = SimpleNamespace(connected=True, update_partition_state=lambda *a: 1)
+    zk = SimpleNamespace(connected=True, write_isr=lambda *a: 1)
     rm = ReplicaManager(LEADER, logs, LogConfig(), cast(ZkClient, zk), lambda b: None, **kwargs)
     rm.start()
     for i in range(PARTITIONS):

@@ -12,11 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "kbroker/cluster/"
 
-ALLOWED_KAZOO_USERS = {
-    # Its ISR write catches kazoo's BadVersionError/NoNodeError; the lead engineer is
-    # rewriting that code (batched ISR changes, issue 22) and removes this entry with it.
-    "kbroker/replication/replica_manager.py",
-}
+ALLOWED_KAZOO_USERS: set[str] = set()
 """Modules outside cluster/ still allowed to import kazoo or use ``.kazoo``; each says why."""
 
 ZNODE_PATH = re.compile(
