@@ -161,7 +161,7 @@ def test_api_versions_advertises_what_is_served_and_an_unknown_version_gets_v0(d
         resp = w.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
         assert int(resp.error_code) == 0
         keys = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-        assert keys[0] == (3, 9) and keys[1] == (4, 12) and keys[3] == (0, 12) and keys[18] == (0, 3)
+        assert keys[0] == (0, 9) and keys[1] == (4, 12) and keys[3] == (0, 12) and keys[18] == (0, 3)
         # ApiVersions v99: a v0 answer with UNSUPPORTED_VERSION and the list, same connection.
         frame = w.frame(18, 3, {})
         w.send_raw(frame[:6] + (99).to_bytes(2, "big") + frame[8:])
