@@ -65,7 +65,8 @@ class LogApis:
                 records = bytes(part.records or b"")
                 if req.version < 3:
                     try:
-                        records = upconvert(records)
+                        # off the loop: opening a compressed wrapper can take a while
+                        records = await self._service._offload(upconvert, records)
                     except KafkaError as exc:
                         if failed is None:
                             failed = unconverted.topics.add(name=t.name)
