@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from kbroker.api.kafka import legacy_produce
 from kbroker.api.kafka.codec import build, encode_response, read_request, response_class
 from kbroker.api.kafka.legacy_produce import upconvert
-from kclient.errors import CorruptRecordError, InvalidRecordError
+from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import Compression, decode_batches, encode_batch
 from tests.legacy_messages import compressed, message, message_set
 
@@ -64,6 +65,26 @@ def test_zstd_needs_magic_2() -> None:
     wrapper = message(None, b"\x28\xb5\x2f\xfd", attributes=int(Compression.ZSTD))
     with pytest.raises(InvalidRecordError, match="codec id 4"):
         upconvert(wrapper)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4])
+def test_a_wrapper_that_inflates_too_far_is_message_too_large(
+    codec: Compression, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small wrapper must not make the broker hold gigabytes: inflation stops at the
+    bound (here lowered to 64 KiB; a 1 MiB value of zeros compresses to almost nothing)."""
+    monkeypatch.setattr(legacy_produce, "MAX_INFLATED_BYTES", 64 * 1024)
+    bomb = compressed(message_set([(None, bytes(1024 * 1024))]), codec)
+    assert len(bomb) < 64 * 1024
+    with pytest.raises(MessageSizeTooLargeError, match="inflate past"):
+        upconvert(bomb)
+    fits = compressed(message_set([(None, bytes(1024))] * 3), codec)
+    assert len(_decoded(upconvert(fits))) == 3
+
+
+def test_a_wrapper_that_does_not_decompress_is_corrupt_message() -> None:
+    with pytest.raises(CorruptRecordError, match="gzip"):
+        upconvert(message(None, b"not gzip at all", attributes=int(Compression.GZIP)))
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])

@@ -22,7 +22,9 @@ for a v2 batch). Errors, per partition as Kafka answers them:
 
 - a CRC mismatch, a message cut short or a size that does not fit: CORRUPT_MESSAGE;
 - a magic above 1 after a magic 0/1 message, a compressed message inside a compressed
-  wrapper, zstd (which needs magic 2) or an unknown codec id: INVALID_RECORD.
+  wrapper, zstd (which needs magic 2) or an unknown codec id: INVALID_RECORD;
+- wrappers that inflate past :data:`MAX_INFLATED_BYTES` in all: MESSAGE_TOO_LARGE
+  (inflation stops there; pre-1.0 clients' sets are far smaller).
 
 A v2 RecordBatch sent with Produce v0-2 is passed on as it is (Kafka 2.8 accepts it).
 LZ4 wrappers are read with a standard LZ4 frame reader: a magic-0 LZ4 wrapper written
@@ -39,6 +41,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import lz4.frame as _lz4f
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader
@@ -46,12 +49,16 @@ from kio.schema.types import TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import Records, TZAware, i16, i32, i32Timedelta, i64
 
-from kclient.errors import CorruptRecordError, InvalidRecordError
+from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import Compression, _decompress, encode_batch
 
 PRODUCE_KEY = 0
 
 NO_TIMESTAMP = -1
+
+MAX_INFLATED_BYTES = 32 * 1024 * 1024
+"""The most bytes the compressed wrappers of one message set may inflate to; beyond,
+MESSAGE_TOO_LARGE (a small wrapper must not make the broker hold gigabytes)."""
 
 _MESSAGE_HEAD = struct.Struct(">qi")  # offset, message size
 _CRC_MAGIC_ATTRS = struct.Struct(">Ibb")
@@ -211,6 +218,8 @@ class _Converted:
     values: list[bytes | None] = field(default_factory=list)
     timestamps: list[int] = field(default_factory=list)
     codec: Compression = Compression.NONE
+    inflated: int = 0
+    """Bytes the wrappers inflated to so far."""
 
 
 def is_legacy(records: bytes) -> bool:
@@ -282,7 +291,8 @@ def _read_message(msg: memoryview, out: _Converted, wrapper: tuple[int, int | No
         raise InvalidRecordError(f"compression codec id {codec_id} is not valid for magic {magic}")
     if value is None:
         raise InvalidRecordError("a compressed message without a value")
-    inner = _decompress(codec_id, memoryview(value))
+    inner = _inflate(Compression(codec_id), value, MAX_INFLATED_BYTES - out.inflated)
+    out.inflated += len(inner)
     out.codec = Compression(codec_id)
     log_append = magic == 1 and bool(attributes & _TIMESTAMP_TYPE_BIT)
     _read_set(memoryview(inner), out, (magic, timestamp if log_append else None))
@@ -298,3 +308,86 @@ def _bytes(msg: memoryview, p: int) -> tuple[bytes | None, int]:
     if len(msg) < p + n:
         raise CorruptRecordError("a message cut short")
     return bytes(msg[p : p + n]), p + n
+
+
+def _too_large() -> MessageSizeTooLargeError:
+    return MessageSizeTooLargeError(f"the message set's compressed messages inflate past {MAX_INFLATED_BYTES} bytes")
+
+
+def _inflate(codec: Compression, data: bytes, budget: int) -> bytes:
+    """``data`` decompressed, at most ``budget`` bytes (MessageSizeTooLargeError past it,
+    CorruptRecordError when it does not decompress)."""
+    try:
+        if codec == Compression.GZIP:
+            return _gzip(data, budget)
+        if codec == Compression.LZ4:
+            d = _lz4f.LZ4FrameDecompressor()
+            out: bytes = d.decompress(data, max_length=budget + 1)
+            if len(out) > budget:
+                raise _too_large()
+            if not d.eof:
+                raise CorruptRecordError("a truncated lz4 wrapper")
+            return out
+    except (zlib.error, RuntimeError, ValueError, EOFError) as exc:
+        raise CorruptRecordError(f"a {codec.name.lower()} wrapper does not decompress: {exc}") from None
+    # snappy: each block states its length up front (xerial framing, or one plain block)
+    if _snappy_length(data) > budget:
+        raise _too_large()
+    return _decompress(codec, memoryview(data))
+
+
+def _gzip(data: bytes, budget: int) -> bytes:
+    """Concatenated gzip members, as Java's GZIPInputStream reads them."""
+    parts: list[bytes] = []
+    total = 0
+    rest = data
+    while rest:
+        d = zlib.decompressobj(31)
+        chunk = d.decompress(rest, budget + 1 - total)
+        while True:
+            parts.append(chunk)
+            total += len(chunk)
+            if total > budget:
+                raise _too_large()
+            if not d.unconsumed_tail:
+                break
+            chunk = d.decompress(d.unconsumed_tail, budget + 1 - total)
+        if not d.eof:
+            raise EOFError("truncated gzip data")
+        rest = d.unused_data
+    return b"".join(parts)
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = len(_XERIAL_MAGIC) + 8
+
+
+def _snappy_length(data: bytes) -> int:
+    """The uncompressed length snappy ``data`` declares (CorruptRecordError if unreadable)."""
+    try:
+        if not data.startswith(_XERIAL_MAGIC):
+            return _uvarint(data, 0)
+        total, p = 0, _XERIAL_HEADER_SIZE
+        while p < len(data):
+            (n,) = _I32.unpack_from(data, p)
+            if n < 0 or p + 4 + n > len(data):
+                raise CorruptRecordError("a truncated xerial snappy block")
+            total += _uvarint(data, p + 4)
+            p += 4 + n
+        return total
+    except (struct.error, IndexError, ValueError) as exc:
+        raise CorruptRecordError(f"a snappy wrapper does not decompress: {exc}") from None
+
+
+def _uvarint(data: bytes, p: int) -> int:
+    """The unsigned varint at ``p`` (snappy's length prefix)."""
+    value = shift = 0
+    while True:
+        if p >= len(data) or shift > 63:
+            raise ValueError("a truncated varint")
+        b = data[p]
+        p += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value
+        shift += 7
