@@ -9,7 +9,7 @@ from kbroker.api.kafka import legacy_produce
 from kbroker.api.kafka.codec import build, encode_response, read_request, response_class
 from kbroker.api.kafka.legacy_produce import upconvert
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
-from kclient.records import Compression, decode_batches, encode_batch
+from kclient.records import Compression, _compress, decode_batches, encode_batch
 from tests.legacy_messages import compressed, message, message_set
 
 RECORDS = [(b"k0", b"v0"), (None, b"v1"), (b"k2", None)]
@@ -80,6 +80,25 @@ def test_a_wrapper_that_inflates_too_far_is_message_too_large(
         upconvert(bomb)
     fits = compressed(message_set([(None, bytes(1024))] * 3), codec)
     assert len(_decoded(upconvert(fits))) == 3
+
+
+def _kafka_0_8_lz4(inner: bytes) -> bytes:
+    """An LZ4 frame with Kafka 0.8's header checksum (over the magic too), as librdkafka
+    writes it for a MsgVersion 0 producer."""
+    frame = bytearray(_compress(Compression.LZ4, memoryview(inner)))
+    end = 6 + (8 if frame[4] & 0x08 else 0)
+    frame[end] = (legacy_produce._xxh32(bytes(frame[:end])) >> 8) & 0xFF
+    return bytes(frame)
+
+
+def test_a_magic_0_lz4_wrapper_with_kafka_0_8_framing_is_read() -> None:
+    inner = message_set(RECORDS)
+    wrapper = message(None, _kafka_0_8_lz4(inner), attributes=int(Compression.LZ4))
+    assert _decoded(upconvert(wrapper)) == [(k, v, -1) for k, v in RECORDS]
+    # magic 1 must carry the right checksum, as Kafka requires
+    wrapper_v1 = message(None, _kafka_0_8_lz4(message_set(RECORDS, magic=1)), magic=1, attributes=int(Compression.LZ4))
+    with pytest.raises(CorruptRecordError, match="lz4"):
+        upconvert(wrapper_v1)
 
 
 def test_a_wrapper_that_does_not_decompress_is_corrupt_message() -> None:

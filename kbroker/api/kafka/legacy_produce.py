@@ -27,9 +27,9 @@ for a v2 batch). Errors, per partition as Kafka answers them:
   (inflation stops there; pre-1.0 clients' sets are far smaller).
 
 A v2 RecordBatch sent with Produce v0-2 is passed on as it is (Kafka 2.8 accepts it).
-LZ4 wrappers are read with a standard LZ4 frame reader: a magic-0 LZ4 wrapper written
-with Kafka 0.8's miscomputed header checksum is CORRUPT_MESSAGE here (Kafka tolerates
-it); librdkafka and the Java client have written the correct checksum since 0.10.
+A magic-0 LZ4 wrapper carries Kafka 0.8's miscomputed frame header checksum (librdkafka
+writes it so for a MsgVersion 0 producer); Kafka ignores it for magic 0, and so does
+the up-conversion: the checksum is recomputed before the frame is read.
 
 No ``from __future__ import annotations`` here: kio reads the field types at run time.
 
@@ -291,6 +291,8 @@ def _read_message(msg: memoryview, out: _Converted, wrapper: tuple[int, int | No
         raise InvalidRecordError(f"compression codec id {codec_id} is not valid for magic {magic}")
     if value is None:
         raise InvalidRecordError("a compressed message without a value")
+    if codec_id == Compression.LZ4 and magic == 0:
+        value = _fix_lz4_header_checksum(value)
     inner = _inflate(Compression(codec_id), value, MAX_INFLATED_BYTES - out.inflated)
     out.inflated += len(inner)
     out.codec = Compression(codec_id)
@@ -391,3 +393,45 @@ def _uvarint(data: bytes, p: int) -> int:
         if not b & 0x80:
             return value
         shift += 7
+
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _fix_lz4_header_checksum(frame: bytes) -> bytes:
+    """``frame`` with its LZ4 frame descriptor's checksum byte made right (Kafka 0.8's
+    framing computed it over the magic too); unchanged when it is no LZ4 frame."""
+    if len(frame) < 7 or not frame.startswith(_LZ4_MAGIC):
+        return frame
+    flg = frame[4]
+    end = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)  # content size, dictionary id
+    if end >= len(frame):
+        return frame
+    checksum = (_xxh32(frame[4:end]) >> 8) & 0xFF
+    return frame if frame[end] == checksum else frame[:end] + bytes([checksum]) + frame[end + 1 :]
+
+
+def _xxh32(data: bytes) -> int:
+    """XXH32 with seed 0 of fewer than 16 bytes (an LZ4 frame descriptor)."""
+    assert len(data) < 16
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & _M32
+
+    h = (_P5 + len(data)) & _M32
+    p = 0
+    while p + 4 <= len(data):
+        h = (h + int.from_bytes(data[p : p + 4], "little") * _P3) & _M32
+        h = (rotl(h, 17) * _P4) & _M32
+        p += 4
+    for b in data[p:]:
+        h = (h + b * _P5) & _M32
+        h = (rotl(h, 11) * _P1) & _M32
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    h ^= h >> 16
+    return h
