@@ -132,3 +132,31 @@ def test_a_produce_version_not_served_fails_each_partition_in_its_own_shape(door
         c.send_raw(c.frame(0, 10, {**request, "acks": 0}))
         c.sock.settimeout(10)
         assert c.sock.recv(1) == b""
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+def test_librdkafka_as_a_0_9_client_produces_with_each_codec(door: LocalCluster, codec: str) -> None:
+    """confluent-kafka with ApiVersions off and a 0.9.0 fallback sends Produce v1 with
+    magic-0 messages (lz4 with Kafka 0.8's framing); every record arrives, in order."""
+    ck = pytest.importorskip("confluent_kafka")
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": door.kafka_bootstrap(),
+            "api.version.request": False,
+            "broker.version.fallback": "0.9.0",
+            "enable.idempotence": False,
+            "compression.codec": codec,
+            "linger.ms": 50,
+        }
+    )
+    errors: list[object] = []
+    for i in range(20):
+        producer.produce(
+            TOPIC, value=b"value-%d" % i, key=b"k%d" % i, partition=1, on_delivery=lambda e, m: errors.append(e)
+        )
+    assert producer.flush(30) == 0
+    assert errors == [None] * 20
+    with WireClient(door.kafka_bootstrap()) as c:
+        got = _fetch(c, TOPIC, 1)
+    assert [(k, v) for _, k, v, _ in got] == [(b"k%d" % i, b"value-%d" % i) for i in range(20)]
+    assert {ts for *_, ts in got} == {-1}  # magic 0: no timestamps
