@@ -21,7 +21,9 @@ groups this broker coordinates, as Kafka 2.8's ``GroupMetadata.removeExpiredOffs
   consumer): each offset once its last commit is older than the retention period.
 
 A commit's time is its znode's mtime. An Empty group left without offsets is deleted
-(Kafka: Dead). Kafka keeps a group's state timestamp with its members in
+(Kafka: Dead); one that had members only once it has been Empty for the retention
+period (its offsets all expire then anyway), so that a group loaded here is never
+deleted while its members reconnect. Kafka keeps a group's state timestamp with its members in
 ``__consumer_offsets``; kbroker keeps members in the coordinator's memory only, so a
 coordinator that loads a group (at its start, or when the group moves to it) counts the
 group's Empty time from then: a stable group whose members are reconnecting after a
