@@ -19,7 +19,7 @@ the fetcher calls :meth:`FetchSessionHandler.reset`: the next fetch is a full on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 TopicPartition = tuple[str, int]
@@ -121,6 +121,13 @@ class FetchSessionHandler:
                 self._sent[tp] = w
                 req.to_send[tp] = w
         return req
+
+    def build_all(self, wanted: Mapping[TopicPartition, PartitionData]) -> FetchRequestData:
+        """The next fetch, given every partition to fetch now (Kafka's FetchSessionHandler
+        Builder: the fetcher lists them all, the handler sends the difference)."""
+        self._touched.update(wanted)
+        self._touched.update(tp for tp in self._sent if tp not in wanted)
+        return self.build(wanted.get, lambda: wanted)
 
     def handle_response(self, req: FetchRequestData, session_id: int, error_code: int) -> bool:
         """Take the answer to ``req``; False when it is a session error (nothing in it

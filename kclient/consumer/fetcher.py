@@ -29,6 +29,7 @@ from kclient.errors import (
     OffsetOutOfRangeError,
     for_code,
 )
+from kclient.fetch_session import FetchRequestData, FetchSessionHandler, PartitionData
 from kclient.producer.metrics import Sensor
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import (
@@ -61,6 +62,9 @@ class _Request:
     future: Any
     partitions: dict[TopicPartition, int]
     sent: float = 0.0
+    session: FetchRequestData | None = None
+    """A Fetch's session data (KIP-227): ``partitions`` holds every partition the answer
+    may name, sent in this request or held by the session."""
 
 
 class _Chunk:
@@ -194,6 +198,8 @@ class Fetcher:
         self._backoff_s = cfg["retry_backoff_ms"] / 1000.0
         self._retry_at: dict[TopicPartition, tuple[float, int]] = {}  # partition -> (retry at, failures)
         self._error_due = False  # a drain returned records past a partition's standing error
+        self._sessions: dict[str, FetchSessionHandler] = {}
+        """The fetch session (KIP-227) with each leader fetched from, by address."""
         self.metrics = FetchMetrics()
 
     # --- buffer -------------------------------------------------------------------
@@ -408,12 +414,20 @@ class Fetcher:
 
     # --- requests -------------------------------------------------------------------
 
-    def _send(self, kind: str, address: str, method: str, request: Any, partitions: dict[TopicPartition, int]) -> None:
+    def _send(
+        self,
+        kind: str,
+        address: str,
+        method: str,
+        request: Any,
+        partitions: dict[TopicPartition, int],
+        session: FetchRequestData | None = None,
+    ) -> None:
         timeout = self._transport.request_timeout_s
         if kind == "fetch":
             timeout += request.max_wait_ms / 1000.0
         future = getattr(self._transport.stub(address), method).future(request, timeout=timeout)
-        pending = _Request(kind, address, future, partitions, time.monotonic())
+        pending = _Request(kind, address, future, partitions, time.monotonic(), session)
         if kind == "fetch":
             self._fetches[address] = pending
         else:
@@ -460,34 +474,49 @@ class Fetcher:
         return expected
 
     def send_fetches(self) -> None:
-        """A Fetch to every leader without one in flight, for its ready partitions."""
+        """A Fetch to every leader without one in flight, for its ready partitions: in a
+        fetch session with that leader (KIP-227), the first one full, the next ones naming
+        only the partitions whose fetch offset changed and those no longer fetched."""
         busy, ends = self._fetch_offsets()
+        max_partition_bytes = self._cfg["max_partition_fetch_bytes"]
         for addr, tps in self._by_leader(self._subs.fetchable(), busy).items():
             if addr in self._fetches:
                 continue
+            offsets: dict[TopicPartition, int] = {}
+            wanted: dict[tuple[str, int], PartitionData] = {}
+            for tp in tps:
+                position = ends.get(tp)
+                if position is None:
+                    position = self._subs.partitions[tp].position or 0
+                offsets[tp] = position
+                wanted[(tp.topic, tp.partition)] = PartitionData(position, -1, -1, max_partition_bytes)
+            session = self._sessions.get(addr)
+            if session is None:
+                session = self._sessions[addr] = FetchSessionHandler()
+            data = session.build_all(wanted)
             req = log_pb2.FetchRequest(
                 replica_id=-1,
                 max_wait_ms=self._cfg["fetch_max_wait_ms"],
                 min_bytes=self._cfg["fetch_min_bytes"],
                 max_bytes=self._cfg["fetch_max_bytes"],
+                session_id=data.session_id,
+                session_epoch=data.epoch,
             )
             topics: dict[str, Any] = {}
-            offsets: dict[TopicPartition, int] = {}
-            for tp in tps:
-                t = topics.get(tp.topic)
+            for (topic, index), d in data.to_send.items():
+                t = topics.get(topic)
                 if t is None:
-                    t = topics[tp.topic] = req.topics.add(name=tp.topic)
-                position = ends.get(tp)
-                if position is None:
-                    position = self._subs.partitions[tp].position or 0
-                offsets[tp] = position
+                    t = topics[topic] = req.topics.add(name=topic)
                 t.partitions.add(
-                    index=tp.partition,
-                    fetch_offset=position,
-                    partition_max_bytes=self._cfg["max_partition_fetch_bytes"],
-                    current_leader_epoch=-1,
+                    index=index, fetch_offset=d.fetch_offset, partition_max_bytes=d.max_bytes, current_leader_epoch=-1
                 )
-            self._send("fetch", addr, "Fetch", req, offsets)
+            forgotten: dict[str, Any] = {}
+            for topic, index in data.forgotten:
+                f = forgotten.get(topic)
+                if f is None:
+                    f = forgotten[topic] = req.forgotten_topics_data.add(name=topic)
+                f.partitions.append(index)
+            self._send("fetch", addr, "Fetch", req, offsets, data)
 
     def send_list_offsets(self, targets: Mapping[TopicPartition, int]) -> None:
         """ListOffsets for partitions waiting for a reset (``targets``: partition ->
@@ -536,6 +565,8 @@ class Fetcher:
                 err = self._transport.failed(req.address, exc)
             else:  # cancelled at close
                 err = KafkaConnectionError(f"request to {req.address} did not complete: {exc!r}")
+            if req.session is not None and (session := self._sessions.get(req.address)) is not None:
+                session.reset()  # the next Fetch there is a full one
             if not (err.retriable or err.invalid_metadata):
                 raise err from exc
             log.debug("%s to %s failed: %s", req.kind, req.address, err)
@@ -571,6 +602,13 @@ class Fetcher:
                     self._retry_at.pop(tp, None)
 
     def _handle_fetch(self, req: _Request, resp: log_pb2.FetchResponse) -> None:
+        session = self._sessions.get(req.address)
+        if req.session is not None and session is not None:
+            if not session.handle_response(req.session, resp.session_id, resp.error_code):
+                # FETCH_SESSION_ID_NOT_FOUND (the broker restarted, or evicted it) or
+                # INVALID_FETCH_SESSION_EPOCH: the next Fetch there is a full one, at once.
+                log.debug("fetch session with %s ended: %s", req.address, for_code(resp.error_code)(resp.error_message))
+                return
         fetched = 0
         for t in resp.topics:
             for p in t.partitions:
