@@ -232,3 +232,23 @@ def test_a_removed_partition_is_forgotten(setup: Any) -> None:
     produce(rm, 3, [b"gone"])
     time.sleep(0.5)
     assert parts[3].log.log_end_offset == 0
+
+
+def test_a_new_leader_epoch_truncates_then_fetches_in_the_same_session(setup: Any) -> None:
+    rm, endpoint, parts, fetcher = setup
+    produce(rm, 4, [b"a"])
+    fetcher.start()
+    wait_until(lambda: parts[4].log.log_end_offset == 1 and fetcher.session.incremental, 10, "caught up")
+    state = LeaderAndIsr(LEADER, 1, [LEADER, FOLLOWER], 1, 1)
+    rm.on_partition_change("t", 4, [LEADER, FOLLOWER], state, {})  # a new epoch, same leader
+    parts[4].make_follower(state, [LEADER, FOLLOWER])
+    seen = len(endpoint.requests)
+    fetcher.remove(("t", 4))
+    fetcher.add(parts[4], 1)  # what ReplicaFetcherManager.follow does
+    produce(rm, 4, [b"b"])
+    wait_until(lambda: parts[4].log.log_end_offset == 2, 10, "fetched in the new epoch")
+    later = endpoint.requests[seen:]
+    # Truncated first (forgotten meanwhile if a fetch went out), then named with the new epoch.
+    readded = [p for r in later for t in r.topics for p in t.partitions if p.index == 4]
+    assert readded and readded[-1].current_leader_epoch == 1
+    assert all(r.session_epoch > 0 for r in later)  # all in the same session
