@@ -380,3 +380,30 @@ def test_while_zookeeper_is_out_of_reach_every_fetch_records_every_position(
     finally:
         monkeypatch.setattr(rm._zk, "connected", True)
         rm.shutdown()
+
+
+def test_a_throttled_partition_stays_dirty_until_the_leader_quota_lets_it_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rm = leader(tmp_path)
+    try:
+        monkeypatch.setattr(rm._zk, "write_isr", lambda *a: None)  # the follower stays out of the ISR
+        throttled = {"leader.replication.throttled.replicas": f"0:{LEADER}"}
+        rm.on_partition_change("t", 0, [LEADER, FOLLOWER], LeaderAndIsr(LEADER, 0, [LEADER], 1, 1), throttled)
+        rm.set_replication_throttles(100, 2**63 - 1)
+        c = Client(rm)
+        c.fetch([spec("t", 0)])
+        rm.partition("t", 0).append_as_leader(batch([b"z" * 1000]), 1, 1)
+        rm.purgatory.progress(("t", 0))
+        first = answered(c.fetch([]))  # a fresh quota lets it through
+        assert first[("t", 0)].read is not None and first[("t", 0)].read.records
+        rm.partition("t", 0).append_as_leader(batch([b"w" * 1000]), 1, 1)
+        rm.purgatory.progress(("t", 0))
+        held = answered(c.fetch([spec("t", 0, offset=1)]))  # out of the ISR, quota used up: held back
+        assert all(r.read is None or not r.read.records for r in held.values())
+        rm.set_replication_throttles(2**63 - 1, 2**63 - 1)  # no new mark: it stayed dirty
+        later = answered(c.fetch([]))
+        read = later[("t", 0)].read
+        assert read is not None and read.records
+    finally:
+        rm.shutdown()
