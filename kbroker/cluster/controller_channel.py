@@ -4,9 +4,10 @@ requests to every live broker.
 The controller decides partition states and writes them to ZooKeeper; brokers learn them
 from this channel, in batches, instead of each watching every partition-state znode:
 
-* **LeaderAndIsr** goes to the replicas of the partitions it names, first: a replica
-  learns its role (leader or follower) before clients are told;
-* **UpdateMetadata** goes to every live broker: the states its metadata answers from.
+* **LeaderAndIsr** goes to the replicas of the partitions it names, first;
+* **UpdateMetadata** goes to every live broker (the states its metadata answers from)
+  once every LeaderAndIsr of the same batch was answered: a client told by any broker
+  that a replica leads finds that replica leading.
 
 Each request carries the controller's id and epoch and the target's broker epoch (the
 czxid of its registration, KIP-380); the broker refuses an older controller epoch
@@ -28,6 +29,7 @@ controller's event thread); each sender thread owns its gRPC channel.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -230,19 +232,49 @@ class ControllerChannel:
         update_metadata: list[PartitionStateUpdate],
         to: Iterable[int] | None = None,
     ) -> dict[int, Future[None]]:
-        """LeaderAndIsr to each broker of ``leader_and_isr`` with its states, then
-        UpdateMetadata with ``update_metadata`` to ``to`` (default: every live broker).
-        Returns each addressed broker's future (done once it answered)."""
+        """LeaderAndIsr to each broker of ``leader_and_isr`` with its states, then, once
+        every one of them answered (or failed), UpdateMetadata with ``update_metadata``
+        to ``to`` (default: every live broker): a client told by any broker that a
+        replica leads finds that replica leading. Never blocks. Returns each addressed
+        broker's future (done once all its requests of this call were answered)."""
         with self._lock:
             senders = dict(self._senders)
-        targets = set(leader_and_isr) | (set(senders) if to is None else set(to))
-        out: dict[int, Future[None]] = {}
-        for broker_id in sorted(targets):
-            sender = senders.get(broker_id)
-            if sender is None:
-                continue  # not live: it gets the whole state when it registers
-            if update_metadata or leader_and_isr.get(broker_id):
-                out[broker_id] = sender.enqueue(leader_and_isr.get(broker_id, ()), update_metadata)
+        lai_targets = {b: senders[b] for b in sorted(leader_and_isr) if b in senders and leader_and_isr[b]}
+        um_targets = {b: s for b, s in senders.items() if to is None or b in set(to)} if update_metadata else {}
+        # (brokers not live get the whole state when they register)
+        out: dict[int, Future[None]] = {b: Future() for b in sorted(set(lai_targets) | set(um_targets))}
+        lai_futures = {b: s.enqueue(leader_and_isr[b], ()) for b, s in lai_targets.items()}
+        remaining = len(lai_futures)
+        lock = threading.Lock()
+
+        def finish(target: int, fut: Future[None]) -> None:
+            """``fut`` is the last of ``target``'s requests of this call."""
+            if out[target].done():
+                return
+            exc = fut.exception()
+            if exc is None:
+                out[target].set_result(None)
+            else:
+                out[target].set_exception(exc)
+
+        def send_update_metadata() -> None:
+            for target, sender in um_targets.items():
+                sender.enqueue((), update_metadata).add_done_callback(functools.partial(finish, target))
+
+        def leader_and_isr_answered(target: int, fut: Future[None]) -> None:
+            nonlocal remaining
+            if fut.exception() is not None or target not in um_targets:
+                finish(target, fut)
+            with lock:
+                remaining -= 1
+                last = remaining == 0
+            if last:
+                send_update_metadata()
+
+        if not lai_futures:
+            send_update_metadata()
+        for target, fut in lai_futures.items():
+            fut.add_done_callback(functools.partial(leader_and_isr_answered, target))
         return out
 
     def close(self) -> None:

@@ -45,7 +45,8 @@ class IsrChangeNotifier:
         with self._cond:
             self._stopped = True
             self._cond.notify()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def record(self, topic: str, partition: int) -> None:
         with self._cond:
