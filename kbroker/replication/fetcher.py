@@ -215,6 +215,12 @@ class ReplicaFetcher(threading.Thread):
         with self._lock:
             return list(self._partitions)
 
+    def fetches(self, tp: TopicPartition, leader_epoch: int) -> bool:
+        """Is ``tp`` fetched here in ``leader_epoch``?"""
+        with self._lock:
+            st = self._partitions.get(tp)
+            return st is not None and st.leader_epoch == leader_epoch
+
     def shutdown(self) -> None:
         self._stopped.set()
         self._wake.set()
@@ -604,6 +610,25 @@ class ReplicaFetcherManager:
                 f.start()
             f.add(partition, leader_epoch)
             self._owner[tp] = leader_id
+
+    def repoint(self, partition: Partition, leader_id: int, leader_epoch: int) -> None:
+        """:meth:`follow` unless ``partition`` is fetched already from ``leader_id`` at its
+        registered address in ``leader_epoch``: a change in the set of brokers re-points
+        only the partitions whose leader came back or moved, and the others keep their
+        fetch positions (no truncation round, no new fetch session)."""
+        tp = (partition.topic, partition.index)
+        address = self._address_of(leader_id)
+        with self._lock:
+            f = self._fetchers.get(leader_id)
+            if (
+                address is not None
+                and f is not None
+                and self._owner.get(tp) == leader_id
+                and f.leader.address == address
+                and f.fetches(tp, leader_epoch)
+            ):
+                return
+        self.follow(partition, leader_id, leader_epoch)
 
     def unfollow(self, tp: TopicPartition) -> None:
         with self._lock:

@@ -373,11 +373,12 @@ class ReplicaManager:
         return state is not None and existing.latest_epoch > state.leader_epoch
 
     def on_brokers_change(self) -> None:
-        """Leaders may have come back on new addresses: re-point fetchers."""
+        """Leaders may have come back, or on new addresses: re-point their partitions'
+        fetchers (the others go on as they were)."""
         for p in self.partitions():
             view = p.state_view()
             if not p.is_leader and view.leader >= 0:
-                self.fetchers.follow(p, view.leader, view.leader_epoch)
+                self.fetchers.repoint(p, view.leader, view.leader_epoch)
 
     def on_topic_deleted(self, topic: str) -> None:
         with self._lock:

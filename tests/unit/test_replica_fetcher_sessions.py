@@ -16,7 +16,7 @@ import pytest
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
 from kbroker.replication.fetch_session import FetchSessionCache
-from kbroker.replication.fetcher import ReplicaFetcher
+from kbroker.replication.fetcher import ReplicaFetcher, ReplicaFetcherManager
 from kbroker.replication.partition import Partition
 from kbroker.replication.replica_manager import FetchResult, FetchSpec, ReplicaManager
 from kbroker.storage.log import Log
@@ -252,3 +252,52 @@ def test_a_new_leader_epoch_truncates_then_fetches_in_the_same_session(setup: An
     readded = [p for r in later for t in r.topics for p in t.partitions if p.index == 4]
     assert readded and readded[-1].current_leader_epoch == 1
     assert all(r.session_epoch > 0 for r in later)  # all in the same session
+
+
+def test_a_change_in_the_broker_set_re_points_only_partitions_whose_leader_moved(tmp_path: Path) -> None:
+    rm = leader(tmp_path)
+    parts = followers(tmp_path)
+    addresses = {LEADER: "leader:1"}
+    endpoints: list[SessionLeader] = []
+
+    class Counting(SessionLeader):
+        truncations = 0
+
+        def offset_for_leader_epoch(
+            self, request: log_pb2.OffsetForLeaderEpochRequest, timeout_s: float
+        ) -> log_pb2.OffsetForLeaderEpochResponse:
+            self.truncations += 1
+            return super().offset_for_leader_epoch(request, timeout_s)
+
+    def endpoint(address: str) -> SessionLeader:
+        e = Counting(rm)
+        e.address = address
+        endpoints.append(e)
+        return e
+
+    manager = ReplicaFetcherManager(FOLLOWER, addresses.get, Purgatory(), max_wait_ms=200, endpoint=endpoint)
+    try:
+        for p in parts.values():
+            manager.follow(p, LEADER, 0)
+        produce(rm, 0, [b"a"])
+        wait_until(lambda: parts[0].log.log_end_offset == 1, 10, "fetched")
+        first = endpoints[0]
+        seen, truncations = len(first.requests), first.truncations
+        for p in parts.values():  # same leader, address and epoch: nothing to re-point
+            manager.repoint(p, LEADER, 0)
+        produce(rm, 1, [b"b"])
+        wait_until(lambda: parts[1].log.log_end_offset == 1, 10, "fetched after the re-point")
+        assert len(endpoints) == 1 and first.truncations == truncations  # no truncation round
+        later = first.requests[seen:]
+        # The session went on: no full fetch naming every partition again, nothing forgotten.
+        assert all(r.session_epoch > 0 and not r.forgotten_topics_data for r in later)
+        addresses[LEADER] = "leader:2"  # the leader came back on a new address
+        for p in parts.values():
+            manager.repoint(p, LEADER, 0)
+        assert [e.address for e in endpoints] == ["leader:1", "leader:2"]
+        produce(rm, 2, [b"c"])
+        wait_until(lambda: parts[2].log.log_end_offset == 1, 10, "fetched from the new address")
+        assert sorted({i for r in endpoints[1].requests for _, i in endpoints[1].named(r)}) == sorted(parts)
+    finally:
+        manager.shutdown()
+        rm.shutdown()
