@@ -10,9 +10,10 @@ INVALID_RECORD; v10+ gets UNSUPPORTED_VERSION on each partition in its own schem
 Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on are not served),
 ListOffsets 1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served),
 OffsetForLeaderEpoch 2-4 (kio has no schema for 0-1), Metadata 0-12,
-InitProducerId 0-4, DescribeCluster 0. Fetch sessions (KIP-227) are not kept: every
-fetch is answered in full with session id 0 ("no session"), which clients accept; a
-request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+InitProducerId 0-4, DescribeCluster 0. Fetch v7+ carries fetch sessions (KIP-227): the
+session id, epoch and forgotten partitions go to the same session cache as gRPC's (one
+cache, ``max.incremental.fetch.session.cache.slots``), so an idle incremental fetch names
+no partitions; v4-6 fetch without a session.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
 INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
-FETCH_SESSION_ID_NOT_FOUND = 70
 
 
 class LogApis:
@@ -174,15 +174,17 @@ class LogApis:
     async def fetch(self, req: KafkaRequest) -> Any:
         p = req.payload
         cls = response_class(FETCH, req.version)
-        session_id = int(getattr(p, "session_id", 0))
-        if session_id != 0:
-            return build(cls, {"error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0})
         proto = log_pb2.FetchRequest(
             replica_id=int(p.replica_id),
             max_wait_ms=millis(p.max_wait),
             min_bytes=int(p.min_bytes),
             max_bytes=int(getattr(p, "max_bytes", 0x7FFFFFFF)),
         )
+        if req.version >= 7:  # v4-6 have no session fields: a sessionless fetch
+            proto.session_id = int(p.session_id)
+            proto.session_epoch = int(p.session_epoch)
+            for t in p.forgotten_topics_data:
+                proto.forgotten_topics_data.add(name=t.topic, partitions=[int(x) for x in t.partitions])
         for t in p.topics:
             ft = proto.topics.add(name=t.topic)
             for part in t.partitions:
@@ -202,11 +204,13 @@ class LogApis:
                 for t in proto.topics
             ]  # fmt: skip
             return build(cls, {"error_code": exc.errno, "session_id": 0, "responses": refused})
+        if resp.error_code:  # the session's own error (unknown session, wrong epoch): no partitions
+            return build(cls, {"error_code": int(resp.error_code), "session_id": 0})
         return build(
             cls,
             {
                 "error_code": 0,
-                "session_id": 0,
+                "session_id": int(resp.session_id),
                 "responses": [
                     {
                         "topic": t.name,
