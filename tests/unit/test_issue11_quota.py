@@ -27,7 +27,7 @@ from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import InvalidConfigurationError
-from tests.unit.test_fetcher import FOLLOWER, LEADER, InProcessLeader, batch, partition
+from tests.unit.test_replica_fetcher import FOLLOWER, LEADER, InProcessLeader, batch, partition
 
 
 class Clock:

@@ -11,8 +11,8 @@ from kbroker.purgatory import Purgatory
 from kbroker.replication.fetcher import REPLICA_FETCH_RESPONSE_MAX_BYTES, ReplicaFetcher
 from kclient.proto.kbroker.v1 import log_pb2
 from tests.support import wait_until
-from tests.unit.test_fetcher import FOLLOWER, LEADER, InProcessLeader
-from tests.unit.test_fetcher import setup as fetcher_setup
+from tests.unit.test_replica_fetcher import FOLLOWER, LEADER, InProcessLeader
+from tests.unit.test_replica_fetcher import setup as fetcher_setup
 
 
 class Recording(InProcessLeader):

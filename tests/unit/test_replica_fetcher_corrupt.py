@@ -23,7 +23,7 @@ from kclient.errors import CorruptRecordError
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import BatchBuilder, iter_headers
 from tests.support import serve_fetch, wait_until
-from tests.unit.test_fetcher import values
+from tests.unit.test_replica_fetcher import values
 
 LEADER, FOLLOWER = 1, 2
 
