@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from kbroker.cluster.reassignment import ReassignmentManager
-from tests.unit.test_issue11_reassignment import InMemoryStore
+from tests.unit.test_reassignment_manager import InMemoryStore
 
 
 def test_a_move_off_the_leader_logs_the_election_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
