@@ -31,7 +31,7 @@ from kbroker.security.authorizer import AclAuthorizer
 from kclient.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 from kclient.proto.kbroker.v1 import admin_pb2, broker_pb2_grpc, cluster_pb2, log_pb2, metadata_pb2
 from kclient.records import BatchBuilder
-from tests.integration.test_issue12_broker_listeners import (
+from tests.integration.test_broker_listeners import (
     ADMIN,
     ADMIN_PASSWORD,
     add_user,

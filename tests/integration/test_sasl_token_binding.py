@@ -25,7 +25,7 @@ from kclient.security import SecurityConfig
 from kclient.transport import Transport
 from tests.conftest import FAST_BROKER
 from tests.integration.fault_proxy import FaultProxy
-from tests.integration.test_issue12_broker_listeners import add_user, scram_login, session
+from tests.integration.test_broker_listeners import add_user, scram_login, session
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration

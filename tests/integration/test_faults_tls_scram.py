@@ -13,8 +13,8 @@ import pytest
 
 from kbroker.local.cluster import LocalCluster
 from kbroker.security import certs
+from tests.integration.test_broker_listeners import add_user
 from tests.integration.test_faults import FAST, sigkill_bounces
-from tests.integration.test_issue12_broker_listeners import add_user
 
 pytestmark = pytest.mark.integration
 

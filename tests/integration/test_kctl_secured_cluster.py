@@ -14,7 +14,7 @@ import pytest
 
 from kbroker.local.cluster import LocalCluster
 from kbroker.security import certs
-from tests.integration.test_issue12_broker_listeners import (
+from tests.integration.test_broker_listeners import (
     ADMIN,
     ADMIN_PASSWORD,
     add_user,

@@ -52,7 +52,7 @@ from kclient.proto.kbroker.v1 import (
 )
 from kclient.records import BatchBuilder
 from tests.conftest import FAST_BROKER
-from tests.integration.test_issue12_broker_listeners import (
+from tests.integration.test_broker_listeners import (
     ADMIN,
     ADMIN_PASSWORD,
     add_user,
