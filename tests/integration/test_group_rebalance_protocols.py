@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kbroker.local.cluster import LocalCluster
-from tests.integration.test_issue14_groups import GROUPS, _ck_consumer, _create, _produce
+from tests.integration.test_kafka_door_groups import GROUPS, _ck_consumer, _create, _produce
 
 ck = pytest.importorskip("confluent_kafka")
 

@@ -18,7 +18,7 @@ import pytest
 from kbroker.local.cluster import LocalCluster
 from kbroker.security import certs
 from kclient.scram import ScramClient, ScramMechanism
-from tests.integration.test_issue14_security import set_passwords
+from tests.integration.test_kafka_door_security import set_passwords
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.integration

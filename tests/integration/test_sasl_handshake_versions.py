@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from kbroker.local.cluster import LocalCluster
-from tests.integration.test_issue14_security import set_passwords
+from tests.integration.test_kafka_door_security import set_passwords
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ from prometheus_client import generate_latest
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.metrics import BrokerMetrics, BrokerState, BrokerStateCollector
+from tests.unit.test_broker_metrics import FakePartition
 from tests.unit.test_delete_offsets import FakeStore
-from tests.unit.test_issue13_metrics import FakePartition
 
 TP = tuple[str, int]
 
