@@ -1,5 +1,6 @@
-"""Issue 13, logging: log.level / --log-level, log.file with rotation, the rate limiter,
-the fetcher's rate-limited connection warnings and the membership lines."""
+"""Broker logging: log.level / --log-level, log.file with rotation, the rate limiter,
+the fetcher's rate-limited connection warnings, the membership lines, and the "leader
+elected" line (with its reason) of a reassignment that moves leadership."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.reassignment import ReassignmentManager
 from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.config import build_config, with_overrides
 from kbroker.log_setup import LoggingConfig, RateLimiter, configure
@@ -18,6 +20,7 @@ from kbroker.replication.fetcher import ReplicaFetcher
 from kbroker.server import parse_args
 from kclient.errors import InvalidConfigError, KafkaConnectionError
 from kclient.proto.kbroker.v1 import log_pb2
+from tests.unit.test_reassignment_manager import InMemoryStore
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/x"}
 
@@ -167,3 +170,18 @@ def test_membership_lines(caplog: pytest.LogCaptureFixture) -> None:
         ("WARNING", "broker 1 lost (was at h1:9092): its registration in ZooKeeper ended"),
         ("INFO", "broker 3 registered at h3:9094 (broker epoch 7)"),
     ]
+
+
+def test_a_move_off_the_leader_logs_the_election_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kbroker.cluster.reassignment")
+    store = InMemoryStore()
+    store.add_topic("t", {0: [1, 2, 3]})
+    store.write_request({("t", 0): [3, 4, 5]})
+    m = ReassignmentManager(store, 2)
+    m.process_request({1, 2, 3, 4, 5})
+    store.join_isr("t", 0, 4)
+    store.join_isr("t", 0, 5)
+    m.try_complete({1, 2, 3, 4, 5})
+    elections = [r.getMessage() for r in caplog.records if "elected" in r.getMessage()]
+    want = "t-0: leader 3 elected (was 1), reason: reassignment; epoch 2, ISR [1, 2, 3, 4, 5] -> [3, 4, 5]"
+    assert elections == [want]
