@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from kazoo.exceptions import NoNodeError
+import grpc
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import ZnodeStat
 
 from kbroker.cluster import zkdata
+from kclient.errors import KafkaConnectionError
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 60, what: str = "condition") -> None:
@@ -167,3 +171,303 @@ class InProcessControllerChannel:
 
     def close(self) -> None:
         self._known = set()
+
+
+@dataclass
+class KazooStat:
+    """The fields of a kazoo ``ZnodeStat`` that :class:`FakeKazoo`'s callers read."""
+
+    version: int
+    czxid: int
+    ephemeralOwner: int = 0
+
+
+class FakeKazooTransaction:
+    """A kazoo transaction over :class:`FakeKazoo`'s nodes: all or nothing, with kazoo's
+    per-operation results (``RolledBackError`` for the operations of a failed one)."""
+
+    def __init__(self, kz: FakeKazoo) -> None:
+        self.kz = kz
+        self.ops: list[tuple[str, str, bytes, int]] = []
+
+    def check(self, path: str, version: int) -> None:
+        self.ops.append(("check", path, b"", version))
+
+    def set_data(self, path: str, data: bytes, version: int = -1) -> None:
+        self.ops.append(("set", path, data, version))
+
+    def create(self, path: str, data: bytes = b"", **_: Any) -> None:
+        self.ops.append(("create", path, data, -1))
+
+    def _apply(self) -> list[Any]:
+        nodes = self.kz.nodes
+        results: list[Any] = []
+        for op, path, _data, version in self.ops:
+            if op in ("check", "set"):
+                if path not in nodes:
+                    results.append(NoNodeError())
+                elif version != -1 and nodes[path][1] != version:
+                    results.append(BadVersionError())
+                else:
+                    results.append(True)
+            else:
+                results.append(NodeExistsError() if path in nodes else True)
+            if isinstance(results[-1], Exception):
+                return [r if isinstance(r, Exception) else RolledBackError() for r in results] + [
+                    RolledBackError() for _ in self.ops[len(results) :]
+                ]
+        out: list[Any] = []
+        for op, path, data, _version in self.ops:
+            if op == "set":
+                nodes[path] = (data, nodes[path][1] + 1)
+                out.append(KazooStat(nodes[path][1], 1))
+            elif op == "create":
+                nodes[path] = (data, 0)
+                out.append(path)
+            else:
+                out.append(True)
+        return out
+
+    def commit_async(self) -> _Result:
+        self.kz.calls["commit_async"] += 1
+        return _Result(self._apply())
+
+    def commit(self) -> list[Any]:
+        self.kz.calls["commit"] += 1
+        return self._apply()
+
+
+class FakeKazoo:
+    """An in-memory kazoo client: ``nodes`` maps a path to (data, version). ``calls`` counts
+    each call by name (``blocking()`` sums the round trips that block); ``watches`` records
+    the watch passed to every ``exists`` and ``get_children``, for a test to fire."""
+
+    connected = True
+    client_id = (1, b"")
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[bytes, int]] = {}
+        self.calls: Counter[str] = Counter()
+        self.watches: list[Any] = []
+
+    def blocking(self) -> int:
+        return sum(n for k, n in self.calls.items() if not k.endswith("_async") and k != "transaction")
+
+    def get(self, path: str, watch: Any = None) -> tuple[bytes, KazooStat]:
+        self.calls["get"] += 1
+        if path not in self.nodes:
+            raise NoNodeError()
+        data, version = self.nodes[path]
+        return data, KazooStat(version, 7)
+
+    def get_async(self, path: str) -> _Result:
+        self.calls["get_async"] += 1
+        if path not in self.nodes:
+            return _Result(error=NoNodeError())
+        data, version = self.nodes[path]
+        return _Result((data, KazooStat(version, 7)))
+
+    def exists(self, path: str, watch: Any = None) -> KazooStat | None:
+        self.calls["exists"] += 1
+        self.watches.append(watch)
+        return KazooStat(self.nodes[path][1], 7) if path in self.nodes else None
+
+    def get_children(self, path: str, watch: Any = None) -> list[str]:
+        self.calls["get_children"] += 1
+        self.watches.append(watch)
+        prefix = path.rstrip("/") + "/"
+        return sorted({p[len(prefix) :].split("/")[0] for p in self.nodes if p.startswith(prefix)})
+
+    def create_async(self, path: str, data: bytes = b"", **_: Any) -> _Result:
+        self.calls["create_async"] += 1
+        if path in self.nodes:
+            return _Result(error=NodeExistsError())
+        self.nodes[path] = (data, 0)
+        return _Result(path)
+
+    def transaction(self) -> FakeKazooTransaction:
+        self.calls["transaction"] += 1
+        return FakeKazooTransaction(self)
+
+
+class FakeMetadataCache:
+    """The broker's metadata cache as the group coordinator reads it: a snapshot with
+    the live ``brokers`` (ids) and no topics."""
+
+    def __init__(self, brokers: Iterable[int] = (1,)) -> None:
+        self.brokers = list(brokers)
+
+    def snapshot(self) -> SimpleNamespace:
+        return SimpleNamespace(brokers=dict.fromkeys(self.brokers), topics={})
+
+
+class FakeMetadata:
+    """kclient's ClusterMetadata as the client's roles read it, with no broker behind it.
+
+    ``counts`` gives a topic's partition count (``default_partitions`` for a topic not in
+    it; ``None`` means the topic is unknown); ``addresses`` are the brokers, and
+    ``leader`` (the first address unless given) leads every partition. ``refreshes``
+    counts the refreshes; ``refresh_due`` makes ``needs_refresh`` true until the next one."""
+
+    def __init__(
+        self,
+        counts: dict[str, int] | None = None,
+        *,
+        default_partitions: int | None = None,
+        addresses: Iterable[str] = ("leader:1",),
+        leader: str | None = None,
+    ) -> None:
+        self.counts = dict(counts or {})
+        self.default_partitions = default_partitions
+        self.addresses = list(addresses)
+        self.leader = leader if leader is not None else self.addresses[0]
+        self.refreshes = 0
+        self.refresh_due = False
+
+    def partitions_for(self, topic: str) -> set[int] | None:
+        n = self.counts.get(topic, self.default_partitions)
+        return set(range(n)) if n else None
+
+    def wait_for_partitions(self, topic: str, timeout_s: float) -> set[int]:
+        return self.partitions_for(topic) or set()
+
+    def topics(self) -> set[str]:
+        return set(self.counts)
+
+    def add_topics(self, topics: Any) -> None:
+        pass
+
+    def leader_address(self, tp: Any) -> str:
+        return self.leader
+
+    def broker_addresses(self) -> list[str]:
+        return list(self.addresses)
+
+    def needs_refresh(self, now: float) -> bool:
+        return self.refresh_due
+
+    def refresh(self, topics: Any = None, *, all_topics: bool = False) -> None:
+        self.refresh_due = False
+        self.refreshes += 1
+
+    def maybe_refresh(self, timeout_s: float | None = None) -> bool:
+        self.refresh()
+        return True
+
+    def request_update(self) -> None:
+        pass
+
+
+class DoneFuture:
+    """A gRPC future already done: ``fn()``'s value, or the exception it raised."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value, self._exc = fn(), None
+        except Exception as exc:
+            self._value, self._exc = None, exc
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+    def add_done_callback(self, cb: Callable[[DoneFuture], None]) -> None:
+        cb(self)
+
+
+class FakeTransport:
+    """kclient's Transport as the client's roles call it, with no network.
+
+    - Each RPC answers from a script: ``answers`` (method -> answer) or ``on(method,
+      *answers)``; each call takes the next answer and the last one repeats. An answer is
+      a response, an exception to raise, or a callable taking the request and giving the
+      response. An RPC without a script fails the test.
+    - ``stub(address).<Method>.future(request)`` is an already-done future over ``call``,
+      unless ``futures`` gives the method a maker (request -> future): then the test (or an
+      in-process leader) completes it, and ``issued[method]`` lists the futures made.
+    - Addresses in ``down`` refuse connections (``KafkaConnectionError``).
+    - ``calls`` records every (address, method, request) in order.
+    - ``failed(address, exc)`` turns a failed gRPC call into the client's error; the
+      failure must be one of ``failures``.
+    """
+
+    def __init__(
+        self,
+        answers: dict[str, Any] | None = None,
+        *,
+        futures: dict[str, Callable[[Any], Any]] | None = None,
+        request_timeout_s: float = 1.0,
+        failures: tuple[type[BaseException], ...] = (Exception,),
+    ) -> None:
+        self.request_timeout_s = request_timeout_s
+        self.scripts: dict[str, list[Any]] = {}
+        for method, answer in (answers or {}).items():
+            self.on(method, answer)
+        self.futures = dict(futures or {})
+        self.issued: dict[str, list[Any]] = {method: [] for method in self.futures}
+        self.failures = failures
+        self.down: set[str] = set()
+        self.calls: list[tuple[str, str, Any]] = []
+        self.closed = False
+
+    def on(self, method: str, *answers: Any) -> None:
+        self.scripts[method] = list(answers)
+
+    def methods(self) -> list[str]:
+        return [m for _, m, _ in self.calls]
+
+    def requests(self, method: str) -> list[Any]:
+        return [r for _, m, r in self.calls if m == method]
+
+    def addresses(self) -> list[str]:
+        return [a for a, _, _ in self.calls]
+
+    def candidates(self, addresses: list[str]) -> list[str]:
+        return list(addresses)
+
+    def call(self, address: str, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        self.calls.append((address, method, request))
+        if address in self.down:
+            raise KafkaConnectionError(f"{address} is down")
+        assert method in self.scripts, f"unexpected {method} call"
+        script = self.scripts[method]
+        item = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(item, Exception):
+            raise item
+        return item(request) if callable(item) else item
+
+    def call_any(self, method: str, request: Any, addresses: Any = (), timeout_s: float | None = None, **_: Any) -> Any:
+        return self.call("any", method, request, timeout_s)
+
+    def stub(self, address: str) -> Any:
+        transport = self
+
+        class _Method:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def future(self, request: Any, timeout: float | None = None) -> Any:
+                make = transport.futures.get(self.name)
+                if make is None:
+                    return DoneFuture(lambda: transport.call(address, self.name, request))
+                future = make(request)
+                transport.issued[self.name].append(future)
+                return future
+
+        class _Stub:
+            def __getattr__(self, name: str) -> _Method:
+                return _Method(name)
+
+        return _Stub()
+
+    def failed(self, address: str, exc: BaseException) -> KafkaConnectionError:
+        assert isinstance(exc, self.failures), f"unexpected failure {exc!r}"
+        details = exc.details() if isinstance(exc, grpc.RpcError) else str(exc)  # type: ignore[attr-defined]
+        return KafkaConnectionError(f"{address}: {details}")
+
+    def mark_failed(self, address: str) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True

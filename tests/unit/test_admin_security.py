@@ -21,7 +21,6 @@ from kclient.admin_security import (
 )
 from kclient.errors import (
     InvalidRequestError,
-    KafkaConnectionError,
     NoBrokersAvailable,
     ResourceNotFoundError,
     SecurityDisabledError,
@@ -29,39 +28,17 @@ from kclient.errors import (
 )
 from kclient.proto.kbroker.v1 import security_pb2
 from kclient.scram import ScramMechanism, credential_from_salted_password, password_matches
+from tests.support import FakeMetadata, FakeTransport
 
 BINDING = AclBinding(
     ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW
 )
 
 
-class FakeTransport:
-    """Brokers b1, b2 answering from ``answers``; those in ``down`` refuse connections."""
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers = answers
-        self.down: set[str] = set()
-        self.calls: list[str] = []
-
-    def candidates(self, addresses: list[str]) -> list[str]:
-        return list(addresses)
-
-    def call(self, address: str, method: str, request: Any, timeout_s: float | None = None) -> Any:
-        self.calls.append(address)
-        if address in self.down:
-            raise KafkaConnectionError(f"{address} is down")
-        return self.answers[method]
-
-
-class FakeMetadata:
-    def broker_addresses(self) -> list[str]:
-        return ["b1", "b2"]
-
-
 class FakeAdmin(AdminSecurityMixin):
     def __init__(self, answers: dict[str, Any]) -> None:
         self._transport = FakeTransport(answers)  # type: ignore[assignment]
-        self._metadata = FakeMetadata()  # type: ignore[assignment]
+        self._metadata = FakeMetadata(addresses=["b1", "b2"])  # type: ignore[assignment]
         self._timeout_ms = 1000
         self.sent: list[tuple[str, Any]] = []
         self._real_call = self._transport.call
@@ -183,10 +160,10 @@ def test_security_calls_stick_to_the_broker_that_answered() -> None:
     transport.down = set()
     admin.create_acls([BINDING])
     admin.describe_acls()
-    assert transport.calls == ["b1", "b2", "b2", "b2"]
+    assert transport.addresses() == ["b1", "b2", "b2", "b2"]
     transport.down = {"b2"}
     admin.describe_acls()  # the sticky broker is gone: another one answers
-    assert transport.calls[-2:] == ["b2", "b1"]
+    assert transport.addresses()[-2:] == ["b2", "b1"]
     transport.down = {"b1", "b2"}
     with pytest.raises(NoBrokersAvailable):
         admin.describe_acls()

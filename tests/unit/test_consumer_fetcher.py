@@ -16,6 +16,7 @@ from kclient.errors import CorruptRecordError
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import BatchBuilder
 from kclient.structs import TopicPartition
+from tests.support import FakeMetadata, FakeTransport
 
 TP = TopicPartition
 T0, T1 = TP("t", 0), TP("t", 1)
@@ -61,41 +62,6 @@ class ManualFuture:
         self.callbacks.append(cb)
 
 
-class FakeTransport:
-    request_timeout_s = 1.0
-
-    def __init__(self) -> None:
-        self.fetches: list[ManualFuture] = []
-
-    def stub(self, address: str) -> Any:
-        transport = self
-
-        class _Fetch:
-            def future(self, request: log_pb2.FetchRequest, timeout: float | None = None) -> ManualFuture:
-                f = ManualFuture(request)
-                transport.fetches.append(f)
-                return f
-
-        class _Stub:
-            Fetch = _Fetch()
-
-        return _Stub()
-
-    def close(self) -> None:
-        pass
-
-
-class FakeMetadata:
-    def leader_address(self, tp: TopicPartition) -> str:
-        return LEADER
-
-    def request_update(self) -> None:
-        pass
-
-    def maybe_refresh(self, timeout_s: float | None = None) -> bool:
-        return True
-
-
 CFG = {**Consumer.DEFAULT_CONFIG, "fetch_max_wait_ms": 0}
 
 
@@ -104,8 +70,8 @@ def fetcher_for(*tps: TopicPartition) -> tuple[Fetcher, SubscriptionState, FakeT
     subs.assign_from_user(list(tps))
     for st in subs.partitions.values():
         st.position = 0
-    transport = FakeTransport()
-    return Fetcher(transport, FakeMetadata(), subs, CFG), subs, transport  # type: ignore[arg-type]
+    transport = FakeTransport(futures={"Fetch": ManualFuture})
+    return Fetcher(transport, FakeMetadata(addresses=[LEADER]), subs, CFG), subs, transport  # type: ignore[arg-type]
 
 
 def consumer_for(*tps: TopicPartition, **cfg: Any) -> tuple[Consumer, FakeTransport]:
@@ -113,8 +79,8 @@ def consumer_for(*tps: TopicPartition, **cfg: Any) -> tuple[Consumer, FakeTransp
     consumer.assign(list(tps))
     for st in consumer._subs.partitions.values():
         st.position = 0
-    transport = FakeTransport()
-    consumer._metadata = FakeMetadata()  # type: ignore[assignment]
+    transport = FakeTransport(futures={"Fetch": ManualFuture})
+    consumer._metadata = FakeMetadata(addresses=[LEADER])  # type: ignore[assignment]
     consumer._fetcher = Fetcher(transport, consumer._metadata, consumer._subs, consumer.config)  # type: ignore[arg-type]
     return consumer, transport
 
@@ -127,24 +93,24 @@ def test_next_fetch_is_in_flight_before_the_last_response_is_consumed() -> None:
     consumer, transport = consumer_for(T0, max_poll_records=3)
     try:
         consumer.poll(timeout_ms=0)
-        assert [f.offsets() for f in transport.fetches] == [{T0: 0}]
-        transport.fetches[0].complete({0: batch(0, 10)})
+        assert [f.offsets() for f in transport.issued["Fetch"]] == [{T0: 0}]
+        transport.issued["Fetch"][0].complete({0: batch(0, 10)})
         got = consumer.poll(timeout_ms=100)
         assert values(got) == {T0: [b"r0", b"r1", b"r2"]}
         # Seven records are still buffered, and the fetch after them is already out.
-        assert [f.offsets() for f in transport.fetches] == [{T0: 0}, {T0: 10}]
-        transport.fetches[1].complete({0: batch(10, 5)})
+        assert [f.offsets() for f in transport.issued["Fetch"]] == [{T0: 0}, {T0: 10}]
+        transport.issued["Fetch"][1].complete({0: batch(10, 5)})
         # Two responses buffered: no third fetch until the first one is consumed.
         got = consumer.poll(timeout_ms=100)
         assert values(got) == {T0: [b"r3", b"r4", b"r5"]}
-        assert len(transport.fetches) == 2
+        assert len(transport.issued["Fetch"]) == 2
         seen = [r.offset for r in got[T0]]
-        while len(transport.fetches) == 2:
+        while len(transport.issued["Fetch"]) == 2:
             seen += [r.offset for r in consumer.poll(timeout_ms=100).get(T0, [])]
         # The poll that finished the first response (9, then 10 and 11 of the second) fetched
         # again, after the second.
         assert seen == list(range(3, 12))
-        assert transport.fetches[2].offsets() == {T0: 15}
+        assert transport.issued["Fetch"][2].offsets() == {T0: 15}
         assert consumer.position(T0) == 12
         while consumer.position(T0) < 15:
             seen += [r.offset for r in consumer.poll(timeout_ms=100).get(T0, [])]
@@ -157,16 +123,16 @@ def test_the_next_fetch_is_out_before_the_response_is_decoded() -> None:
     in_flight_at_decode: list[int] = []
 
     def value(v: bytes) -> bytes:
-        in_flight_at_decode.append(len(transport.fetches))
+        in_flight_at_decode.append(len(transport.issued["Fetch"]))
         return v
 
     consumer, transport = consumer_for(T0, value_deserializer=value)
     try:
         consumer.poll(timeout_ms=0)
-        transport.fetches[0].complete({0: batch(0, 2)})
+        transport.issued["Fetch"][0].complete({0: batch(0, 2)})
         assert len(consumer.poll(timeout_ms=100)[T0]) == 2
         assert in_flight_at_decode == [2, 2]  # the fetch from offset 2 was sent first
-        assert transport.fetches[1].offsets() == {T0: 2}
+        assert transport.issued["Fetch"][1].offsets() == {T0: 2}
     finally:
         consumer.close()
 
@@ -175,7 +141,7 @@ def test_records_are_built_once_with_the_deserializers() -> None:
     consumer, transport = consumer_for(T0, key_deserializer=bytes.decode, value_deserializer=bytes.upper)
     try:
         consumer.poll(timeout_ms=0)
-        transport.fetches[0].complete({0: batch(0, 2)})
+        transport.issued["Fetch"][0].complete({0: batch(0, 2)})
         (rec, rec2) = consumer.poll(timeout_ms=100)[T0]
         assert rec[:6] == ("t", 0, 0, 1000, 0, "k0")
         assert rec.value == b"R0"
@@ -187,19 +153,19 @@ def test_records_are_built_once_with_the_deserializers() -> None:
 def test_prefetch_is_dropped_after_a_seek() -> None:
     fetcher, subs, transport = fetcher_for(T0)
     fetcher.send_fetches()
-    transport.fetches[0].complete({0: batch(0, 10)})
+    transport.issued["Fetch"][0].complete({0: batch(0, 10)})
     fetcher.wait(time.monotonic())
     assert [r.offset for r in fetcher.drain(4)[T0]] == [0, 1, 2, 3]
     fetcher.send_fetches()
-    assert transport.fetches[1].offsets() == {T0: 10}
+    assert transport.issued["Fetch"][1].offsets() == {T0: 10}
     subs.partitions[T0].position = 2  # seek back
     fetcher.clear([T0])
-    transport.fetches[1].complete({0: batch(10, 5)})
+    transport.issued["Fetch"][1].complete({0: batch(10, 5)})
     fetcher.wait(time.monotonic())
     assert not fetcher.has_buffered()  # fetched from 10, but the partition now reads from 2
     fetcher.send_fetches()
-    assert transport.fetches[2].offsets() == {T0: 2}
-    transport.fetches[2].complete({0: batch(0, 10)})
+    assert transport.issued["Fetch"][2].offsets() == {T0: 2}
+    transport.issued["Fetch"][2].complete({0: batch(0, 10)})
     fetcher.wait(time.monotonic())
     assert [r.offset for r in fetcher.drain(100)[T0]] == list(range(2, 10))
 
@@ -207,7 +173,7 @@ def test_prefetch_is_dropped_after_a_seek() -> None:
 def test_columns_advance_positions_like_poll_and_mix_with_it() -> None:
     fetcher, subs, transport = fetcher_for(T0, T1)
     fetcher.send_fetches()
-    transport.fetches[0].complete({0: batch(0, 6), 1: batch(0, 3)})
+    transport.issued["Fetch"][0].complete({0: batch(0, 6), 1: batch(0, 3)})
     fetcher.wait(time.monotonic())
     cols = fetcher.drain_columns(4)
     assert list(cols) == [T0]
@@ -230,7 +196,7 @@ def test_columns_advance_positions_like_poll_and_mix_with_it() -> None:
 def test_corrupt_batch_isolated_in_columns() -> None:
     fetcher, subs, transport = fetcher_for(T0, T1)
     fetcher.send_fetches()
-    transport.fetches[0].complete({0: batch(0, 3), 1: batch(0, 2) + batch(2, 3, corrupt=True)})
+    transport.issued["Fetch"][0].complete({0: batch(0, 3), 1: batch(0, 2) + batch(2, 3, corrupt=True)})
     fetcher.wait(time.monotonic())
     out = fetcher.drain_columns(100)
     assert out[T0].offsets.tolist() == [0, 1, 2]
@@ -242,7 +208,7 @@ def test_corrupt_batch_isolated_in_columns() -> None:
         fetcher.drain(100)  # the same error through poll()
     assert (subs.partitions[T0].position, subs.partitions[T1].position) == (3, 2)
     fetcher.send_fetches()  # partition 1 is not fetched while its error is pending
-    assert transport.fetches[-1].offsets() == {T0: 3}
+    assert transport.issued["Fetch"][-1].offsets() == {T0: 3}
 
 
 def test_poll_arrow_has_sparks_kafka_schema() -> None:
@@ -252,7 +218,7 @@ def test_poll_arrow_has_sparks_kafka_schema() -> None:
         empty = consumer.poll_arrow(timeout_ms=0)
         assert empty.num_rows == 0
         assert empty.schema.names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-        transport.fetches[0].complete({0: batch(0, 2), 1: batch(5, 1)})
+        transport.issued["Fetch"][0].complete({0: batch(0, 2), 1: batch(5, 1)})
         rb = consumer.poll_arrow(timeout_ms=100)
         assert rb.schema.field("key").type == pa.binary()
         assert rb.schema.field("partition").type == pa.int32()
@@ -278,7 +244,7 @@ def test_perf_columnar_auto_takes_poll_arrow_and_counts_bytes_from_offsets() -> 
         poll = perf.columnar_poll(consumer, "auto")
         assert poll.__name__ == "poll_arrow"
         poll(timeout_ms=0)
-        transport.fetches[0].complete({0: batch(0, 12), 1: batch(3, 2)})
+        transport.issued["Fetch"][0].complete({0: batch(0, 12), 1: batch(3, 2)})
         expected = sum(len(f"k{i}r{i}") for i in [*range(12), 3, 4])
         assert perf._column_counts(poll(timeout_ms=100, max_records=5)) == (5, sum(len(f"k{i}r{i}") for i in range(5)))
         rest = consumer.poll_buffers(timeout_ms=100)
@@ -290,11 +256,11 @@ def test_perf_columnar_auto_takes_poll_arrow_and_counts_bytes_from_offsets() -> 
 def test_a_columnar_drain_joins_two_responses_of_a_partition() -> None:
     fetcher, subs, transport = fetcher_for(T0, T1)
     fetcher.send_fetches()
-    transport.fetches[0].complete({0: batch(0, 5), 1: batch(0, 1)})
+    transport.issued["Fetch"][0].complete({0: batch(0, 5), 1: batch(0, 1)})
     fetcher.wait(time.monotonic())
     fetcher.send_fetches()  # pipelined: T0 again from 5, T1 from 1, while 0-4 are buffered
-    assert transport.fetches[1].offsets() == {T0: 5, T1: 1}
-    transport.fetches[1].complete({0: batch(5, 5)})
+    assert transport.issued["Fetch"][1].offsets() == {T0: 5, T1: 1}
+    transport.issued["Fetch"][1].complete({0: batch(5, 5)})
     fetcher.wait(time.monotonic())
     out = fetcher.drain_columns(8)
     assert {tp: cb.offsets.tolist() for tp, cb in out.items()} == {T0: [0, 1, 2, 3, 4, 5, 6], T1: [0]}
@@ -307,10 +273,10 @@ def test_a_columnar_drain_joins_two_responses_of_a_partition() -> None:
 def test_column_lists_join_two_responses_and_mix_with_buffers_and_records() -> None:
     fetcher, subs, transport = fetcher_for(T0)
     fetcher.send_fetches()
-    transport.fetches[0].complete({0: batch(0, 5)})
+    transport.issued["Fetch"][0].complete({0: batch(0, 5)})
     fetcher.wait(time.monotonic())
     fetcher.send_fetches()
-    transport.fetches[1].complete({0: batch(5, 5)})
+    transport.issued["Fetch"][1].complete({0: batch(5, 5)})
     fetcher.wait(time.monotonic())
     assert fetcher.drain_columns(2)[T0].offsets.tolist() == [0, 1]
     lists = fetcher.drain_column_lists(5)[T0]  # 2-4 of the first response, 5-6 of the second
@@ -325,7 +291,7 @@ def test_column_lists_join_two_responses_and_mix_with_buffers_and_records() -> N
 def test_corrupt_batch_isolated_in_column_lists() -> None:
     fetcher, subs, transport = fetcher_for(T0)
     fetcher.send_fetches()
-    transport.fetches[0].complete({0: batch(0, 2) + batch(2, 3, corrupt=True)})
+    transport.issued["Fetch"][0].complete({0: batch(0, 2) + batch(2, 3, corrupt=True)})
     fetcher.wait(time.monotonic())
     assert fetcher.drain_column_lists(100)[T0].offsets == [0, 1]
     with pytest.raises(CorruptRecordError, match=r"t-0 at offset 2: .*CRC"):
@@ -338,7 +304,7 @@ def test_poll_arrow_joins_partitions_in_one_record_batch() -> None:
     consumer, transport = consumer_for(T0, T1)
     try:
         consumer.poll(timeout_ms=0)
-        transport.fetches[0].complete({0: batch(0, 3), 1: batch(7, 2)})
+        transport.issued["Fetch"][0].complete({0: batch(0, 3), 1: batch(7, 2)})
         rb = consumer.poll_arrow(timeout_ms=100, headers=True)
         assert rb.to_pydict()["offset"] == [0, 1, 2, 7, 8]
         assert rb.to_pydict()["partition"] == [0, 0, 0, 1, 1]

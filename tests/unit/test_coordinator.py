@@ -26,6 +26,7 @@ from kclient.errors import (
 )
 from kclient.proto.kbroker.v1 import group_pb2
 from kclient.structs import OffsetAndMetadata, TopicPartition
+from tests.support import FakeMetadata, FakeTransport
 
 TP = TopicPartition
 COORD = "coord:1"
@@ -34,96 +35,9 @@ OTHER = "other:2"
 Handler = Callable[[Any], Any]
 
 
-class FakeFuture:
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        try:
-            self._value, self._exc = fn(), None
-        except Exception as exc:
-            self._value, self._exc = None, exc
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self._exc is not None:
-            raise self._exc
-        return self._value
-
-    def add_done_callback(self, cb: Callable[[FakeFuture], None]) -> None:
-        cb(self)
-
-
-class FakeTransport:
-    """Answers each RPC from a queue of scripted responses (the last one repeats)."""
-
-    request_timeout_s = 2.0
-
-    def __init__(self) -> None:
-        self.scripts: dict[str, list[Any]] = {}
-        self.calls: list[tuple[str, str, Any]] = []
-        self.coordinator = COORD
-        self.on("FindCoordinator", lambda req: self.find())
-        self.on("Heartbeat", group_pb2.HeartbeatResponse())
-        self.on("LeaveGroup", group_pb2.LeaveGroupResponse())
-
-    def find(self) -> group_pb2.FindCoordinatorResponse:
-        host, port = self.coordinator.split(":")
-        return group_pb2.FindCoordinatorResponse(node_id=1, host=host, port=int(port))
-
-    def on(self, method: str, *responses: Any) -> None:
-        self.scripts[method] = list(responses)
-
-    def methods(self) -> list[str]:
-        return [m for _, m, _ in self.calls]
-
-    def requests(self, method: str) -> list[Any]:
-        return [r for _, m, r in self.calls if m == method]
-
-    def call(self, address: str, method: str, request: Any, timeout_s: float | None = None) -> Any:
-        self.calls.append((address, method, request))
-        script = self.scripts[method]
-        item = script.pop(0) if len(script) > 1 else script[0]
-        if isinstance(item, Exception):
-            raise item
-        return item(request) if callable(item) else item
-
-    def call_any(self, method: str, request: Any, addresses: Any = (), timeout_s: float | None = None) -> Any:
-        return self.call("any", method, request, timeout_s)
-
-    def stub(self, address: str) -> Any:
-        transport = self
-
-        class _Method:
-            def __init__(self, name: str) -> None:
-                self.name = name
-
-            def future(self, request: Any, timeout: float | None = None) -> FakeFuture:
-                return FakeFuture(lambda: transport.call(address, self.name, request))
-
-        class _Stub:
-            def __getattr__(self, name: str) -> _Method:
-                return _Method(name)
-
-        return _Stub()
-
-
-class FakeMetadata:
-    def __init__(self, counts: dict[str, int]) -> None:
-        self.counts = dict(counts)
-        self.refreshes = 0
-
-    def partitions_for(self, topic: str) -> set[int] | None:
-        n = self.counts.get(topic)
-        return set(range(n)) if n else None
-
-    def topics(self) -> set[str]:
-        return set(self.counts)
-
-    def refresh(self, topics: Any = None, *, all_topics: bool = False) -> None:
-        self.refreshes += 1
-
-    def add_topics(self, topics: Any) -> None:
-        pass
-
-    def broker_addresses(self) -> list[str]:
-        return [COORD]
+def find_coordinator(address: str) -> group_pb2.FindCoordinatorResponse:
+    host, port = address.split(":")
+    return group_pb2.FindCoordinatorResponse(node_id=1, host=host, port=int(port))
 
 
 class FakeFetcher:
@@ -162,8 +76,15 @@ CONFIG: dict[str, Any] = {
 def make(
     counts: dict[str, int] | None = None, heartbeat_thread: bool = True, **overrides: Any
 ) -> tuple[ConsumerCoordinator, FakeTransport, SubscriptionState, FakeMetadata]:
-    transport = FakeTransport()
-    metadata = FakeMetadata(counts if counts is not None else {"t": 4})
+    transport = FakeTransport(
+        {
+            "FindCoordinator": find_coordinator(COORD),
+            "Heartbeat": group_pb2.HeartbeatResponse(),
+            "LeaveGroup": group_pb2.LeaveGroupResponse(),
+        },
+        request_timeout_s=2.0,
+    )
+    metadata = FakeMetadata(counts if counts is not None else {"t": 4}, addresses=[COORD])
     subs = SubscriptionState("earliest")
     coord = ConsumerCoordinator(
         transport,  # type: ignore[arg-type]
@@ -336,7 +257,7 @@ def test_commit_follows_a_moved_coordinator() -> None:
     coord, transport, subs, _ = make()
     joined(coord, transport, subs, TP("t", 0))
     transport.on("CommitOffsets", KafkaConnectionError("gone"), commit_error(16), commit_ok)
-    transport.coordinator = OTHER
+    transport.on("FindCoordinator", find_coordinator(OTHER))
     coord.offsets.commit_sync({TP("t", 0): OffsetAndMetadata(5, "meta")})
     commits = [(a, r) for a, m, r in transport.calls if m == "CommitOffsets"]
     assert [a for a, _ in commits] == [COORD, OTHER, OTHER]
