@@ -5,13 +5,13 @@ store), and partitions led by other brokers (their high watermark asked of the l
 from __future__ import annotations
 
 from collections.abc import Collection
-from types import SimpleNamespace
 
 from prometheus_client import generate_latest
 
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.metrics import BrokerMetrics, BrokerState, BrokerStateCollector
+from tests.support import FakeMetadataCache
 from tests.unit.test_broker_metrics import FakePartition
 from tests.unit.test_delete_offsets import FakeStore
 
@@ -21,11 +21,6 @@ TP = tuple[str, int]
 class ListingStore(FakeStore):
     def groups(self) -> list[str]:
         return sorted(set(self.offsets) | set(self.generations))
-
-
-class FakeMetadata:
-    def snapshot(self) -> SimpleNamespace:
-        return SimpleNamespace(brokers={1: None}, topics={})
 
 
 def _lag(m: BrokerMetrics) -> dict[str, float]:
@@ -40,7 +35,7 @@ def _lag(m: BrokerMetrics) -> dict[str, float]:
 def test_a_coordinator_reports_offsets_committed_before_it_started() -> None:
     store = ListingStore()
     store.commit("old-group", {("t", 0): CommittedOffset(3), ("t", 1): CommittedOffset(9)})
-    c = GroupCoordinator(1, store, FakeMetadata())  # type: ignore[arg-type]
+    c = GroupCoordinator(1, store, FakeMetadataCache())  # type: ignore[arg-type]
     assert c.committed_offsets() == {"old-group": {("t", 0): 3, ("t", 1): 9}}
     c.commit("old-group", "", -1, {("t", 0): CommittedOffset(5)})
     assert c.committed_offsets() == {"old-group": {("t", 0): 5, ("t", 1): 9}}
@@ -80,7 +75,7 @@ def test_lag_of_partitions_led_elsewhere_uses_the_leaders_high_watermark() -> No
 def test_the_coordinators_own_end_offsets_are_used_when_none_is_wired() -> None:
     store = ListingStore()
     store.commit("g", {("t", 3): CommittedOffset(2)})
-    c = GroupCoordinator(1, store, FakeMetadata())  # type: ignore[arg-type]
+    c = GroupCoordinator(1, store, FakeMetadataCache())  # type: ignore[arg-type]
     c._end_offsets = lambda tps: {tp: 12 for tp in tps}  # type: ignore[assignment,method-assign]
     m = BrokerMetrics()
     m.registry.register(

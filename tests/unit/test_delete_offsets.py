@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from kclient.errors import (
     NotCoordinatorError,
 )
 from kclient.proto.kbroker.v1 import group_pb2
+from tests.support import FakeMetadataCache
 
 TP = tuple[str, int]
 
@@ -69,19 +69,11 @@ class FakeStore:
         pass
 
 
-class FakeMetadata:
-    def __init__(self, brokers: list[int]) -> None:
-        self.brokers = brokers
-
-    def snapshot(self) -> SimpleNamespace:
-        return SimpleNamespace(brokers=dict.fromkeys(self.brokers))
-
-
 def coordinator(store: FakeStore, brokers: list[int] | None = None) -> GroupCoordinator:
     return GroupCoordinator(
         1,
         store,  # type: ignore[arg-type]
-        FakeMetadata(brokers or [1]),  # type: ignore[arg-type]
+        FakeMetadataCache(brokers or [1]),  # type: ignore[arg-type]
     )
 
 

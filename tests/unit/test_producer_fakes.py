@@ -19,10 +19,10 @@ import grpc
 import pytest
 
 from kbroker.storage.producer_state import ProducerStateManager
-from kclient.errors import InvalidProducerEpochError, KafkaConnectionError, OutOfOrderSequenceNumberError
+from kclient.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 from kclient.records import decode_batch, read_header
-from kclient.structs import TopicPartition
+from tests.support import FakeMetadata, FakeTransport
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
@@ -94,7 +94,8 @@ class FakeLeader:
     """Leader of every partition, in process."""
 
     def __init__(self, partitions: int = 1) -> None:
-        self.partitions = partitions
+        self.metadata = FakeMetadata(default_partitions=partitions, addresses=[ADDRESS])
+        """The cluster metadata every producer made by ``install_fake_leader`` reads."""
         self.logs: dict[tuple[str, int], list[bytes | None]] = {}
         self.batch_headers: dict[tuple[str, int], list[Any]] = {}
         self.state: dict[tuple[str, int], ProducerStateManager] = {}
@@ -104,10 +105,29 @@ class FakeLeader:
         self.max_held = 0
         self.out_of_order = 0
         """OUT_OF_ORDER_SEQUENCE_NUMBER answers given."""
-        self.refresh_due = False
-        """Set to make the producer's metadata due for a refresh (``refreshes`` counts them)."""
-        self.refreshes = 0
         self.lock = threading.Lock()
+
+    @property
+    def partitions(self) -> int:
+        """The partition count of every topic."""
+        return self.metadata.default_partitions or 0
+
+    @partitions.setter
+    def partitions(self, n: int) -> None:
+        self.metadata.default_partitions = n
+
+    @property
+    def refresh_due(self) -> bool:
+        """Set to make the producer's metadata due for a refresh (``refreshes`` counts them)."""
+        return self.metadata.refresh_due
+
+    @refresh_due.setter
+    def refresh_due(self, due: bool) -> None:
+        self.metadata.refresh_due = due
+
+    @property
+    def refreshes(self) -> int:
+        return self.metadata.refreshes
 
     def produce(self, request: log_pb2.ProduceRequest) -> FakeCall:
         call = FakeCall(self, request)
@@ -160,76 +180,19 @@ class FakeLeader:
         return 0, base
 
 
-class FakeStub:
-    def __init__(self, leader: FakeLeader) -> None:
-        self.Produce = self
-        self.leader = leader
-
-    def future(self, request: log_pb2.ProduceRequest, timeout: float | None = None) -> FakeCall:
-        return self.leader.produce(request)
-
-
-class FakeTransport:
-    leader: FakeLeader
-
-    def __init__(self, bootstrap_servers: Any, request_timeout_ms: int = 30000) -> None:
-        self.closed = False
-
-    def stub(self, address: str) -> FakeStub:
-        return FakeStub(self.leader)
-
-    def call_any(self, method: str, request: Any, addresses: Any = (), **_kw: Any) -> Any:
-        assert method == "InitProducerId"
-        return cluster_pb2.InitProducerIdResponse(producer_id=7, producer_epoch=0)
-
-    def failed(self, address: str, exc: BaseException) -> KafkaConnectionError:
-        assert isinstance(exc, LostAnswer), f"unexpected failure {exc}"
-        return KafkaConnectionError(f"{address}: {exc.details()}")
-
-    def mark_failed(self, address: str) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class FakeMetadata:
-    leader: FakeLeader
-
-    def __init__(self, transport: Any, metadata_max_age_ms: int = 0, retry_backoff_ms: int = 0) -> None:
-        pass
-
-    def wait_for_partitions(self, topic: str, timeout_s: float) -> set[int]:
-        return set(range(self.leader.partitions))
-
-    def partitions_for(self, topic: str) -> set[int]:
-        return set(range(self.leader.partitions))
-
-    def leader_address(self, tp: TopicPartition) -> str:
-        return ADDRESS
-
-    def broker_addresses(self) -> list[str]:
-        return [ADDRESS]
-
-    def needs_refresh(self, now: float) -> bool:
-        return self.leader.refresh_due
-
-    def maybe_refresh(self, timeout_s: float | None = None) -> bool:
-        self.leader.refresh_due = False
-        self.leader.refreshes += 1
-        return True
-
-    def request_update(self) -> None:
-        pass
-
-
 def install_fake_leader(monkeypatch: pytest.MonkeyPatch) -> FakeLeader:
     """A FakeLeader of 1 partition; Producers made afterwards in the test talk to it."""
     from kclient.producer import producer as module
 
     fake = FakeLeader()
-    FakeTransport.leader = fake
-    FakeMetadata.leader = fake
-    monkeypatch.setattr(module, "Transport", FakeTransport)
-    monkeypatch.setattr(module, "ClusterMetadata", FakeMetadata)
+
+    def transport(*_: Any, **__: Any) -> FakeTransport:
+        return FakeTransport(
+            {"InitProducerId": cluster_pb2.InitProducerIdResponse(producer_id=7, producer_epoch=0)},
+            futures={"Produce": fake.produce},
+            failures=(LostAnswer,),
+        )
+
+    monkeypatch.setattr(module, "Transport", transport)
+    monkeypatch.setattr(module, "ClusterMetadata", lambda *_, **__: fake.metadata)
     return fake

@@ -14,7 +14,8 @@ from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.group.group import Group, GroupState, JoinResult, MemberIdNeeded
 from kclient.errors import FencedInstanceIdError, UnknownMemberIdError
-from tests.unit.test_delete_offsets import FakeMetadata, FakeStore
+from tests.support import FakeMetadataCache
+from tests.unit.test_delete_offsets import FakeStore
 
 
 def new_group() -> Group:
@@ -189,7 +190,7 @@ def test_no_rebalance_completes_between_a_commits_check_and_its_write() -> None:
     """A commit's check and write are one step: a member of generation N cannot write an
     offset after generation N+1 handed its partitions to someone else."""
     store = FakeStore()
-    c = GroupCoordinator(1, store, FakeMetadata([1]), initial_rebalance_delay_ms=0)  # type: ignore[arg-type]
+    c = GroupCoordinator(1, store, FakeMetadataCache([1]), initial_rebalance_delay_ms=0)  # type: ignore[arg-type]
     g, a, ra = c.join_begin(
         "grp",
         "",
