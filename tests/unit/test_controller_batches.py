@@ -9,132 +9,16 @@ transaction per partition, all in flight together).
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.controller import PARTITION_LINES_MAX, Controller
 from kbroker.cluster.zk_client import ControllerMovedError, ReplicaShuttingDownError, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo, LeaderAndIsr
-from tests.support import InProcessControllerChannel
-
-
-@dataclass
-class Stat:
-    version: int
-    czxid: int
-    ephemeralOwner: int = 0
-
-
-class Done:
-    def __init__(self, value: Any = None, exc: Exception | None = None) -> None:
-        self.value, self.exc = value, exc
-
-    def get(self, timeout: float | None = None) -> Any:
-        if self.exc is not None:
-            raise self.exc
-        return self.value
-
-
-class FakeTx:
-    def __init__(self, kz: FakeKazoo) -> None:
-        self.kz, self.ops = kz, []  # type: list[tuple[str, str, bytes, int]]
-
-    def check(self, path: str, version: int) -> None:
-        self.ops.append(("check", path, b"", version))
-
-    def set_data(self, path: str, data: bytes, version: int = -1) -> None:
-        self.ops.append(("set", path, data, version))
-
-    def create(self, path: str, data: bytes = b"", **_: Any) -> None:
-        self.ops.append(("create", path, data, -1))
-
-    def _apply(self) -> list[Any]:
-        nodes = self.kz.nodes
-        results: list[Any] = []
-        for op, path, _data, version in self.ops:
-            if op in ("check", "set"):
-                if path not in nodes:
-                    results.append(NoNodeError())
-                elif version != -1 and nodes[path][1] != version:
-                    results.append(BadVersionError())
-                else:
-                    results.append(True)
-            else:
-                results.append(NodeExistsError() if path in nodes else True)
-            if isinstance(results[-1], Exception):
-                return [r if isinstance(r, Exception) else RolledBackError() for r in results] + [
-                    RolledBackError() for _ in self.ops[len(results) :]
-                ]
-        out: list[Any] = []
-        for op, path, data, _version in self.ops:
-            if op == "set":
-                nodes[path] = (data, nodes[path][1] + 1)
-                out.append(Stat(nodes[path][1], 1))
-            elif op == "create":
-                nodes[path] = (data, 0)
-                out.append(path)
-            else:
-                out.append(True)
-        return out
-
-    def commit_async(self) -> Done:
-        self.kz.calls["commit_async"] += 1
-        return Done(self._apply())
-
-    def commit(self) -> list[Any]:
-        self.kz.calls["commit"] += 1
-        return self._apply()
-
-
-class FakeKazoo:
-    connected = True
-    client_id = (1, b"")
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, tuple[bytes, int]] = {}
-        self.calls: Counter[str] = Counter()
-
-    def blocking(self) -> int:
-        return sum(n for k, n in self.calls.items() if not k.endswith("_async") and k != "transaction")
-
-    def get(self, path: str, watch: Any = None) -> tuple[bytes, Stat]:
-        self.calls["get"] += 1
-        if path not in self.nodes:
-            raise NoNodeError()
-        data, version = self.nodes[path]
-        return data, Stat(version, 7)
-
-    def get_async(self, path: str) -> Done:
-        self.calls["get_async"] += 1
-        if path not in self.nodes:
-            return Done(exc=NoNodeError())
-        data, version = self.nodes[path]
-        return Done((data, Stat(version, 7)))
-
-    def exists(self, path: str, watch: Any = None) -> Stat | None:
-        self.calls["exists"] += 1
-        return Stat(self.nodes[path][1], 7) if path in self.nodes else None
-
-    def get_children(self, path: str, watch: Any = None) -> list[str]:
-        self.calls["get_children"] += 1
-        prefix = path.rstrip("/") + "/"
-        return sorted({p[len(prefix) :].split("/")[0] for p in self.nodes if p.startswith(prefix)})
-
-    def create_async(self, path: str, data: bytes = b"", **_: Any) -> Done:
-        self.calls["create_async"] += 1
-        if path in self.nodes:
-            return Done(exc=NodeExistsError())
-        self.nodes[path] = (data, 0)
-        return Done(path)
-
-    def transaction(self) -> FakeTx:
-        self.calls["transaction"] += 1
-        return FakeTx(self)
+from tests.support import FakeKazoo, InProcessControllerChannel
 
 
 def cluster(partitions: int, leader: int = 1) -> tuple[ZkClient, FakeKazoo, list[tuple[str, int]]]:

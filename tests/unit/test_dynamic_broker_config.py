@@ -18,6 +18,7 @@ from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.storage.cleaner_manager import CleanerConfig, LogCleaner
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
+from tests.support import FakeKazoo
 
 BASE = {"broker.id": "1", "zookeeper.connect": "localhost:2181", "log.dirs": "/tmp/x"}
 
@@ -142,18 +143,6 @@ def test_replica_manager_new_defaults_keep_topic_overrides(tmp_path: Path) -> No
     finally:
         replicas.shutdown()
         logs.shutdown()
-
-
-class FakeKazoo:
-    def __init__(self) -> None:
-        self.watches: list[Any] = []
-
-    def exists(self, path: str, watch: Any = None) -> None:
-        self.watches.append(watch)
-
-    def get_children(self, path: str, watch: Any = None) -> list[str]:
-        self.watches.append(watch)
-        return []
 
 
 class FakeZk:
