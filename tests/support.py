@@ -471,3 +471,13 @@ class FakeTransport:
 
     def close(self) -> None:
         self.closed = True
+
+
+class FakeClock:
+    """A clock a test moves by hand: call it for the time, add to ``now`` to move it."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

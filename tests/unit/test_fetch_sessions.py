@@ -29,6 +29,7 @@ from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError, NotLeaderForPartitionError
 from kclient.records import BatchBuilder
+from tests.support import FakeClock
 
 LEADER, FOLLOWER, OTHER = 1, 2, 3
 
@@ -45,14 +46,6 @@ def batch(values: list[bytes], epoch: int = 0) -> bytes:
 
 
 # --- the cache ---------------------------------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_epochs_go_one_two_and_wrap_to_one() -> None:
@@ -110,7 +103,7 @@ def test_a_final_epoch_closes_the_session_and_a_new_full_fetch_replaces_it() -> 
 
 
 def test_a_full_cache_evicts_by_kafka_rules() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000.0)
     cache = FetchSessionCache(max_slots=2, eviction_ms=1000, clock=clock)
     consumer = cache.new_context(0, 0, [spec("t", 0)], [], -1).session
     follower = cache.new_context(0, 0, [spec("t", 0), spec("t", 1)], [], FOLLOWER).session

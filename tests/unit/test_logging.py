@@ -20,6 +20,7 @@ from kbroker.replication.fetcher import ReplicaFetcher
 from kbroker.server import parse_args
 from kclient.errors import InvalidConfigError, KafkaConnectionError
 from kclient.proto.kbroker.v1 import log_pb2
+from tests.support import FakeClock
 from tests.unit.test_reassignment_manager import InMemoryStore
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/x"}
@@ -99,16 +100,8 @@ def test_log_file_rotates(tmp_path: Path, restore_logging: object) -> None:
     assert "INFO [MainThread] kbroker.test:" in path.read_text()
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_rate_limiter_counts_what_it_holds_back() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     limiter = RateLimiter(10.0, clock)
     assert limiter.allow("a") == 0
     assert [limiter.allow("a") for _ in range(5)] == [None] * 5
@@ -138,7 +131,7 @@ class DeadLeader:
 
 
 def test_fetcher_connection_errors_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     fetcher = ReplicaFetcher(
         2, 1, DeadLeader(), max_wait_ms=10, max_bytes=1024, purgatory=Purgatory(), error_log=RateLimiter(10.0, clock)
     )

@@ -27,19 +27,12 @@ from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import InvalidConfigurationError
+from tests.support import FakeClock
 from tests.unit.test_replica_fetcher import FOLLOWER, LEADER, InProcessLeader, batch, partition
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_rate_is_the_windowed_total_over_at_least_ten_windows() -> None:
-    clock = Clock()
+    clock = FakeClock()
     rate = SampledRate(clock)
     rate.record(1000)
     assert rate.measure() == pytest.approx(1000 / ((SAMPLES - 1) * SAMPLE_WINDOW_S))
@@ -53,7 +46,7 @@ def test_the_rate_is_the_windowed_total_over_at_least_ten_windows() -> None:
 
 
 def test_the_quota_is_exceeded_only_above_a_finite_bound() -> None:
-    clock = Clock()
+    clock = FakeClock()
     quota = ReplicationQuota("leader", clock)
     quota.record(10**12)
     assert not quota.is_exceeded()  # unbounded by default

@@ -17,17 +17,10 @@ from kbroker.security.sasl import (
 )
 from kclient.errors import InvalidConfigError
 from kclient.scram import ScramClient, ScramCredential, ScramMechanism, generate_credential
+from tests.support import FakeClock
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
 ALL = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Users:
