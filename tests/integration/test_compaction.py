@@ -57,6 +57,14 @@ def fetch_all(address: str, topic: str) -> list[tuple[BatchHeader, list[Record]]
                 offset = header.next_offset
 
 
+def leads(address: str, topic: str) -> bool:
+    """Does the broker at ``address`` lead partition 0 (a restarted broker leads once the
+    controller's LeaderAndIsr reached it)?"""
+    req = log_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, max_bytes=1)
+    req.topics.add(name=topic).partitions.add(index=0, fetch_offset=0, partition_max_bytes=1)
+    return stub_for(address).Fetch(req, timeout=10).topics[0].partitions[0].error_code == 0
+
+
 def records_of(batches: list[tuple[BatchHeader, list[Record]]]) -> list[Record]:
     return [r for _, rs in batches for r in rs]
 
@@ -234,6 +242,7 @@ def test_sigkill_at_each_swap_stage_loses_nothing(
     monkeypatch.delenv(PAUSE_ENV)
     marker.unlink()
     broker.start()
+    wait_until("the restarted broker to lead", lambda: leads(broker.address, "crashy"))
     # Straight after the restart: everything is there, once per offset.
     records = records_of(fetch_all(broker.address, "crashy"))
     offsets = [r.offset for r in records]
