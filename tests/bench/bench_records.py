@@ -12,7 +12,7 @@ compresses a little). Batches are either ~16 KiB (the producer's default
 - fill:     BatchBuilder(write_limit).try_append per record + build (the producer's send())
 - bulk:     encode_batch(values) (the producer's send_batch)
 - decode:   decode_batch with the CRC check (Record objects)
-- old-poll: decode_batches + one ConsumerRecord per Record (the consumer before issue 9)
+- old-poll: decode_batches + one ConsumerRecord per Record (the consumer before columnar polls)
 - records:  decode_consumer_records (the consumer's poll)
 - columns:  decode_columns (lists: what poll_columns hands out)
 - buffers:  decode_buffers (Arrow-layout ColumnBuffers: poll_buffers, poll_arrow, Spark)

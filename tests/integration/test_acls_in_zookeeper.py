@@ -1,4 +1,4 @@
-"""AclAuthorizer against a real ZooKeeper: two authorizers stand for two brokers (issue 12)."""
+"""AclAuthorizer against a real ZooKeeper: two authorizers stand for two brokers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every RPC authorized as Kafka 2.8's KafkaApis authorizes its equivalent (issue 12), on
+"""Every RPC authorized as Kafka 2.8's KafkaApis authorizes its equivalent, on
 two real brokers with the AclAuthorizer on: SASL users (SCRAM over the SASL_SSL listener,
 raw gRPC with the session token) are refused without an ACL and served with one; Deny
 beats Allow; PREFIXED ACLs work; the super user may do everything; an ACL written to

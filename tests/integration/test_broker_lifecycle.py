@@ -160,7 +160,7 @@ def test_the_clean_shutdown_marker_through_sigterm_and_sigkill(
     """Kafka's ``.kafka_cleanshutdown``: a SIGTERM leaves it (every log flushed and closed),
     the next start trusts the logs and removes it; a SIGKILL leaves none and the next
     start recovers from the recovery points. Logs load on num.recovery.threads.per.data.dir
-    threads (issue 22)."""
+    threads."""
     quick = {"zookeeper.session.timeout.ms": "6000", "num.recovery.threads.per.data.dir": "3"}
     cluster = LocalCluster(tmp_path / "c", own_zookeeper.connect_string, quick).start(1)
     try:

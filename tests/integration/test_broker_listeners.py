@@ -1,4 +1,4 @@
-"""Brokers with several listeners (issue 12), as real processes: an SSL inter-broker
+"""Brokers with several listeners, as real processes: an SSL inter-broker
 listener with client certificates required (replication runs over it), a PLAINTEXT
 listener and a SASL_SSL one for clients. Metadata answers each client with the
 addresses of the listener it came in on; SASL (SCRAM and PLAIN) over raw gRPC gives a

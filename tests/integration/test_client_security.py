@@ -1,4 +1,4 @@
-"""Issue 12, client side on real brokers: kclient's Producer, Consumer (in a group) and
+"""Client security on real brokers: kclient's Producer, Consumer (in a group) and
 AdminClient with kafka-python's security settings over SASL_SSL and SASL_PLAINTEXT
 (SCRAM-SHA-256/512, PLAIN on TLS only), replication over an SSL inter-broker listener,
 the typed errors of a wrong password or a foreign CA, and a producer that keeps

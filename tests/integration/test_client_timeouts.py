@@ -1,4 +1,4 @@
-"""Issue 8, client side (KIP-266): calls honour their timeouts, one offline partition does
+"""Client timeouts (KIP-266): calls honour their timeouts, one offline partition does
 not stall a consumer, and the client does not give up at once when no broker answers.
 Real ZooKeeper, real broker processes."""
 

@@ -1,4 +1,4 @@
-"""Columnar polls against one real broker (issue 9): poll_columns, poll_buffers and
+"""Columnar polls against one real broker: poll_columns, poll_buffers and
 poll_arrow return exactly the produced records, in order, with keys, headers and
 timestamps (null keys and values, compressed batches, several responses per poll);
 poll() and poll_columns() mixed keep positions (and what a commit saves) right."""

@@ -1,4 +1,4 @@
-"""The gRPC contract seen by a client in another language (issue 8): raw stubs, every
+"""The gRPC contract seen by a client in another language: raw stubs, every
 ``optional`` field left unset unless the test is about it (``SIZED`` spells out the
 fetch size where a test is about another field), real broker processes.
 

@@ -1,4 +1,4 @@
-"""Issue 22: a controlled shutdown moves every leadership of the broker in one batch,
+"""A controlled shutdown moves every leadership of the broker in one batch,
 before the broker stops serving, and no partition is ever without a live leader."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The controller against a real ZooKeeper (issue 8): controlled shutdown needs the
+"""The controller against a real ZooKeeper: controlled shutdown needs the
 broker's current epoch (KIP-380), and a cluster that is starting does not log ERROR."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The replication fault test on a TLS + SCRAM cluster (issue 12): one SASL_SSL listener for
+"""The replication fault test on a TLS + SCRAM cluster: one SASL_SSL listener for
 clients and brokers alike, brokers logging in to each other as the SCRAM user ``broker``
 (``sasl.mechanism.inter.broker.protocol``, the listener's ``sasl.jaas.config``), the
 authorizer on. Leaders are SIGKILLed and restarted under an acks=all producer; every

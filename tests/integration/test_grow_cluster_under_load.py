@@ -1,4 +1,4 @@
-"""Growing a cluster without downtime (issue 11's headline test): 3 -> 5 brokers while an
+"""Growing a cluster without downtime (the headline test of reassignment): 3 -> 5 brokers while an
 idempotent acks=all producer and a two-member consumer group run; half the partitions
 move onto the new brokers. No acknowledged record is lost or written twice, the group
 keeps consuming through the moves, and each partition's unavailability (the longest

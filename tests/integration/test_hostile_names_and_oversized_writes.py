@@ -1,4 +1,4 @@
-"""Hostile names and oversized writes against a real ZooKeeper (issue 8): names that
+"""Hostile names and oversized writes against a real ZooKeeper: names that
 become path segments cannot reach another group's znodes, and a write too large for
 ZooKeeper is refused with a typed error instead of dropping the broker's session."""
 

@@ -1,7 +1,7 @@
 """The Kafka door serves a connection's requests one at a time, in arrival order, as
 Kafka does (it mutes a channel until its request is answered): pipelined requests take
 effect in the order sent (librdkafka's 0030 offset_commit test saw committed() return 7
-where 50 was committed last; issue 21)."""
+where 50 was committed last)."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ def secure(cluster_factory: Callable[..., LocalCluster], tmp_path: Path) -> Secu
         2,
         **{
             # KMTLS is also a gRPC listener only because config.py accepts listener.name.<l>.*
-            # keys for gRPC listeners alone (see the issue 14 report)
+            # keys for gRPC listeners alone
             "listeners": "INTERNAL://127.0.0.1:0,KMTLS://127.0.0.1:0",
             "listener.security.protocol.map": "INTERNAL:SSL,KSECURE:SASL_SSL,KSCRAM:SASL_PLAINTEXT,KMTLS:SSL",
             "inter.broker.listener.name": "INTERNAL",

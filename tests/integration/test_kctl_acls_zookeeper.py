@@ -1,4 +1,4 @@
-"""``kctl acls --zookeeper`` as a real subprocess against a real ZooKeeper, watched by an AclAuthorizer (issue 12)."""
+"""``kctl acls --zookeeper`` as a real subprocess against a real ZooKeeper, watched by an AclAuthorizer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""kctl against a secured cluster (issue 12), as a real subprocess on real brokers: over
+"""kctl against a secured cluster, as a real subprocess on real brokers: over
 a SASL_SSL listener with ``--command-config admin.properties`` (Java client property
 names, a PEM truststore, SCRAM with sasl.jaas.config), kctl creates and describes
 topics, adds/lists/removes ACLs, creates/lists/deletes SCRAM users (``kctl users`` and

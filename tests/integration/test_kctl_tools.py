@@ -1,4 +1,4 @@
-"""Issue 13's kctl tools as real subprocesses against real brokers on a real ZooKeeper:
+"""kctl's operator tools as real subprocesses against real brokers on a real ZooKeeper:
 consume --group / --include, groups describe views, reset-offsets dry run / --execute /
 --export / --from-file, produce headers and producer properties, topics describe's
 min-ISR and override filters and topic id, leaders elect's "already elected", the

@@ -1,4 +1,4 @@
-"""Issue 13, logging, on real brokers: a SIGKILLed leader (and controller) leaves a
+"""Broker logging on real brokers: a SIGKILLed leader (and controller) leaves a
 failover story in the survivors' logs; log.file rotates; --log-level filters."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Availability under real network partitions (issue 8), measured in network namespaces.
+"""Availability under real network partitions, measured in network namespaces.
 
 Three brokers, each in its own namespace on a bridge, ZooKeeper in another; the test
 process is the client. A numbered acks=all producer (RF 3, min.insync.replicas=2)
@@ -16,7 +16,7 @@ from the cut (or the heal):
 
 A cut lasts a fixed time (``CUT_S``) before the heal.
 
-Goals (issue 8): ``resumed_s`` and ``max_gap_s`` at most ``zookeeper.session.timeout.ms
+Goals: ``resumed_s`` and ``max_gap_s`` at most ``zookeeper.session.timeout.ms
 + 2 s`` (``replica.lag.time.max.ms + 2 s`` for a cut follower), ``isr_s <= 5 s``.
 Every acknowledged record is then read back once, in order. The figures are printed
 and written to ``partition_figures.json`` in the test's tmp dir.

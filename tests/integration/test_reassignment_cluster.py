@@ -1,4 +1,4 @@
-"""Issue 11 reassignment against real brokers: requests are written to
+"""Reassignment against real brokers: requests are written to
 ``/admin/reassign_partitions`` with kazoo, as Kafka's ops tools do (ZooKeeper era)."""
 
 from __future__ import annotations

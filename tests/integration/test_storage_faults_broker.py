@@ -1,4 +1,4 @@
-"""Issue 8, storage faults through a real broker process: garbage batches with a valid
+"""Storage faults through a real broker process: garbage batches with a valid
 CRC are refused with Kafka's codes and change nothing; an unopenable segment does not
 stop the broker from starting; a new data directory is not an "unclean shutdown"."""
 

@@ -1,4 +1,4 @@
-"""Issue 8: a full disk during an append loses nothing that was acknowledged.
+"""A full disk during an append loses nothing that was acknowledged.
 
 Real ENOSPC and short writes: each test mounts a small tmpfs (needs root), fills it
 to exactly full and appends through the storage API (Log). A failed append must

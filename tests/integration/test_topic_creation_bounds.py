@@ -1,4 +1,4 @@
-"""Topic creation bounds and auto-creation against a real ZooKeeper (issue 8)."""
+"""Topic creation bounds and auto-creation against a real ZooKeeper."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11's ZooKeeper layer against a real ZooKeeper: no writer of a topic znode erases a
+"""The reassignment's ZooKeeper layer against a real ZooKeeper: no writer of a topic znode erases a
 reassignment in flight, and the reassignment znode helpers (create, CAS, fenced step)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Watches with a bounded number of threads (issue 8): a ZooKeeper reconnect with 1,500
+"""Watches with a bounded number of threads: a ZooKeeper reconnect with 1,500
 watched partitions must not spawn a thread per znode, and the metadata cache and the
 controller must still follow every change made after the reconnect."""
 

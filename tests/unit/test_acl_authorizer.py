@@ -1,4 +1,4 @@
-"""ACL model, codecs and the AclAuthorizer's decision (issue 12), without ZooKeeper."""
+"""ACL model, codecs and the AclAuthorizer's decision, without ZooKeeper."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``kctl acls``: parsing, kafka-acls.sh's output and refusals, over an in-memory backend (issue 12)."""
+"""``kctl acls``: parsing, kafka-acls.sh's output and refusals, over an in-memory backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 12: the broker znode's endpoints (Kafka's v4 ``endpoints`` and
+"""The broker znode's endpoints (Kafka's v4 ``endpoints`` and
 ``listener_security_protocol_map``) and old znodes."""
 
 from __future__ import annotations

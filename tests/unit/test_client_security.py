@@ -1,4 +1,4 @@
-"""Issue 12, client side: SecurityConfig checks, sasl.jaas.config parsing, and the client's
+"""Client security: SecurityConfig checks, sasl.jaas.config parsing, and the client's
 TLS + SASL login against an in-process gRPC server whose servicer implements only
 SaslHandshake, SaslAuthenticate and Metadata over the broker's SaslAuthenticator."""
 

@@ -1,4 +1,4 @@
-"""Issue 8: channels with keepalive and bounded reconnect backoff, a timed-out channel
+"""Channels with keepalive and bounded reconnect backoff, a timed-out channel
 dropped, metadata refreshed every metadata_max_age_ms and from a broker other than the
 one that just failed; a broker-side REQUEST_TIMED_OUT makes the producer look again.
 

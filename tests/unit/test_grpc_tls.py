@@ -1,4 +1,4 @@
-"""Issue 12: TLS on gRPC (kbroker.security.tls) against an in-process gRPC server with a
+"""TLS on gRPC (kbroker.security.tls) against an in-process gRPC server with a
 trivial echo handler, with certificates from the local CA (kbroker.security.certs)."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from kbroker.config import build_config, with_overrides
 from kbroker.security.listeners import split_listener_key
 from kclient.errors import InvalidConfigError
 
-BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/kb-issue12"}
+BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/kb-listeners"}
 SASL = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "inter.broker.listener.name": "SASL_PLAINTEXT"}
 JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
 

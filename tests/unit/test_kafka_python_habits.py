@@ -1,4 +1,4 @@
-"""kafka-python habits (issue 13): the Kafka* names, kafka-python's settings, the
+"""kafka-python habits: the Kafka* names, kafka-python's settings, the
 three-field OffsetAndMetadata, kafka-python's ``str(error)``, and snappy."""
 
 from __future__ import annotations

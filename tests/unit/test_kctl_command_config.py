@@ -1,4 +1,4 @@
-"""kctl --command-config (issue 12): the Java properties reader and the mapping of Java
+"""kctl --command-config: the Java properties reader and the mapping of Java
 client property names to kclient's security settings, as every kctl client gets them."""
 
 from __future__ import annotations

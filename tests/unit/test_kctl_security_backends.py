@@ -1,4 +1,4 @@
-"""kctl's --bootstrap-server backends for ACLs and SCRAM users (issue 12), against fake
+"""kctl's --bootstrap-server backends for ACLs and SCRAM users, against fake
 admin clients: kbroker's ACL model crosses to kclient's flat bindings and back
 unchanged, and a user's "delete every credential" names what the user has."""
 

@@ -1,4 +1,4 @@
-"""The pure parts of issue 13's kctl tools: parsers, formatting, CSV plans, the default
+"""The pure parts of kctl's operator tools: parsers, formatting, CSV plans, the default
 connection, dump-log over real segment files, and the top view's arithmetic."""
 
 from __future__ import annotations

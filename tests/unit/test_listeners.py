@@ -1,4 +1,4 @@
-"""Issue 12: listener parsing (Kafka's rules and messages), the security config keys,
+"""Listener parsing (Kafka's rules and messages), the security config keys,
 and the broker znode's endpoints."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from kbroker.security.listeners import (
 )
 from kclient.errors import InvalidConfigError
 
-BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/kb-issue12"}
+BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/kb-listeners"}
 PMAP = parse_protocol_map("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL")
 
 

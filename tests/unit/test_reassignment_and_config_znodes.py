@@ -1,4 +1,4 @@
-"""Issue 11 znode codecs: topic znodes with moves, reassignment requests, config entities."""
+"""Znode codecs of reassignment and configs: topic znodes with moves, reassignment requests, config entities."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11 reassignment: the planning algebra and the ReassignmentManager over an
+"""Reassignment: the planning algebra and the ReassignmentManager over an
 in-memory store (every step, resume after a crash at each step boundary, cancel,
 refusals, replication-factor changes)."""
 

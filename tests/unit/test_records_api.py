@@ -1,4 +1,4 @@
-"""Issue 9 codec APIs: exact batch sizes, hasRoomFor, decoding into the final record, columns, bulk encode."""
+"""The record codec's APIs: exact batch sizes, hasRoomFor, decoding into the final record, columns, bulk encode."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request authorization helpers (issue 12): :class:`kbroker.api.access.Access` over an
+"""Request authorization helpers: :class:`kbroker.api.access.Access` over an
 authorizer, for the caller bound in the call context, and Kafka's KIP-679
 ``authorizeByResourceType`` in the AclAuthorizer (InitProducerId's rule)."""
 

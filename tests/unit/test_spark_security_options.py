@@ -1,4 +1,4 @@
-"""Issue 12: the Spark source and sink pass kafka.security.protocol, kafka.ssl.* and
+"""The Spark source and sink pass kafka.security.protocol, kafka.ssl.* and
 kafka.sasl.* through to every kclient client they make (option parsing only)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Names as ZooKeeper path segments (issue 8): one reversible encoding, ordinary names unchanged."""
+"""Names as ZooKeeper path segments: one reversible encoding, ordinary names unchanged."""
 
 from __future__ import annotations
 

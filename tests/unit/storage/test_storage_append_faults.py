@@ -1,4 +1,4 @@
-"""Issue 8: a failed append leaves the log exactly as before, or takes it offline.
+"""A failed append leaves the log exactly as before, or takes it offline.
 
 A fault-injecting ``os`` (a disk with a given room left per file suffix, failing
 ftruncate and fsync) drives the exact failures: a short or refused write of the

@@ -157,7 +157,7 @@ def test_a_rebuild_that_finds_the_same_entries_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """A recovery rebuilds every index it checks; an unchanged one is not cut and rewritten
-    (issue 22: that cost a journal transaction per file and slowed unclean starts)."""
+    (that cost a journal transaction per file and slowed unclean starts)."""
     path = tmp_path / "a.index"
     entries = [(104, 400), (109, 900), (120, 2000)]
 

@@ -176,7 +176,7 @@ def test_shut_down_manager_refuses_new_logs(tmp_path: Path) -> None:
         manager.get_or_create("t", 0)
 
 
-# ---------------------------------------------------------------- parallel loading (issue 22)
+# ---------------------------------------------------------------- parallel loading
 
 
 def _count_opens(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, int], set[str]]:

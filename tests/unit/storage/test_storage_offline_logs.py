@@ -1,4 +1,4 @@
-"""Issue 8: one unopenable segment does not stop the broker; a new data dir is not "unclean".
+"""One unopenable segment does not stop the broker; a new data dir is not "unclean".
 
 Real broken partition directories (root can open any file, so: an immutable file,
 a directory where a segment file should be). The LogManager loads every other log,

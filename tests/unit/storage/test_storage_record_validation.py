@@ -1,4 +1,4 @@
-"""Issue 8: a leader validates the records of a producer's batch, not only its header and CRC.
+"""A leader validates the records of a producer's batch, not only its header and CRC.
 
 Hand-crafted batches with a valid header and CRC but garbage records must be
 refused with Kafka's errors and change nothing; whatever is accepted must decode.
