@@ -911,6 +911,11 @@ class Log:
             # (a log without appends since it was loaded; replacing the file costs a flush).
             if snapshot and online and self._next_offset not in self._producer_state.snapshot_offsets:
                 self._snapshot_producer_state(self._next_offset)
+            if online:
+                try:  # best effort, as the snapshot: recovery derives the epochs of unflushed batches
+                    self._epoch_cache.write()
+                except OSError as exc:
+                    logger.warning("%s: could not write the leader-epoch checkpoint: %s", self.name, exc)
             self._closed = True
             with _storage_errors(f"closing {self.name}"):
                 for segment in self._segments:

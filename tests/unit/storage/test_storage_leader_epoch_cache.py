@@ -23,6 +23,7 @@ def test_assign_and_persist(tmp_path: Path) -> None:
     assert not cache.assign(1, 30)  # older epoch
     assert not cache.assign(-1, 40)
     assert cache.latest_epoch == 2
+    cache.flush()
     assert (tmp_path / files.LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n0 0\n2 10\n"
     assert LeaderEpochCache.load(tmp_path).entries() == [EpochEntry(0, 0), EpochEntry(2, 10)]
 
@@ -95,22 +96,30 @@ def test_corrupt_checkpoint(tmp_path: Path, text: str) -> None:
         LeaderEpochCache.load(tmp_path)
 
 
-def test_changes_are_written_at_once_and_fsynced_by_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A leader change writes the checkpoint (readers and a restart see it) without an
-    fsync; flush() makes it durable with one, and only when something changed."""
+def test_new_epochs_wait_for_flush_and_truncations_are_written_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader change (assign) touches no file; a truncation writes the checkpoint
+    (a restart sees it) without an fsync; flush() writes what changed and makes it
+    durable with one fsync, and only when something changed."""
     import os
 
     synced: list[int] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    path = tmp_path / files.LEADER_EPOCH_CHECKPOINT
     cache = LeaderEpochCache.load(tmp_path)
     for epoch in range(1, 6):
         assert cache.assign(epoch, epoch * 10)
+    assert not path.exists() and synced == []
     cache.truncate_from_end(40)
     assert synced == []
     assert LeaderEpochCache.load(tmp_path).entries() == [EpochEntry(e, e * 10) for e in range(1, 4)]
+    assert cache.assign(7, 40)
+    assert LeaderEpochCache.load(tmp_path).entries() == [EpochEntry(e, e * 10) for e in range(1, 4)]
     cache.flush()
     assert len(synced) == 2  # the file and its directory
+    assert LeaderEpochCache.load(tmp_path).entries() == [*(EpochEntry(e, e * 10) for e in range(1, 4)), (7, 40)]
     cache.flush()
     assert len(synced) == 2  # nothing new: no write
 
@@ -126,5 +135,5 @@ def test_a_log_flush_makes_the_epochs_durable(tmp_path: Path, monkeypatch: pytes
     log.leader_epoch_cache.assign(3, 0)
     log.flush()  # nothing to flush in the log itself: the epochs still are
     assert flushed == [True]
-    assert not log.leader_epoch_cache._unsynced
+    assert LeaderEpochCache.load(tmp_path / "t-0").entries() == [(3, 0)]
     log.close()
