@@ -34,7 +34,7 @@ from kbroker.api.grpc_server import GrpcServer
 from kbroker.api.kafka.door import kafka_door
 from kbroker.api.kafka.server import KafkaProtocolServer
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
-from kbroker.cluster.controller import Controller, grpc_channel_maker
+from kbroker.cluster.controller import CONTROLLED_SHUTDOWN_ACK_S, Controller, grpc_channel_maker
 from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -486,7 +486,9 @@ class KafkaServer:
         return [(r.topic, r.partition) for r in resp.remaining]
 
     def _attempt_timeout_s(self) -> float:
-        return max(self.config.controlled_shutdown_retry_backoff_ms / 1000.0, 5.0)
+        """One attempt outlasts the controller's wait for the new leaders' answers, so a
+        slow but working move is not given up and asked for again."""
+        return max(self.config.controlled_shutdown_retry_backoff_ms / 1000.0, CONTROLLED_SHUTDOWN_ACK_S + 5.0)
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
@@ -498,6 +500,7 @@ class KafkaServer:
         if self.authorizer is not None:
             self.authorizer.stop()
         if self.config.controlled_shutdown and not self.hurry.is_set():
+            self.replicas.begin_controlled_shutdown()
             self._controlled_shutdown()
         self.groups.shutdown()
         self.metrics.stop_serving()

@@ -92,6 +92,7 @@ from kbroker.cluster import zkdata
 from kbroker.cluster.controller_channel import ChannelFactory, ControllerChannel, PartitionStateUpdate
 from kbroker.cluster.reassignment import Moves, ReassignmentManager
 from kbroker.cluster.zk_client import ControllerMovedError, ZkClient
+from kbroker.cluster.zk_errors import ZooKeeperError
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
 from kclient.errors import (
     BrokerNotAvailableError,
@@ -949,6 +950,8 @@ class Controller:
         until the new leaders confirmed their LeaderAndIsr, so that no partition is without
         a serving leader when the broker stops.
         """
+        if not self._zk.connected:  # nothing can move now: say so at once, the broker retries
+            raise ZooKeeperError(f"controlled shutdown of broker {broker_id}: no ZooKeeper connection here")
         fut: Future[tuple[list[tuple[str, int]], dict[int, Future[None]]]] = Future()
         deadline = time.monotonic() + timeout_s
         self._events.put(("controlled_shutdown", broker_id, broker_epoch, fut))

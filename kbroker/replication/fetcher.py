@@ -221,11 +221,16 @@ class ReplicaFetcher(threading.Thread):
             st = self._partitions.get(tp)
             return st is not None and st.leader_epoch == leader_epoch
 
-    def shutdown(self) -> None:
+    def stop(self) -> None:
+        """Ask the thread to end, and close the connection: a fetch in flight ends now
+        rather than after its long poll."""
         self._stopped.set()
         self._wake.set()
-        self.join(timeout=5)
         self.leader.close()
+
+    def shutdown(self) -> None:
+        self.stop()
+        self.join(timeout=5)
 
     def _touch(self, tp: TopicPartition) -> None:
         with self._lock:
@@ -253,10 +258,14 @@ class ReplicaFetcher(threading.Thread):
                 backoff = self._fetch()
                 self._reached()
             except KafkaError as exc:
+                if self._stopped.is_set():
+                    break  # stop() closed the connection under the fetch
                 self.session.reset()
                 self._unreachable(exc)
                 backoff = 0.5
             except Exception:
+                if self._stopped.is_set():
+                    break
                 self.session.reset()
                 log.exception("replica fetcher for leader %d", self.leader_id)
                 backoff = 1.0
@@ -645,5 +654,7 @@ class ReplicaFetcherManager:
             fetchers = list(self._fetchers.values())
             self._fetchers.clear()
             self._owner.clear()
+        for f in fetchers:  # all at once, then wait for each
+            f.stop()
         for f in fetchers:
-            f.shutdown()
+            f.join(timeout=5)

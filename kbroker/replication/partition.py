@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 IsrWriter = Callable[["Partition", LeaderAndIsr], int | None]
 """Write a leader-driven ISR change; returns the new znode version or None if refused."""
 
+ISR_EXPANSION_RETRY_MS = 1000.0
+"""How long a leader waits before it tries again an ISR expansion that ZooKeeper refused
+while the partition state it knows is unchanged."""
+
 
 def _ignore(_: Partition) -> None:
     pass
@@ -117,6 +121,11 @@ class Partition:
         # outcome is unknown (lost connection): the HW counts them until ZooKeeper's
         # state is seen again (Kafka's "maximal ISR").
         self._maybe_in_isr: set[int] = set()
+        self._expansion_refused: dict[int, tuple[int, float]] = {}
+        """Follower -> (znode version, when): its last ISR expansion was refused (a
+        departing broker, a state changed in ZooKeeper). Not tried again for that version
+        within ``ISR_EXPANSION_RETRY_MS``: each try is a ZooKeeper round trip inside a
+        follower's fetch."""
         self._led_since_ms = 0.0
         self.isr_shrinks = 0
         """ISR shrinks / expansions made here as leader (read by kbroker.metrics)."""
@@ -281,10 +290,17 @@ class Partition:
         epoch_start = self._epoch_start_offset()
         if f.log_end_offset < epoch_start:
             return
+        now = _now_ms()
+        refused = self._expansion_refused.get(replica_id)
+        if refused is not None and refused[0] == self.zk_version and now - refused[1] < ISR_EXPANSION_RETRY_MS:
+            return
         new_isr = [r for r in self.replicas if r in self.isr or r == replica_id]
         if self._write_isr(new_isr):
+            self._expansion_refused.pop(replica_id, None)
             self.isr_expands += 1
             log.info("%s-%d: ISR expanded to %s (broker %d caught up)", self.topic, self.index, new_isr, replica_id)
+        else:
+            self._expansion_refused[replica_id] = (self.zk_version, now)
 
     def _epoch_start_offset(self) -> int:
         for entry in reversed(self.log.leader_epoch_cache.entries()):

@@ -216,6 +216,8 @@ class ReplicaManager:
         for key, loaded in logs.logs().items():
             loaded.cleaner_upper_bound = functools.partial(int, self._saved_hw.get(key, 0))
         self._stopped = threading.Event()
+        self._leaving = threading.Event()
+        """Set by :meth:`begin_controlled_shutdown`."""
         self._thread = threading.Thread(target=self._run, name="replica-manager", daemon=True)
         self._isr_changes = IsrChangeNotifier(zk)
         """The ISR changes this broker wrote as leader, announced to the controller in batches."""
@@ -270,7 +272,7 @@ class ReplicaManager:
         """
         version = self._zk.write_isr(p.topic, p.index, state)
         if version is None:
-            log.info("%s-%d: ISR change to %s refused (state changed in ZooKeeper)", p.topic, p.index, state.isr)
+            log.debug("%s-%d: ISR change to %s refused (state changed in ZooKeeper)", p.topic, p.index, state.isr)
             return None
         self._isr_changes.record(p.topic, p.index)
         return version
@@ -351,6 +353,12 @@ class ReplicaManager:
             if p.make_leader(state, replicas):
                 # Per-partition lines are DEBUG: the metadata cache logs one line per batch.
                 log.debug("%s-%d: leader, epoch %d, isr %s", topic, index, state.leader_epoch, state.isr)
+        elif self._leaving.is_set() and self.broker_id not in state.isr:
+            # The controller moved us out of the ISR because we are leaving: fetching would
+            # only make the leader try to add us back (Kafka's controller stops such a
+            # replica with StopReplica).
+            p.make_follower(state, replicas)
+            self.fetchers.unfollow((topic, index))
         elif p.make_follower(state, replicas):
             if state.has_leader:
                 log.debug("%s-%d: follower of %d, epoch %d", topic, index, state.leader, state.leader_epoch)
@@ -929,6 +937,11 @@ class ReplicaManager:
             return OffsetResult(None, found[0], found[1], epoch)
         except Exception as exc:
             return OffsetResult(as_response_error(exc))
+
+    def begin_controlled_shutdown(self) -> None:
+        """This broker is leaving: from now on, a partition whose ISR no longer holds it
+        (the controller's controlled shutdown removes it) is not fetched any more."""
+        self._leaving.set()
 
     def shutdown(self) -> None:
         self._stopped.set()

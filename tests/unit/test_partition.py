@@ -9,6 +9,7 @@ import pytest
 
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
+from kbroker.replication import partition as partition_module
 from kbroker.replication.fetcher import GrpcLeaderEndPoint, ReplicaFetcher, _FetchState
 from kbroker.replication.partition import Partition
 from kbroker.storage.log import Log
@@ -86,6 +87,33 @@ def test_a_lost_isr_expansion_write_still_counts_the_follower_for_the_hw(tmp_pat
     assert p.isr == [1]
     p.append_as_leader(batch(4, 0, 4), 1, 1)
     assert p.high_watermark == 4  # follower 2 (maybe in the ISR now) only has 4
+
+
+def test_a_refused_isr_expansion_is_not_tried_again_at_every_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ZooKeeper refuses adding a departing broker back: the leader tries once per
+    ISR_EXPANSION_RETRY_MS for the state it knows, not once per fetch (each try is a
+    round trip inside the follower's fetch), and at once after its state changed."""
+    tries: list[LeaderAndIsr] = []
+    now = [1_000_000.0]
+    monkeypatch.setattr(partition_module, "_now_ms", lambda: now[0])
+
+    def refusing(_p: Partition, state: LeaderAndIsr) -> int | None:
+        tries.append(state)
+        return None
+
+    p = Partition("t", 0, 1, Log.open(tmp_path / "t-0", LogConfig()), isr_writer=refusing)
+    p.make_leader(LeaderAndIsr(1, 1, [1], 1, 5), [1, 2])
+    for _ in range(50):
+        p.record_follower_fetch(2, 0, -1)
+    assert len(tries) == 1 and p.isr == [1]
+    now[0] += partition_module.ISR_EXPANSION_RETRY_MS
+    p.record_follower_fetch(2, 0, -1)
+    assert len(tries) == 2
+    p.make_leader(LeaderAndIsr(1, 2, [1], 1, 6), [1, 2])  # a new state from the controller
+    p.record_follower_fetch(2, 0, -1)
+    assert len(tries) == 3 and tries[-1].zk_version == 6
 
 
 def truncate(follower: Log, leader: Log, rounds: int = 10) -> None:

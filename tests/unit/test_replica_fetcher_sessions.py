@@ -9,10 +9,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
 from kbroker.replication.fetch_session import FetchSessionCache
@@ -21,6 +23,7 @@ from kbroker.replication.partition import Partition
 from kbroker.replication.replica_manager import FetchResult, FetchSpec, ReplicaManager
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
+from kbroker.storage.log_manager import LogManager
 from kclient.errors import BrokerResponseError, KafkaConnectionError
 from kclient.fetch_session import FetchSessionHandler, PartitionData
 from kclient.proto.kbroker.v1 import log_pb2
@@ -301,3 +304,26 @@ def test_a_change_in_the_broker_set_re_points_only_partitions_whose_leader_moved
     finally:
         manager.shutdown()
         rm.shutdown()
+
+
+def test_a_broker_in_controlled_shutdown_stops_fetching_what_it_left_the_isr_of(tmp_path: Path) -> None:
+    """The controller's controlled shutdown takes the leaving broker out of the ISRs; its
+    fetches would only make the leaders try to add it back, so it stops them (Kafka's
+    controller sends StopReplica); partitions it is still in the ISR of go on."""
+    logs = LogManager(tmp_path / "data", LogConfig())
+    logs.startup()
+    zk = SimpleNamespace(connected=True, write_isr=lambda *a: 1)
+    rm = ReplicaManager(FOLLOWER, logs, LogConfig(), cast(ZkClient, zk), {LEADER: "leader:1"}.get)
+    rm.start()
+    try:
+        for i in range(2):
+            rm.on_partition_change("t", i, [LEADER, FOLLOWER], LeaderAndIsr(LEADER, 0, [LEADER, FOLLOWER], 1, 0), {})
+        assert sorted(rm.fetchers._owner) == [("t", 0), ("t", 1)]
+        rm.begin_controlled_shutdown()
+        rm.on_partition_change("t", 0, [LEADER, FOLLOWER], LeaderAndIsr(LEADER, 1, [LEADER], 1, 1), {})
+        rm.on_partition_change("t", 1, [LEADER, FOLLOWER], LeaderAndIsr(LEADER, 1, [LEADER, FOLLOWER], 1, 1), {})
+        assert sorted(rm.fetchers._owner) == [("t", 1)]
+        assert rm.partition("t", 0).leader_epoch == 1  # the new state is applied all the same
+    finally:
+        rm.shutdown()
+        logs.shutdown()
