@@ -202,6 +202,41 @@ def test_kafka_python_group_commits_offsets_that_kclient_and_kctl_see(door: Loca
     assert [r[1:5] for r in rows] == [["kp", "0", "25", "25"], ["kp", "1", "25", "25"]], described
 
 
+def test_a_kafka_group_drops_a_deleted_topic_and_its_member_leaves(door: LocalCluster) -> None:
+    """A subscribed topic deleted under a Kafka consumer: the member sees it gone (Metadata),
+    the group rebalances to the topic left, and the member closes and leaves. librdkafka
+    2.0.2's suite checks the same (0045, 0107, 0113) but its consumer cannot be destroyed
+    afterwards (a leak of its own), so kafka-python checks kbroker's side here."""
+    kafka = pytest.importorskip("kafka")
+    _create(door, "kept", 2)
+    _create(door, "doomed", 2)
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=door.kafka_bootstrap().split(","),
+        group_id="dropg",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        metadata_max_age_ms=1000,
+    )
+
+    def assigned() -> set[tuple[str, int]]:
+        consumer.poll(200)
+        return {(tp.topic, tp.partition) for tp in consumer.assignment()}
+
+    try:
+        consumer.subscribe(["kept", "doomed"])
+        _until("both topics assigned", lambda: assigned() == {("kept", 0), ("kept", 1), ("doomed", 0), ("doomed", 1)})
+        with AdminClient(bootstrap_servers=door.bootstrap) as admin:
+            admin.delete_topics(["doomed"])
+        _until("the deleted topic revoked", lambda: assigned() == {("kept", 0), ("kept", 1)})
+    finally:
+        consumer.close()
+    with AdminClient(bootstrap_servers=door.bootstrap) as admin:
+        (group,) = admin.describe_consumer_groups(["dropg"])
+    assert group.members == [] and group.state in ("Empty", "Dead"), group
+
+
 def test_kcat_balanced_consumer_reads_the_topic_and_commits(door: LocalCluster) -> None:
     if shutil.which("kcat") is None:
         pytest.skip("kcat is not installed")
