@@ -610,12 +610,24 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         return self._metadata.wait_for(predicate, max(timeout_ms, 0) / 1000.0)
 
     def _wait_for_leaders(self, topic: str, partitions: int, timeout_ms: int) -> None:
-        def ready(snap: ClusterSnapshot) -> bool:
-            info = snap.topics.get(topic)
-            return info is not None and sum(1 for s in info.states.values() if s.has_leader) >= partitions
-
-        if not self._wait(ready, timeout_ms):
+        if self._leaderless({topic: partitions}, timeout_ms):
             raise RequestTimedOutError(f"topic {topic!r} was written but not every partition has a leader yet")
+
+    def _leaderless(self, expected: Mapping[str, int], timeout_ms: int) -> list[str]:
+        """Wait (up to ``timeout_ms``) until each topic of ``expected`` has that many
+        partitions with a leader; the topics that still have not, in order."""
+
+        def missing(snap: ClusterSnapshot) -> list[str]:
+            out = []
+            for topic, partitions in expected.items():
+                info = snap.topics.get(topic)
+                if info is None or sum(1 for s in info.states.values() if s.has_leader) < partitions:
+                    out.append(topic)
+            return out
+
+        if self._wait(lambda snap: not missing(snap), timeout_ms):
+            return []
+        return missing(self._metadata.snapshot())
 
     @staticmethod
     def _topic_results(
@@ -653,12 +665,18 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 validate_only=request.validate_only,
             )
             if not request.validate_only:
-                self._wait_for_leaders(name, len(chosen), timeout)
+                written[name] = (i, len(chosen))
 
         names = [t.name for t in request.topics]
         creatable = self._access.creatable(names)
         refused = {n: self._access.topic_error(Op.CREATE, n) for n in names if n not in creatable}
+        written: dict[str, tuple[int, int]] = {}
         self._topic_results(names, create, resp.topics, refused)
+        # Every topic written first, then one wait for all their leaders (Kafka's
+        # DelayedCreatePartitions): the controller sets them up in batches meanwhile.
+        for name in self._leaderless({n: count for n, (_, count) in written.items()}, timeout):
+            err = RequestTimedOutError(f"topic {name!r} was written but not every partition has a leader yet")
+            _set_error(resp.topics[written[name][0]], err)
         return resp
 
     @blocking

@@ -523,7 +523,7 @@ class Controller:
         self._topics = current
         for topic in sorted(new):
             self._arm_topic_watch(topic)
-            self._on_topic(topic)
+        self._on_topic_znodes(sorted(new))
 
     def set_unclean_default(self, value: bool) -> None:
         """The broker's ``unclean.leader.election.enable`` changed (a dynamic config).
@@ -541,25 +541,33 @@ class Controller:
         return self._unclean_default if value is None else value.strip().lower() == "true"
 
     def _on_topic(self, topic: str) -> None:
-        found = self._zk.topic_znode(topic)
-        if found is None:
-            self._forget_topic(topic)
-            self._znodes.pop(topic, None)
-            return
-        znode, version = found
-        if znode.topic_id is None:
-            # Written without an id (a Kafka-era tool): give this incarnation one, as Kafka 2.8 does
-            # (keeping every other field: an in-flight reassignment survives).
-            try:
-                znode = replace(znode, topic_id=zkdata.new_topic_id())
-                self._zk.set_topic_znode(topic, znode, version)
-            except BadVersionError:
-                return  # changed meanwhile: the watch brings us back
-        old = self._znodes.get(topic)
-        if old is not None and old.topic_id != znode.topic_id:
-            self._forget_topic(topic)  # another incarnation: its cached states are not ours
-        self._znodes[topic] = znode
-        self._init_partitions({topic: znode.partitions})
+        self._on_topic_znodes([topic])
+
+    def _on_topic_znodes(self, topics: list[str]) -> None:
+        """Topic znodes created or changed: read them (pipelined), then create the partition
+        states they lack, for all of them in one batch."""
+        assignments: dict[str, Assignment] = {}
+        for topic, found in self._zk.topic_znodes(topics).items():
+            if found is None:
+                self._forget_topic(topic)
+                self._znodes.pop(topic, None)
+                continue
+            znode, version = found
+            if znode.topic_id is None:
+                # Written without an id (a Kafka-era tool): give this incarnation one, as Kafka 2.8
+                # does (keeping every other field: an in-flight reassignment survives).
+                try:
+                    znode = replace(znode, topic_id=zkdata.new_topic_id())
+                    self._zk.set_topic_znode(topic, znode, version)
+                except BadVersionError:
+                    continue  # changed meanwhile: the watch brings us back
+            old = self._znodes.get(topic)
+            if old is not None and old.topic_id != znode.topic_id:
+                self._forget_topic(topic)  # another incarnation: its cached states are not ours
+            self._znodes[topic] = znode
+            assignments[topic] = znode.partitions
+        if assignments:
+            self._init_partitions(assignments)
 
     def _init_partitions(self, assignments: dict[str, Assignment], live: set[int] | None = None) -> None:
         """Create the state znode of every partition of ``assignments`` that has none, in

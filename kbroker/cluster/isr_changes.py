@@ -26,6 +26,8 @@ TP = tuple[str, int]
 MAX_PARTITIONS_PER_NOTIFICATION = 2000
 """A notification znode names at most this many partitions (well under jute.maxbuffer)."""
 LINGER_S = 0.05
+SUMMARY_NAMES = 5
+"""Partitions named in a batch's log line."""
 RETRY_S = 1.0
 
 
@@ -65,6 +67,11 @@ class IsrChangeNotifier:
             try:
                 for start in range(0, len(batch), MAX_PARTITIONS_PER_NOTIFICATION):
                     self._zk.announce_isr_changes(batch[start : start + MAX_PARTITIONS_PER_NOTIFICATION])
+                # The one line per batch (the partitions' own lines are DEBUG).
+                named = ", ".join(f"{t}-{p}" for t, p in batch[:SUMMARY_NAMES])
+                more = f" and {len(batch) - SUMMARY_NAMES} more" if len(batch) > SUMMARY_NAMES else ""
+                log.info("ISR changed as leader and announced to the controller: %d partition(s): %s%s",
+                         len(batch), named, more)  # fmt: skip
             except Exception as exc:
                 log.warning("cannot announce %d ISR change(s) to the controller: %r; retrying", len(batch), exc)
                 with self._cond:

@@ -377,6 +377,19 @@ class ZkClient:
         found = self.topic_znode(topic)
         return None if found is None else (found[0].partitions, found[1])
 
+    def topic_znodes(self, topics: list[str]) -> dict[str, tuple[TopicZNode, int] | None]:
+        """:meth:`topic_znode` of each of ``topics``, read with pipelined requests."""
+        pending = [(t, self.kazoo.get_async(zkdata.topic_path(t))) for t in topics]
+        out: dict[str, tuple[TopicZNode, int] | None] = {}
+        for topic, result in pending:
+            try:
+                data, stat = result.get(timeout=self.write_timeout_s * 6)
+            except NoNodeError:
+                out[topic] = None
+                continue
+            out[topic] = (zkdata.decode_topic_znode(data), int(stat.version))
+        return out
+
     def all_topic_znodes(self) -> dict[str, TopicZNode]:
         """Every topic's znode, read with pipelined requests."""
         pending = [(t, self.kazoo.get_async(zkdata.topic_path(t))) for t in self.topics()]

@@ -298,7 +298,7 @@ class Partition:
         if self._write_isr(new_isr):
             self._expansion_refused.pop(replica_id, None)
             self.isr_expands += 1
-            log.info("%s-%d: ISR expanded to %s (broker %d caught up)", self.topic, self.index, new_isr, replica_id)
+            log.debug("%s-%d: ISR expanded to %s (broker %d caught up)", self.topic, self.index, new_isr, replica_id)
         else:
             self._expansion_refused[replica_id] = (self.zk_version, now)
 
@@ -328,7 +328,7 @@ class Partition:
             new_isr = [r for r in self.isr if r not in out]
             if self._write_isr(new_isr):
                 self.isr_shrinks += 1
-                log.warning("%s-%d: ISR shrunk to %s (lagging: %s)", self.topic, self.index, new_isr, out)
+                log.debug("%s-%d: ISR shrunk to %s (lagging: %s)", self.topic, self.index, new_isr, out)
                 return self._maybe_increment_hw()
             return False
 

@@ -160,8 +160,12 @@ def _read_topic_id(log_dir: Path) -> str | None:
 
 
 def _record_topic_id(log_dir: Path, topic_id: str) -> None:
+    """Written whole (atomic replace) but not fsynced, as Kafka defers it to a flush: the
+    file only tells a later incarnation of the topic apart, and without it the leader
+    epochs do (:meth:`ReplicaManager._other_incarnation`). Fsyncing it (and its directory)
+    was 43 % of a broker's work creating 4,000 partitions."""
     if _read_topic_id(log_dir) != topic_id:
-        files.atomic_write(log_dir / PARTITION_METADATA, f"version: 0\ntopic_id: {topic_id}\n".encode())
+        files.atomic_write(log_dir / PARTITION_METADATA, f"version: 0\ntopic_id: {topic_id}\n".encode(), sync=False)
 
 
 class ReplicaManager:

@@ -392,7 +392,7 @@ class LogManager:
                 log = Log.open(path, config or self._current_default)
                 files.fsync_dir(self._data_dir)
                 self._logs[key] = log
-                logger.info("created log for %s-%d in %s", topic, partition, path)
+                logger.debug("created log for %s-%d in %s", topic, partition, path)
             elif config is not None and log.config != config:
                 # Loaded at start-up with the defaults: the topic's own config applies now.
                 log.update_config(config)
