@@ -392,15 +392,7 @@ class ZkClient:
 
     def all_topic_znodes(self) -> dict[str, TopicZNode]:
         """Every topic's znode, read with pipelined requests."""
-        pending = [(t, self.kazoo.get_async(zkdata.topic_path(t))) for t in self.topics()]
-        out: dict[str, TopicZNode] = {}
-        for topic, result in pending:
-            try:
-                data, _ = result.get(timeout=self.write_timeout_s * 6)
-            except NoNodeError:
-                continue
-            out[topic] = zkdata.decode_topic_znode(data)
-        return out
+        return {t: found[0] for t, found in self.topic_znodes(self.topics()).items() if found is not None}
 
     def all_assignments(self) -> dict[str, Assignment]:
         """Every topic's assignment (full replica sets), read with pipelined requests."""
