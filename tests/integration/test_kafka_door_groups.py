@@ -237,6 +237,31 @@ def test_a_kafka_group_drops_a_deleted_topic_and_its_member_leaves(door: LocalCl
     assert group.members == [] and group.state in ("Empty", "Dead"), group
 
 
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_librdkafka_consumer_closes_at_once_after_its_topic_is_deleted(door: LocalCluster, strategy: str) -> None:
+    """librdkafka (confluent-kafka's, newer than 2.0.2) with an assigned topic deleted: the
+    assignment loses it, and close() (close and destroy) returns at once; librdkafka
+    2.0.2's own destroy hangs here on leaked partition references."""
+    keep, doomed = f"kept-{strategy}", f"doomed-{strategy}"
+    _create(door, keep, 1)
+    _create(door, doomed, 1)
+    c = _ck_consumer(
+        door,
+        f"dropped-{strategy}",
+        **{"partition.assignment.strategy": strategy, "topic.metadata.refresh.interval.ms": 1000},
+    )
+    c.subscribe([keep, doomed])
+    try:
+        _until("both topics assigned", lambda: (_ck_poll(c), _ck_assigned(c))[1] == {(keep, 0), (doomed, 0)})
+        with AdminClient(bootstrap_servers=door.bootstrap) as admin:
+            admin.delete_topics([doomed])
+        _until("the deleted topic revoked", lambda: (_ck_poll(c), _ck_assigned(c))[1] == {(keep, 0)})
+    finally:
+        t0 = time.monotonic()
+        c.close()
+    assert time.monotonic() - t0 < 10
+
+
 def test_kcat_balanced_consumer_reads_the_topic_and_commits(door: LocalCluster) -> None:
     if shutil.which("kcat") is None:
         pytest.skip("kcat is not installed")
