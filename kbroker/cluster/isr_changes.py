@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from kbroker.cluster.zk_client import ZkClient
 
@@ -62,7 +63,10 @@ class IsrChangeNotifier:
                     self._cond.wait()
                 if self._stopped:
                     return
-                self._cond.wait(self._linger_s)  # let the rest of a burst arrive
+                # Let the rest of a burst arrive: records notify, so wait out the whole linger.
+                deadline = time.monotonic() + self._linger_s
+                while not self._stopped and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
                 batch, self._pending = sorted(self._pending), set()
             try:
                 for start in range(0, len(batch), MAX_PARTITIONS_PER_NOTIFICATION):
