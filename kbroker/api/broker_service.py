@@ -976,9 +976,12 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         self._metadata.sync()
         snap = self._metadata.snapshot()
         targets = known or [(t, p) for t, info in sorted(snap.topics.items()) for p in sorted(info.assignment)]
+        # The outcome as ZooKeeper has it (pipelined reads): this broker's own metadata
+        # learns it from the controller's UpdateMetadata, a moment later.
+        states = self._zk.partition_states(targets)
         for t, p in targets:
             info = snap.topics.get(t)
-            state = info.states.get(p) if info else None
+            state = states.get((t, p))
             preferred = info.assignment[p][0] if info and info.assignment.get(p) else -1
             if state is not None and state.leader == preferred:
                 resp.results.add(topic=t, partition=p)
