@@ -260,12 +260,16 @@ def load_log(
     loaded.recovery_point = log_end if clean_shutdown else min(max(recovery_point, 0), log_end)
 
     if rebuild_epochs:
-        epoch_cache.clear()
+        # A fresh cache (clearing the old one would write the file): recovery may have filled it.
+        epoch_cache = loaded.epoch_cache = LeaderEpochCache(epoch_cache.path)
         for segment in segments:
             for _, header in segment.iter_headers():
                 if header.partition_leader_epoch >= 0:
                     epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        epoch_cache.flush()
+        try:
+            epoch_cache.flush()
+        except OSError as exc:  # a full disk: the log's next flush writes it (or a load rebuilds it again)
+            logger.warning("%s: cannot write the rebuilt leader-epoch checkpoint: %s", dir.name, exc)
     epoch_cache.truncate_from_end(log_end)
     epoch_cache.truncate_from_start(loaded.log_start_offset)
 

@@ -158,7 +158,12 @@ def test_the_cache_follows_changes_after_its_session_expired(zk: ZkClient, zk_co
         assert cache.wait_for(
             lambda s: all(st.leader == 0 and st.leader_epoch == 2 for st in s.topics["t"].states.values()), 15
         )
-        assert any(kind == "UpdateMetadata" and len(updates) == 10 for kind, _, updates in channel.sent)
+        # UpdateMetadata follows once the LeaderAndIsr of the batch was answered.
+        wait_until(
+            lambda: any(kind == "UpdateMetadata" and len(updates) == 10 for kind, _, updates in channel.sent),
+            15,
+            "UpdateMetadata of every partition",
+        )
         # The new session re-armed every watch: later changes arrive.
         state = other.partition_state("t", 3)
         assert state is not None
