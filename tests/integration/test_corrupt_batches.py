@@ -22,6 +22,7 @@ from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from kclient.errors import CorruptRecordError
 from kclient.records import decode_batches, iter_headers
 from tests.kafka_wire import WireClient
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,13 @@ def _corrupted(cluster_factory: Callable[..., LocalCluster], *, clean: bool) -> 
         broker.kill()
     assert _flip_byte_in_second_batch(broker) == 1
     broker.start()
+    wait_until(lambda: _led(cluster), 30, "the restarted broker to lead again")  # after its LeaderAndIsr
     return cluster
+
+
+def _led(cluster: LocalCluster) -> bool:
+    with AdminClient(bootstrap_servers=cluster.bootstrap) as admin:
+        return all(p.leader == 0 for p in admin.describe_topics([TOPIC])[0].partitions)
 
 
 @pytest.fixture
