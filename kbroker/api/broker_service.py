@@ -37,6 +37,7 @@ from kbroker.cluster.preferred_election import request_preferred_election
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_errors import mapped
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.group.group import MemberIdNeeded
@@ -978,7 +979,8 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         targets = known or [(t, p) for t, info in sorted(snap.topics.items()) for p in sorted(info.assignment)]
         # The outcome as ZooKeeper has it (pipelined reads): this broker's own metadata
         # learns it from the controller's UpdateMetadata, a moment later.
-        states = self._zk.partition_states(targets)
+        with mapped():  # ZooKeeper out of reach: a typed ZooKeeperError, as the request above
+            states = self._zk.partition_states(targets)
         for t, p in targets:
             info = snap.topics.get(t)
             state = states.get((t, p))
