@@ -196,7 +196,7 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
             data = size.to_bytes(4, "big") + b"\0" * (size - 1)
             threading.Thread(target=_send_quietly, args=(s, data), daemon=True).start()
         time.sleep(2.0)
-        assert not pending.done()
+        assert not pending.done(), f"answered while the follower was stopped: {pending.result()}"
     finally:
         cluster.brokers[1].resume()
     resumed = time.monotonic()
