@@ -122,6 +122,22 @@ def serve_fetch(request: Any, leader_of: Callable[[str, int], Any]) -> Any:
     return resp
 
 
+
+def serve_offset_for_leader_epoch(request: Any, log_of: Callable[[str, int], Any]) -> Any:
+    """A leader's OffsetForLeaderEpoch answer, in process: each partition of ``request``
+    answered from the leader-epoch cache of ``log_of(topic, partition)`` (a
+    ``kbroker.storage.log.Log``). The shared body of the LeaderEndPoint fakes."""
+    from kclient.proto.kbroker.v1 import log_pb2
+
+    resp = log_pb2.OffsetForLeaderEpochResponse()
+    for t in request.topics:
+        tr = resp.topics.add(name=t.name)
+        for p in t.partitions:
+            log = log_of(t.name, p.index)
+            epoch, end = log.leader_epoch_cache.end_offset_for(p.leader_epoch, log.log_end_offset)
+            tr.partitions.add(index=p.index, leader_epoch=epoch, end_offset=end)
+    return resp
+
 class InProcessControllerChannel:
     """A controller channel (:class:`kbroker.cluster.controller.ChannelLike`) that hands
     LeaderAndIsr and UpdateMetadata straight to metadata caches in this process (broker id

@@ -15,7 +15,7 @@ from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import BatchBuilder, decode_batches
-from tests.support import serve_fetch, wait_until
+from tests.support import serve_fetch, serve_offset_for_leader_epoch, wait_until
 
 LEADER, FOLLOWER = 1, 2
 
@@ -49,14 +49,7 @@ class InProcessLeader:
     def offset_for_leader_epoch(
         self, request: log_pb2.OffsetForLeaderEpochRequest, timeout_s: float
     ) -> log_pb2.OffsetForLeaderEpochResponse:
-        resp = log_pb2.OffsetForLeaderEpochResponse()
-        for t in request.topics:
-            tr = resp.topics.add(name=t.name)
-            for p in t.partitions:
-                log = self.leader.log
-                epoch, end = log.leader_epoch_cache.end_offset_for(p.leader_epoch, log.log_end_offset)
-                tr.partitions.add(index=p.index, leader_epoch=epoch, end_offset=end)
-        return resp
+        return serve_offset_for_leader_epoch(request, lambda topic, index: self.leader.log)
 
     def close(self) -> None:
         pass

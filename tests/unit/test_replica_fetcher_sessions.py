@@ -27,7 +27,7 @@ from kbroker.storage.log_manager import LogManager
 from kclient.errors import BrokerResponseError, KafkaConnectionError
 from kclient.fetch_session import FetchSessionHandler, PartitionData
 from kclient.proto.kbroker.v1 import log_pb2
-from tests.support import wait_until
+from tests.support import serve_offset_for_leader_epoch, wait_until
 from tests.unit.test_fetch_sessions import FOLLOWER, LEADER, PARTITIONS, batch, leader
 
 
@@ -91,14 +91,7 @@ class SessionLeader:
     def offset_for_leader_epoch(
         self, request: log_pb2.OffsetForLeaderEpochRequest, timeout_s: float
     ) -> log_pb2.OffsetForLeaderEpochResponse:
-        resp = log_pb2.OffsetForLeaderEpochResponse()
-        for t in request.topics:
-            tr = resp.topics.add(name=t.name)
-            for p in t.partitions:
-                lg = self.rm.partition(t.name, p.index).log
-                epoch, end = lg.leader_epoch_cache.end_offset_for(p.leader_epoch, lg.log_end_offset)
-                tr.partitions.add(index=p.index, leader_epoch=epoch, end_offset=end)
-        return resp
+        return serve_offset_for_leader_epoch(request, lambda topic, index: self.rm.partition(topic, index).log)
 
     def close(self) -> None:
         pass
