@@ -389,6 +389,8 @@ class ReplicaManager:
         fetchers (the others go on as they were)."""
         for p in self.partitions():
             view = p.state_view()
+            if self._leaving.is_set() and self.broker_id not in view.isr:
+                continue  # left behind by the controlled shutdown: stays unfetched
             if not p.is_leader and view.leader >= 0:
                 self.fetchers.repoint(p, view.leader, view.leader_epoch)
 

@@ -317,6 +317,8 @@ def test_a_broker_in_controlled_shutdown_stops_fetching_what_it_left_the_isr_of(
         rm.on_partition_change("t", 1, [LEADER, FOLLOWER], LeaderAndIsr(LEADER, 1, [LEADER, FOLLOWER], 1, 1), {})
         assert sorted(rm.fetchers._owner) == [("t", 1)]
         assert rm.partition("t", 0).leader_epoch == 1  # the new state is applied all the same
+        rm.on_brokers_change()  # a change in the set of brokers does not bring it back
+        assert sorted(rm.fetchers._owner) == [("t", 1)]
     finally:
         rm.shutdown()
         logs.shutdown()
