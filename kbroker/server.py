@@ -28,11 +28,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from kbroker.api.broker_service import BrokerService
 from kbroker.api.call_context import CallContext, ListenerAuthenticator
-from kbroker.api.grpc_server import GrpcServer
-from kbroker.api.kafka.door import kafka_door
-from kbroker.api.kafka.server import KafkaProtocolServer
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
 from kbroker.cluster.controller import CONTROLLED_SHUTDOWN_ACK_S, Controller, grpc_channel_maker
 from kbroker.cluster.group_store import GroupStore
@@ -42,6 +38,10 @@ from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import BrokerIdInUseError, SessionState, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo
 from kbroker.config import BrokerConfig, build_config, load_properties
+from kbroker.doors.grpc.server import GrpcServer
+from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.doors.kafka.door import kafka_door
+from kbroker.doors.kafka.server import KafkaProtocolServer
 from kbroker.dynamic_config import DynamicBrokerConfig, DynamicConfigApplier
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.log_setup import LoggingConfig, configure

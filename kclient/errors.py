@@ -24,6 +24,7 @@ client turns the code back into the class with :func:`for_code`.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -558,3 +559,15 @@ def raise_for_code(code: int, message: str = "") -> None:
     """Raise the exception for ``code`` unless it is ``0`` (no error)."""
     if code:
         raise for_code(code)(message)
+
+
+_log = logging.getLogger("kbroker.errors")
+
+
+def as_response_error(exc: Exception) -> BrokerResponseError:
+    """``exc`` as the error code a response carries: itself when it is one of the table's,
+    else UNKNOWN_SERVER_ERROR (a bug or an unexpected failure: logged with its traceback)."""
+    if isinstance(exc, BrokerResponseError):
+        return exc
+    _log.exception("unexpected error", exc_info=exc)
+    return UnknownError(str(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")

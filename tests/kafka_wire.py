@@ -12,7 +12,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from kbroker.api.kafka.codec import build, request_schema, response_class
+from kbroker.doors.kafka.codec import build, request_schema, response_class
 
 
 class WireClient:

@@ -14,6 +14,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from kazoo.protocol.states import ZnodeStat
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.metadata_cache import ClusterSnapshot, TopicInfo
 from kclient.errors import KafkaConnectionError
 
 
@@ -307,14 +308,41 @@ class FakeKazoo:
 
 
 class FakeMetadataCache:
-    """The broker's metadata cache as the group coordinator reads it: a snapshot with
-    the live ``brokers`` (ids) and no topics."""
+    """The broker's metadata cache as the group coordinator and the core read it: a
+    snapshot with the live ``brokers`` (ids, each ``BrokerInfo`` at 127.0.0.1:9092+id)
+    and ``topics`` (name -> partition count, every replica on the first broker)."""
 
-    def __init__(self, brokers: Iterable[int] = (1,)) -> None:
+    def __init__(self, brokers: Iterable[int] = (1,), topics: dict[str, int] | None = None) -> None:
         self.brokers = list(brokers)
+        self.topics = dict(topics or {})
 
-    def snapshot(self) -> SimpleNamespace:
-        return SimpleNamespace(brokers=dict.fromkeys(self.brokers), topics={})
+    def snapshot(self) -> ClusterSnapshot:
+        first = self.brokers[:1]
+        return ClusterSnapshot(
+            brokers={b: zkdata.BrokerInfo(b, "127.0.0.1", 9092 + b) for b in self.brokers},
+            topics={
+                name: TopicInfo(name, {p: list(first) for p in range(count)}) for name, count in self.topics.items()
+            },
+        )
+
+
+class FakeAuthorizer:
+    """An authorizer that refuses exactly the ``denied`` (operation name, resource type
+    name, resource name) triples, and records every question."""
+
+    def __init__(self, *denied: tuple[str, str, str]) -> None:
+        self.denied = set(denied)
+        self.asked: list[tuple[str, str, str]] = []
+
+    def authorize(
+        self, principal: Any, host: str, operation: Any, resource_type: Any, resource_name: str, *, log_denied: bool = True
+    ) -> bool:
+        key = (operation.name, resource_type.name, resource_name)
+        self.asked.append(key)
+        return key not in self.denied
+
+    def authorize_by_resource_type(self, principal: Any, host: str, operation: Any, resource_type: Any) -> bool:
+        return not any(op == operation.name and rt == resource_type.name for op, rt, _ in self.denied)
 
 
 class FakeMetadata:

@@ -2,7 +2,7 @@
 RPC being served (Kafka's ``RequestContext``), and how a call gets one.
 
 Each listener's :class:`ListenerAuthenticator` decides the principal before a handler
-runs (:mod:`kbroker.api.grpc_server` calls it for every call):
+runs (:mod:`kbroker.doors.grpc.server` calls it for every call):
 
 - ``PLAINTEXT``: ``User:ANONYMOUS``;
 - ``SSL``: ``User:<subject DN>`` of a verified client certificate, else ``User:ANONYMOUS``;
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,10 @@ from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
 from kbroker.security.sasl import SessionBindingError, SessionStore, channel_binding
 from kbroker.security.tls import mtls_principal
 from kclient.errors import SaslAuthenticationFailedError
+
+Offload = Callable[..., Awaitable[Any]]
+"""Runs a blocking function on the request pool, in the call's context, and awaits it
+(``GrpcServer.offload``): how a door runs the core's blocking requests."""
 
 SESSION_METADATA_KEY = "kbroker-session"
 SASL_METHODS = frozenset({"/kbroker.v1.Broker/SaslHandshake", "/kbroker.v1.Broker/SaslAuthenticate"})

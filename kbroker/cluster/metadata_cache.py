@@ -60,7 +60,13 @@ from kbroker.cluster import zkdata
 from kbroker.cluster.controller_channel import PartitionStateUpdate
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr
-from kclient.errors import RequestTimedOutError, StaleBrokerEpochError, StaleControllerEpochError
+from kclient.errors import (
+    BrokerResponseError,
+    RequestTimedOutError,
+    StaleBrokerEpochError,
+    StaleControllerEpochError,
+    UnknownTopicOrPartitionError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +98,18 @@ class ClusterSnapshot:
         info = self.topics.get(topic)
         state = info.states.get(partition) if info else None
         return state.leader if state else zkdata.NO_LEADER
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        info = self.topics.get(topic)
+        return info is not None and partition in info.assignment
+
+    def unknown_partitions(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], BrokerResponseError]:
+        """UNKNOWN_TOPIC_OR_PARTITION for each of ``partitions`` that does not exist."""
+        return {
+            (t, p): UnknownTopicOrPartitionError(f"{t}-{p} does not exist")
+            for t, p in partitions
+            if not self.has_partition(t, p)
+        }
 
     @cached_property
     def offline_count(self) -> int:

@@ -46,7 +46,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -61,11 +61,15 @@ from kclient.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
+    InvalidCommitOffsetSizeError,
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
     NotCoordinatorError,
+    OffsetMetadataTooLargeError,
+    UnknownTopicOrPartitionError,
+    as_response_error,
 )
 from kclient.partitioner import murmur2
 from kclient.proto.kbroker.v1 import group_pb2
@@ -75,9 +79,21 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 T = TypeVar("T")
 MAX_CLIENT_ID_LENGTH = 255
+MAX_OFFSET_METADATA = 4096
+"""Kafka's offset.metadata.max.bytes default (characters here)."""
 """Member ids are built from client ids and must fit ZooKeeper path limits."""
 Offload = Callable[..., Awaitable[Any]]
 """Runs a blocking call off the event loop: ``await offload(fn, *args)``."""
+
+
+def _commit_error(exists: bool, tp: TopicPartition, c: CommittedOffset) -> BrokerResponseError | None:
+    if not exists:
+        return UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} does not exist")
+    if c.offset < 0:
+        return InvalidCommitOffsetSizeError(f"{tp[0]}-{tp[1]}: offset {c.offset} is negative")
+    if len(c.metadata) > MAX_OFFSET_METADATA:
+        return OffsetMetadataTooLargeError(f"metadata over {MAX_OFFSET_METADATA} characters")
+    return None
 
 
 def coordinator_for(group_id: str, brokers: list[int]) -> int:
@@ -334,6 +350,37 @@ class GroupCoordinator:
             self._store.commit(group_id, offsets)
         with self._lock:
             self._committed.setdefault(group_id, {}).update((tp, c.offset) for tp, c in offsets.items())
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        offsets: Sequence[tuple[TopicPartition, CommittedOffset]],
+        group_instance_id: str | None = None,
+        *,
+        refused: Mapping[str, BrokerResponseError] | None = None,
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """OffsetCommit: per partition None (written) or why not. A partition of a topic in
+        ``refused`` answers that error; one that does not exist
+        UNKNOWN_TOPIC_OR_PARTITION, a negative offset INVALID_COMMIT_OFFSET_SIZE, metadata
+        over :data:`MAX_OFFSET_METADATA` characters OFFSET_METADATA_TOO_LARGE. The rest are
+        written together (:meth:`commit`), or all answer the member's refusal."""
+        snap = self._metadata.snapshot()
+        results: dict[TopicPartition, BrokerResponseError | None] = {}
+        valid: dict[TopicPartition, CommittedOffset] = {}
+        for tp, c in offsets:
+            err = (refused or {}).get(tp[0]) or _commit_error(snap.has_partition(*tp), tp, c)
+            results[tp] = err
+            if err is None:
+                valid[tp] = c
+        if valid:
+            try:
+                self.commit(group_id, member_id, generation, valid, group_instance_id)
+            except Exception as exc:
+                failure = as_response_error(exc)
+                results.update(dict.fromkeys(valid, failure))
+        return results
 
     def committed_offsets(self) -> dict[str, dict[TopicPartition, int]]:
         """Group -> partition -> committed offset, for every group this broker

@@ -51,8 +51,8 @@ from kclient.errors import (
     KafkaStorageError,
     NotLeaderForPartitionError,
     RequestTimedOutError,
-    UnknownError,
     UnknownTopicOrPartitionError,
+    as_response_error,
 )
 
 log = logging.getLogger(__name__)
@@ -128,12 +128,6 @@ class PendingDeletes:
 
     partitions: dict[TopicPartition, tuple[Partition, int]] = field(default_factory=dict)
 
-
-def as_response_error(exc: Exception) -> BrokerResponseError:
-    if isinstance(exc, BrokerResponseError):
-        return exc
-    log.exception("unexpected error", exc_info=exc)
-    return UnknownError(str(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")
 
 
 APPEND_LANES = 4

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kbroker.api.kafka.codec import NO_TOPIC_ID, topic_uuid
+from kbroker.doors.kafka.codec import NO_TOPIC_ID, topic_uuid
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from tests.kafka_wire import WireClient

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kbroker.api.broker_service import TRANSACTIONS_REFUSED as TRANSACTIONS_UNSUPPORTED
+from kbroker.doors.grpc.servicer import TRANSACTIONS_REFUSED as TRANSACTIONS_UNSUPPORTED
 from kbroker.local.cluster import LocalCluster
 from tests.kafka_wire import WireClient
 

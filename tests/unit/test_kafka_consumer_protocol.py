@@ -1,7 +1,7 @@
 """Kafka's binary ConsumerProtocol <-> kbroker's protobuf payloads, both ways, checked
 against an independent implementation (kafka-python's encoder/decoder) and against
 kclient's own helpers, and the Kafka door's group APIs translating through them (a fake
-servicer records what the coordinator would see)."""
+core records what the coordinator would see)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KpAssignment
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KpSubscription
 
-from kbroker.api.kafka.codec import Header, build
-from kbroker.api.kafka.consumer_protocol import (
+from kbroker.api.group_api import JoinGroup, MemberOf
+from kbroker.doors.kafka.codec import Header, build
+from kbroker.doors.kafka.consumer_protocol import (
     ConsumerProtocolError,
     assignment_to_kafka,
     assignment_to_proto,
     subscription_to_kafka,
     subscription_to_proto,
 )
-from kbroker.api.kafka.group_apis import GroupApis
-from kbroker.api.kafka.server import Connection, KafkaRequest
+from kbroker.doors.kafka.group_apis import GroupApis
+from kbroker.doors.kafka.server import Connection, KafkaRequest
+from kbroker.group.group import JoinResult
 from kbroker.security.listeners import EndPoint
 from kclient.assignors import (
     Subscription,
@@ -138,29 +140,32 @@ def test_unreadable_subscriptions_are_refused(garbage: bytes) -> None:
         subscription_to_proto(garbage)
 
 
-# --- the door's group APIs over a fake servicer -------------------------------------------
+# --- the door's group APIs over a fake core -------------------------------------------
 
 
-class FakeService:
-    """Answers JoinGroup/SyncGroup/DescribeGroups like the coordinator would, recording
-    the protobuf requests it got."""
+class FakeGroups:
+    """Answers join and sync like the core's GroupApi would, recording the typed requests
+    it got (what the coordinator would see)."""
 
     def __init__(self, members: list[tuple[str, bytes]], assignment: bytes = b"") -> None:
         self.members, self.assignment = members, assignment
         self.got: list[Any] = []
 
-    async def JoinGroup(self, request: Any, context: Any) -> Any:
+    async def join(self, request: JoinGroup) -> JoinResult:
         self.got.append(request)
-        resp = group_pb2.JoinGroupResponse(
-            generation_id=3, protocol_name="range", leader_id="kafka-1", member_id="kafka-1"
-        )
-        for mid, md in self.members:
-            resp.members.add(member_id=mid, metadata=md)
-        return resp
+        return JoinResult(3, "range", "kafka-1", "kafka-1", list(self.members))
 
-    async def SyncGroup(self, request: Any, context: Any) -> Any:
-        self.got.append(request)
-        return group_pb2.SyncGroupResponse(assignment=self.assignment)
+    async def sync(self, member: MemberOf, assignments: dict[str, bytes]) -> bytes:
+        self.got.append(assignments)
+        return self.assignment
+
+
+async def _offload(fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
+def _apis(svc: FakeGroups) -> GroupApis:
+    return GroupApis(svc, _offload)  # type: ignore[arg-type]
 
 
 def _request(api_key: int, version: int, payload: Any) -> KafkaRequest:
@@ -176,8 +181,8 @@ def _payload(api_key: int, version: int, values: dict[str, Any]) -> Any:
 
 def test_the_door_translates_join_and_sync_for_a_kafka_leader_of_a_mixed_group() -> None:
     grpc_member = encode_subscription(Subscription(["t"], [TopicPartition("t", 1)], 2, b"u"))
-    svc = FakeService([("kafka-1", b"placeholder"), ("kclient-1", grpc_member)])
-    apis = GroupApis(svc)  # type: ignore[arg-type]
+    svc = FakeGroups([("kafka-1", b"placeholder"), ("kclient-1", grpc_member)])
+    apis = _apis(svc)
     mine = _kp_subscription(1, ["t"], None, [("t", [0])], -1)
     svc.members[0] = ("kafka-1", subscription_to_proto(mine)[0])
     join = _payload(
@@ -194,8 +199,8 @@ def test_the_door_translates_join_and_sync_for_a_kafka_leader_of_a_mixed_group()
     )
     resp = asyncio.run(apis.join_group(_request(11, 5, join)))
     sent = svc.got[0]
-    assert sent.client_id == "ck" and sent.protocols[0].name == "range"
-    assert decode_subscription(sent.protocols[0].metadata).owned_partitions == [TopicPartition("t", 0)]
+    assert sent.client_id == "ck" and sent.protocols[0][0] == "range"
+    assert decode_subscription(sent.protocols[0][1]).owned_partitions == [TopicPartition("t", 0)]
     by_id = {m.member_id: KpSubscription.decode(m.metadata) for m in resp.members}
     assert {v.version for v in by_id.values()} == {1}  # the leader's own version
     assert [(t.topic, list(t.partitions)) for t in by_id["kclient-1"].owned_partitions] == [("t", [1])]
@@ -216,7 +221,7 @@ def test_the_door_translates_join_and_sync_for_a_kafka_leader_of_a_mixed_group()
         },
     )
     out = asyncio.run(apis.sync_group(_request(14, 3, sync)))
-    assert decode_assignment(svc.got[1].assignments[0].assignment) == [TopicPartition("t", 1)]
+    assert decode_assignment(svc.got[1]["kclient-1"]) == [TopicPartition("t", 1)]
     mine_back = KpAssignment.decode(out.assignment)
     assert mine_back.version == 1 and [(t.topic, list(t.partitions)) for t in mine_back.assigned_partitions] == [
         ("t", [0])
@@ -224,8 +229,8 @@ def test_the_door_translates_join_and_sync_for_a_kafka_leader_of_a_mixed_group()
 
 
 def test_other_protocol_types_pass_through_untouched() -> None:
-    svc = FakeService([("kafka-1", b"\x01opaque")], assignment=b"\x02opaque")
-    apis = GroupApis(svc)  # type: ignore[arg-type]
+    svc = FakeGroups([("kafka-1", b"\x01opaque")], assignment=b"\x02opaque")
+    apis = _apis(svc)
     join = _payload(
         11,
         7,
@@ -238,17 +243,17 @@ def test_other_protocol_types_pass_through_untouched() -> None:
         },
     )
     resp = asyncio.run(apis.join_group(_request(11, 7, join)))
-    assert svc.got[0].protocols[0].metadata == b"\x01opaque" and resp.members[0].metadata == b"\x01opaque"
+    assert svc.got[0].protocols[0][1] == b"\x01opaque" and resp.members[0].metadata == b"\x01opaque"
     assert resp.protocol_type == "connect"
     assignments = [{"member_id": "kafka-1", "assignment": b"\x02opaque"}]
     sync = _payload(14, 5, {"group_id": "g", "generation_id": 3, "member_id": "kafka-1", "assignments": assignments})
     out = asyncio.run(apis.sync_group(_request(14, 5, sync)))
-    assert svc.got[1].assignments[0].assignment == b"\x02opaque" and out.assignment == b"\x02opaque"
+    assert svc.got[1]["kafka-1"] == b"\x02opaque" and out.assignment == b"\x02opaque"
     assert out.protocol_type == "connect" and out.protocol_name == "range"
 
 
 def test_an_unreadable_kafka_subscription_gets_invalid_request() -> None:
-    svc = FakeService([])
+    svc = FakeGroups([])
     join = _payload(
         11,
         4,
@@ -260,7 +265,7 @@ def test_an_unreadable_kafka_subscription_gets_invalid_request() -> None:
             "protocols": [{"name": "range", "metadata": b"\x00"}],
         },
     )
-    resp = asyncio.run(GroupApis(svc).join_group(_request(11, 4, join)))  # type: ignore[arg-type]
+    resp = asyncio.run(_apis(svc).join_group(_request(11, 4, join)))
     assert int(resp.error_code) == 42 and svc.got == []
 
 
@@ -281,7 +286,7 @@ def test_a_payload_claiming_billions_of_entries_is_refused_not_allocated(functio
     code = (
         "import resource\n"
         "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
-        "from kbroker.api.kafka import consumer_protocol as cp\n"
+        "from kbroker.doors.kafka import consumer_protocol as cp\n"
         "try:\n"
         f"    cp.{function}(bytes.fromhex({payload!r}))\n"
         "except cp.ConsumerProtocolError as exc:\n"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kbroker.api.kafka.codec import request_schema, response_class
-from kbroker.api.kafka.door import api_table
+from kbroker.doors.kafka.codec import request_schema, response_class
+from kbroker.doors.kafka.door import api_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from kbroker.api.kafka import server as door_server
-from kbroker.api.kafka.server import Api, KafkaProtocolServer, KafkaRequest
 from kbroker.api.request_budget import RequestPool
+from kbroker.doors.kafka import server as door_server
+from kbroker.doors.kafka.server import Api, KafkaProtocolServer, KafkaRequest
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import KafkaPrincipal
 

@@ -19,8 +19,8 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from kbroker.api.kafka import length_guard
-from kbroker.api.kafka.codec import (
+from kbroker.doors.kafka import length_guard
+from kbroker.doors.kafka.codec import (
     _unwrap_optional,
     build,
     encode_response,
@@ -114,7 +114,7 @@ def test_huge_length_prefixes_are_refused_before_kio_reads_them() -> None:
         "0200000000ffffffffffffffffffffffff000000"
     )
     code = (
-        "from kbroker.api.kafka.codec import read_header, read_request, MalformedRequest\n"
+        "from kbroker.doors.kafka.codec import read_header, read_request, MalformedRequest\n"
         f"frame = bytes.fromhex({frame.hex()!r})\n"
         "h, start = read_header(frame)\n"
         "try:\n"
@@ -164,8 +164,8 @@ def test_build_converts_nested_plain_values_and_keeps_schema_defaults() -> None:
 
 
 def test_every_known_response_schema_builds_an_unsupported_version_answer() -> None:
-    from kbroker.api.kafka.apis import ApiTable
-    from kbroker.api.kafka.codec import Header
+    from kbroker.doors.kafka.apis import ApiTable
+    from kbroker.doors.kafka.codec import Header
 
     table = ApiTable([])
     for key in sorted(api_key_map):

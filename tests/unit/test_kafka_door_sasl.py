@@ -1,4 +1,4 @@
-"""SaslHandshake / SaslAuthenticate on one Kafka-door connection (kbroker.api.kafka.security_apis)
+"""SaslHandshake / SaslAuthenticate on one Kafka-door connection (kbroker.doors.kafka.security_apis)
 with the real SaslAuthenticator and a fake servicer: the connection carries the exchange,
 takes the principal, keeps no session token, and gets the session's end."""
 
@@ -15,9 +15,9 @@ import pytest
 from kio.index import load_request_schema
 
 from kbroker.api.call_context import bind, unbind
-from kbroker.api.kafka.codec import NO_TOPIC_ID, Header, build, topic_uuid
-from kbroker.api.kafka.security_apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, SecurityApis
-from kbroker.api.kafka.server import CloseConnection, Connection, KafkaRequest
+from kbroker.doors.kafka.codec import NO_TOPIC_ID, Header, build, topic_uuid
+from kbroker.doors.kafka.security_apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, SecurityApis
+from kbroker.doors.kafka.server import CloseConnection, Connection, KafkaRequest
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
 from kbroker.security.sasl import SaslAuthenticator, SessionStore

@@ -1,4 +1,4 @@
-"""TLS contexts of the Kafka door (kbroker.api.kafka.tls): client auth as Kafka means it
+"""TLS contexts of the Kafka door (kbroker.doors.kafka.tls): client auth as Kafka means it
 (required / requested / none), the peer's DN as the principal, and key stores re-read
 for new handshakes when their files change."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from kbroker.api.kafka.tls import ListenerTls, peer_principal
+from kbroker.doors.kafka.tls import ListenerTls, peer_principal
 from kbroker.security import certs
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
 from kbroker.security.tls import SslConfig

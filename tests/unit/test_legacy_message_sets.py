@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kbroker.api.kafka import legacy_produce
-from kbroker.api.kafka.codec import build, encode_response, read_request, response_class
-from kbroker.api.kafka.legacy_produce import upconvert
+from kbroker.doors.kafka import legacy_produce
+from kbroker.doors.kafka.codec import build, encode_response, read_request, response_class
+from kbroker.doors.kafka.legacy_produce import upconvert
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import Compression, _compress, decode_batches, encode_batch
 from tests.legacy_messages import compressed, message, message_set

@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from kbroker.api.call_context import CallContext
-from kbroker.api.grpc_server import GrpcServer
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, MemoryReclaimer, RequestBudgets, RequestPool
 from kbroker.config import build_config
+from kbroker.doors.grpc.server import GrpcServer
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import KafkaPrincipal
 from kclient.errors import InvalidConfigError

@@ -1,6 +1,6 @@
 """What every RPC handler of the servicer shares: the ``blocking`` decorator (the body
-runs on the request pool, in the call's context) and ``opt`` for proto3 ``optional``
-fields."""
+runs on the request pool, in the call's context), ``opt`` for proto3 ``optional``
+fields and ``set_error`` for a response's error code."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-Offload = Callable[..., Awaitable[Any]]
-"""Runs a blocking function on the request pool and awaits it (``GrpcServer.offload``)."""
+from kclient.errors import BrokerResponseError
 
 R = TypeVar("R")
 
@@ -29,3 +28,9 @@ def blocking(handler: Callable[[Any, Any], R]) -> Callable[[Any, Any, grpc.aio.S
 def opt(msg: Any, name: str, default: Any) -> Any:
     """An ``optional`` proto field's value, or ``default`` when the sender left it unset."""
     return getattr(msg, name) if msg.HasField(name) else default
+
+
+def set_error(msg: Any, err: BrokerResponseError) -> None:
+    """Write ``err`` into a response message's ``error_code`` and ``error_message``."""
+    msg.error_code = err.errno
+    msg.error_message = err.message

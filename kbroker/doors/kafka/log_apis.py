@@ -4,7 +4,7 @@ the same handler as gRPC -> Kafka's response. Record batches pass through untouc
 (both doors carry Kafka's RecordBatch v2 bytes).
 
 Versions: Produce 0-9 (v0-2 carry message sets of magic 0/1, up-converted to a v2
-RecordBatch per partition by :mod:`~kbroker.api.kafka.legacy_produce`, as Kafka 2.8 does;
+RecordBatch per partition by :mod:`~kbroker.doors.kafka.legacy_produce`, as Kafka 2.8 does;
 a set that cannot be converted fails its partition only, with CORRUPT_MESSAGE or
 INVALID_RECORD; v10+ gets UNSUPPORTED_VERSION on each partition in its own schema) and
 Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on are not served),
@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kbroker.api.broker_service import BrokerService
-from kbroker.api.kafka.codec import build, millis, response_class, topic_uuid
-from kbroker.api.kafka.legacy_produce import upconvert
-from kbroker.api.kafka.server import Api, CloseConnection, KafkaRequest
-from kbroker.api.kafka.service_call import RequestRefused
+from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
+from kbroker.doors.kafka.legacy_produce import upconvert
+from kbroker.doors.kafka.server import Api, CloseConnection, KafkaRequest
+from kbroker.doors.kafka.service_call import RequestRefused
 from kclient.errors import KafkaError
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
 

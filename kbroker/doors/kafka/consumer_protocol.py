@@ -38,7 +38,7 @@ from kio.schema.consumer_protocol_subscription.v2 import data as subscription_v2
 from kio.schema.consumer_protocol_subscription.v3 import data as subscription_v3
 from kio.serial import entity_reader, entity_writer
 
-from kbroker.api.kafka.length_guard import check as check_lengths
+from kbroker.doors.kafka.length_guard import check as check_lengths
 from kclient.proto.kbroker.v1 import group_pb2
 
 CONSUMER = "consumer"

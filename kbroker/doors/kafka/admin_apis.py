@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.api.broker_service import BrokerService
-from kbroker.api.kafka.codec import build, millis, response_class, topic_uuid
-from kbroker.api.kafka.server import Api, KafkaRequest
-from kbroker.api.kafka.service_call import RequestRefused
+from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
+from kbroker.doors.kafka.server import Api, KafkaRequest
+from kbroker.doors.kafka.service_call import RequestRefused
 from kclient.errors import InvalidRequestError
 from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, log_pb2, reassignment_pb2
 

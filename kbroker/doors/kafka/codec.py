@@ -40,10 +40,10 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
-from kbroker.api.kafka.legacy_produce import REQUEST_SCHEMAS as LEGACY_REQUESTS
-from kbroker.api.kafka.legacy_produce import RESPONSE_SCHEMAS as LEGACY_RESPONSES
-from kbroker.api.kafka.length_guard import LengthError, check_header
-from kbroker.api.kafka.length_guard import check as check_lengths
+from kbroker.doors.kafka.legacy_produce import REQUEST_SCHEMAS as LEGACY_REQUESTS
+from kbroker.doors.kafka.legacy_produce import RESPONSE_SCHEMAS as LEGACY_RESPONSES
+from kbroker.doors.kafka.length_guard import LengthError, check_header
+from kbroker.doors.kafka.length_guard import check as check_lengths
 
 API_VERSIONS_KEY = 18
 
@@ -85,7 +85,7 @@ def read_header(frame: bytes) -> tuple[Header, int]:
 
 def request_schema(api_key: int, version: int) -> type[Any]:
     """The kio request class of ``api_key`` ``version``: kio's own, or one of
-    :mod:`~kbroker.api.kafka.legacy_produce` for the versions Kafka 4 dropped (Produce
+    :mod:`~kbroker.doors.kafka.legacy_produce` for the versions Kafka 4 dropped (Produce
     v0-2). Raises kio's UnknownAPIKey / UnknownEntity."""
     legacy = LEGACY_REQUESTS.get((api_key, version))
     return legacy if legacy is not None else load_request_schema(api_key, version)

@@ -6,7 +6,7 @@ error codes pass straight through (the protobuf codes are Kafka's).
 
 Groups are shared by both doors. For protocol type ``"consumer"`` the coordinator only
 ever holds kbroker's protobuf payloads, so the consumer-protocol bytes are converted at
-this door (:mod:`kbroker.api.kafka.consumer_protocol`): JoinGroup subscriptions and the
+this door (:mod:`kbroker.doors.kafka.consumer_protocol`): JoinGroup subscriptions and the
 leader's SyncGroup assignments on the way in; the subscriptions a Kafka leader receives,
 a member's SyncGroup assignment and DescribeGroups' member payloads on the way out.
 Payloads of other protocol types pass through untouched.
@@ -35,13 +35,18 @@ Thread safety: everything runs on the door's loop thread, including :class:`_Mem
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from kbroker.api.broker_service import NO_TRANSACTIONS, TRANSACTIONS_REFUSED, BrokerService
-from kbroker.api.kafka.codec import build, millis, response_class
-from kbroker.api.kafka.consumer_protocol import (
+from kbroker.api.call_context import Offload
+from kbroker.api.group_api import GroupApi, GroupDescription, JoinGroup, MemberOf
+from kbroker.cluster.zkdata import CommittedOffset
+from kbroker.doors.grpc.servicer import NO_TRANSACTIONS, TRANSACTIONS_REFUSED
+from kbroker.doors.kafka.codec import build, millis, response_class
+from kbroker.doors.kafka.consumer_protocol import (
     CONSUMER,
     ConsumerProtocolError,
     assignment_to_kafka,
@@ -49,11 +54,11 @@ from kbroker.api.kafka.consumer_protocol import (
     subscription_to_kafka,
     subscription_to_proto,
 )
-from kbroker.api.kafka.server import Api, KafkaRequest
-from kbroker.api.kafka.service_call import RequestRefused
-from kclient.errors import InconsistentGroupProtocolError, InvalidRequestError
-from kclient.proto.kbroker.v1 import group_pb2
+from kbroker.doors.kafka.server import Api, KafkaRequest
+from kbroker.group.group import MemberIdNeeded
+from kclient.errors import BrokerResponseError, InconsistentGroupProtocolError, InvalidRequestError, as_response_error
 
+T = TypeVar("T")
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 13, 14, 15, 16, 42, 47
 INVALID_REQUEST = InvalidRequestError.errno
@@ -108,10 +113,12 @@ class _Members:
 
 
 class GroupApis:
-    """The consumer-group APIs over one :class:`BrokerService`."""
+    """The consumer-group APIs over the core's :class:`GroupApi`; ``offload`` runs its
+    blocking requests on the request pool."""
 
-    def __init__(self, service: BrokerService) -> None:
-        self._service = service
+    def __init__(self, groups: GroupApi, offload: Offload) -> None:
+        self._groups = groups
+        self._offload = offload
         self._members = _Members()
 
     def apis(self) -> list[Api]:
@@ -129,6 +136,9 @@ class GroupApis:
             Api(OFFSET_DELETE, "OffsetDelete", 0, 0, self.offset_delete),
         ]
 
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._offload(fn, *args)  # type: ignore[no-any-return]
+
     # --- coordinator ------------------------------------------------------------------
 
     async def find_coordinator(self, req: KafkaRequest) -> Any:
@@ -144,33 +154,15 @@ class GroupApis:
                 )  # fmt: skip
                 continue
             if key_type != GROUP_KEY:
-                found.append(
-                    {
-                        "key": key,
-                        "node_id": -1,
-                        "port": -1,
-                        "error_code": INVALID_REQUEST,
-                        "error_message": "only group coordinators (key type 0) are served",
-                    }
-                )
+                err: BrokerResponseError = InvalidRequestError("only group coordinators (key type 0) are served")
+                found.append({"key": key, "node_id": -1, "port": -1, **_error(err)})
                 continue
             try:
-                r = await self._service.FindCoordinator(
-                    group_pb2.FindCoordinatorRequest(group_id=key),
-                    req.service_context(),  # type: ignore[arg-type]
-                )
-            except RequestRefused as exc:
-                r = group_pb2.FindCoordinatorResponse(error_code=exc.errno, error_message=exc.message, node_id=-1)  # type: ignore[arg-type]
-            found.append(
-                {
-                    "key": key,
-                    "node_id": r.node_id,
-                    "host": r.host,
-                    "port": r.port if r.error_code == 0 else -1,
-                    "error_code": r.error_code,
-                    "error_message": r.error_message or None,
-                }
-            )
+                node = await self._call(self._groups.find_coordinator, key)
+            except Exception as exc:
+                found.append({"key": key, "node_id": -1, "host": "", "port": -1, **_error(exc)})
+                continue
+            found.append({"key": key, "node_id": node.node_id, "host": node.host, "port": node.port, "error_code": 0})
         cls = response_class(FIND_COORDINATOR, req.version)
         if req.version >= 4:
             return build(cls, {"coordinators": found})
@@ -185,19 +177,7 @@ class GroupApis:
             return build(cls, {"error_code": INCONSISTENT_GROUP_PROTOCOL, "member_id": p.member_id})
         consumer = p.protocol_type == CONSUMER
         versions: dict[str, int] = {}
-        proto = group_pb2.JoinGroupRequest(
-            group_id=p.group_id,
-            session_timeout_ms=millis(p.session_timeout),
-            rebalance_timeout_ms=millis(getattr(p, "rebalance_timeout", -1)),
-            member_id=p.member_id,
-            protocol_type=p.protocol_type,
-            client_id=req.header.client_id or "",
-            client_host=req.connection.client_host,
-            require_known_member_id=req.version >= 4,  # KIP-394
-        )
-        instance = getattr(p, "group_instance_id", None)
-        if instance is not None:
-            proto.group_instance_id = instance
+        protocols = []
         for pr in p.protocols:
             metadata = bytes(pr.metadata)
             if consumer:
@@ -205,31 +185,44 @@ class GroupApis:
                     metadata, versions[pr.name] = subscription_to_proto(metadata)
                 except ConsumerProtocolError:
                     return build(cls, {"error_code": INVALID_REQUEST, "member_id": p.member_id})
-            proto.protocols.add(name=pr.name, metadata=metadata)
+            protocols.append((pr.name, metadata))
+        join = JoinGroup(
+            p.group_id,
+            p.member_id,
+            req.header.client_id or "",
+            req.connection.client_host,
+            millis(p.session_timeout),
+            millis(getattr(p, "rebalance_timeout", -1)),
+            p.protocol_type,
+            protocols,
+            getattr(p, "group_instance_id", None),
+            require_known_member_id=req.version >= 4,  # KIP-394
+        )
         try:
-            r = await self._service.JoinGroup(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
-            return build(cls, {"error_code": exc.errno, "member_id": p.member_id})
-        if r.error_code != 0:
-            return build(cls, {"error_code": r.error_code, "member_id": r.member_id, "protocol_type": None})
-        version = versions.get(r.protocol_name) if consumer else None
-        self._members.joined(p.group_id, r.member_id, _Member(p.protocol_type, r.protocol_name, version))
+            r = await self._groups.join(join)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            member_id = exc.member_id if isinstance(exc, MemberIdNeeded) else p.member_id
+            return build(cls, {"error_code": _code(exc), "member_id": member_id, "protocol_type": None})
+        version = versions.get(r.protocol) if consumer else None
+        self._members.joined(p.group_id, r.member_id, _Member(p.protocol_type, r.protocol, version))
         return build(
             cls,
             {
                 "error_code": 0,
-                "generation_id": r.generation_id,
+                "generation_id": r.generation,
                 "protocol_type": p.protocol_type,
-                "protocol_name": r.protocol_name,
+                "protocol_name": r.protocol,
                 "leader": r.leader_id,
                 "member_id": r.member_id,
                 "members": [
                     {
-                        "member_id": m.member_id,
-                        "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None,
-                        "metadata": _out(subscription_to_kafka, m.metadata, version),
+                        "member_id": mid,
+                        "group_instance_id": r.instance_ids.get(mid),
+                        "metadata": _out(subscription_to_kafka, metadata, version),
                     }
-                    for m in r.members
+                    for mid, metadata in r.members
                 ],
             },
         )
@@ -239,10 +232,7 @@ class GroupApis:
         cls = response_class(SYNC_GROUP, req.version)
         member = self._members.get(p.group_id, p.member_id)
         consumer = member is not None and member.version is not None
-        proto = group_pb2.SyncGroupRequest(
-            group_id=p.group_id, generation_id=int(p.generation_id), member_id=p.member_id
-        )
-        _instance(proto, p)
+        assignments: dict[str, bytes] = {}
         for a in p.assignments:
             assignment = bytes(a.assignment)
             if consumer:
@@ -250,34 +240,29 @@ class GroupApis:
                     assignment, _ = assignment_to_proto(assignment)
                 except ConsumerProtocolError:
                     return build(cls, {"error_code": INVALID_REQUEST})
-            proto.assignments.add(member_id=a.member_id, assignment=assignment)
+            assignments[a.member_id] = assignment
         try:
-            r = await self._service.SyncGroup(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
-            return build(cls, {"error_code": exc.errno})
-        if r.error_code != 0:
-            return build(cls, {"error_code": r.error_code})
+            mine = await self._groups.sync(_member_of(p), assignments)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return build(cls, {"error_code": _code(exc)})
         return build(
             cls,
             {
                 "error_code": 0,
                 "protocol_type": member.protocol_type if member else None,
                 "protocol_name": member.protocol_name if member else None,
-                "assignment": _out(assignment_to_kafka, r.assignment, member.version if member else None),
+                "assignment": _out(assignment_to_kafka, mine, member.version if member else None),
             },
         )
 
     async def heartbeat(self, req: KafkaRequest) -> Any:
-        p = req.payload
-        proto = group_pb2.HeartbeatRequest(
-            group_id=p.group_id, generation_id=int(p.generation_id), member_id=p.member_id
-        )
-        _instance(proto, p)
         try:
-            r = await self._service.Heartbeat(proto, req.service_context())  # type: ignore[arg-type]
-            code = int(r.error_code)
-        except RequestRefused as exc:
-            code = exc.errno
+            await self._call(self._groups.heartbeat, _member_of(req.payload))
+            code = 0
+        except Exception as exc:
+            code = _code(exc)
         return build(response_class(HEARTBEAT, req.version), {"error_code": code})
 
     async def leave_group(self, req: KafkaRequest) -> Any:
@@ -286,14 +271,11 @@ class GroupApis:
         ids = [(m.member_id, m.group_instance_id) for m in p.members] if req.version >= 3 else [(p.member_id, None)]
         codes = []
         for mid, instance in ids:
-            leave = group_pb2.LeaveGroupRequest(group_id=p.group_id, member_id=mid)
-            if instance is not None:
-                leave.group_instance_id = instance
             try:
-                r = await self._service.LeaveGroup(leave, req.service_context())  # type: ignore[arg-type]
-                code = int(r.error_code)
-            except RequestRefused as exc:
-                code = exc.errno
+                await self._call(self._groups.leave, MemberOf(p.group_id, mid, -1, instance))
+                code = 0
+            except Exception as exc:
+                code = _code(exc)
             if code == 0:
                 self._members.left(p.group_id, mid)
             codes.append(code)
@@ -317,33 +299,33 @@ class GroupApis:
 
     async def offset_commit(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = group_pb2.CommitOffsetsRequest(
-            group_id=p.group_id, generation_id=int(p.generation_id_or_member_epoch), member_id=p.member_id
+        member = MemberOf(
+            p.group_id, p.member_id, int(p.generation_id_or_member_epoch), getattr(p, "group_instance_id", None)
         )
-        _instance(proto, p)
-        for t in p.topics:
-            ct = proto.topics.add(name=t.name)
-            for part in t.partitions:
-                ct.partitions.add(
-                    index=int(part.partition_index),
-                    offset=int(part.committed_offset),
-                    metadata=part.committed_metadata or "",
-                )
-        cls = response_class(OFFSET_COMMIT, req.version)
-        try:
-            r = await self._service.CommitOffsets(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
-            topics = [_partition_errors(t.name, [x.index for x in t.partitions], exc.errno) for t in proto.topics]
-            return build(cls, {"topics": topics})
+        offsets = [
+            (
+                (t.name, int(part.partition_index)),
+                CommittedOffset(int(part.committed_offset), part.committed_metadata or ""),
+            )
+            for t in p.topics
+            for part in t.partitions
+        ]
+        results = await self._call(self._groups.commit_offsets, member, offsets)
         return build(
-            cls,
+            response_class(OFFSET_COMMIT, req.version),
             {
                 "topics": [
                     {
                         "name": t.name,
-                        "partitions": [{"partition_index": e.index, "error_code": e.error_code} for e in t.partitions],
+                        "partitions": [
+                            {
+                                "partition_index": int(part.partition_index),
+                                "error_code": _code(results.get((t.name, int(part.partition_index)))),
+                            }
+                            for part in t.partitions
+                        ],
                     }
-                    for t in r.topics
+                    for t in p.topics
                 ]
             },
         )
@@ -353,19 +335,40 @@ class GroupApis:
         cls = response_class(OFFSET_FETCH, req.version)
         if p.topics is not None and not p.topics:
             return build(cls, {"error_code": 0})  # an empty list asks for nothing (null asks for all)
-        proto = group_pb2.FetchOffsetsRequest(group_id=p.group_id)
-        for t in p.topics or ():
-            proto.topics.add(name=t.name, partitions=[int(i) for i in t.partition_indexes])
+        wanted = [(t.name, int(i)) for t in p.topics for i in t.partition_indexes] if p.topics is not None else None
         try:
-            r = await self._service.FetchOffsets(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
-            r = group_pb2.FetchOffsetsResponse(error_code=exc.errno)  # type: ignore[arg-type]
-        if r.error_code != 0:
+            entries = await self._call(self._groups.fetch_offsets, p.group_id, wanted)
+        except Exception as exc:
             if req.version >= 2:
-                return build(cls, {"error_code": r.error_code})
+                return build(cls, {"error_code": _code(exc)})
             # v1 has no group-level error: every partition asked carries it
-            topics = [_partition_errors(t.name, list(t.partitions), r.error_code) for t in proto.topics]
+            topics = [
+                _partition_errors(t.name, [int(i) for i in t.partition_indexes], _code(exc)) for t in p.topics or ()
+            ]
             return build(cls, {"topics": topics})
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for e in entries:
+            c = e.committed
+            by_topic.setdefault(e.topic, []).append(
+                {
+                    "partition_index": e.partition,
+                    "committed_offset": c.offset if c else -1,
+                    "committed_leader_epoch": -1,
+                    "metadata": c.metadata if c else "",
+                    "error_code": _code(e.error),
+                }
+            )
+        topics = [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+        return build(cls, {"error_code": 0, "topics": topics})
+
+    async def offset_delete(self, req: KafkaRequest) -> Any:
+        p = req.payload
+        cls = response_class(OFFSET_DELETE, req.version)
+        wanted = [(t.name, int(part.partition_index)) for t in p.topics for part in t.partitions]
+        try:
+            results = await self._call(self._groups.delete_offsets, p.group_id, wanted)
+        except Exception as exc:
+            return build(cls, {"error_code": _code(exc)})
         return build(
             cls,
             {
@@ -375,40 +378,13 @@ class GroupApis:
                         "name": t.name,
                         "partitions": [
                             {
-                                "partition_index": o.index,
-                                "committed_offset": o.offset,
-                                "committed_leader_epoch": -1,
-                                "metadata": o.metadata,
-                                "error_code": o.error_code,
+                                "partition_index": int(part.partition_index),
+                                "error_code": _code(results.get((t.name, int(part.partition_index)))),
                             }
-                            for o in t.partitions
+                            for part in t.partitions
                         ],
                     }
-                    for t in r.topics
-                ],
-            },
-        )
-
-    async def offset_delete(self, req: KafkaRequest) -> Any:
-        p = req.payload
-        proto = group_pb2.OffsetDeleteRequest(group_id=p.group_id)
-        for t in p.topics:
-            proto.topics.add(name=t.name, partitions=[int(part.partition_index) for part in t.partitions])
-        cls = response_class(OFFSET_DELETE, req.version)
-        try:
-            r = await self._service.OffsetDelete(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
-            return build(cls, {"error_code": exc.errno})
-        return build(
-            cls,
-            {
-                "error_code": r.error_code,
-                "topics": [
-                    {
-                        "name": t.name,
-                        "partitions": [{"partition_index": e.index, "error_code": e.error_code} for e in t.partitions],
-                    }
-                    for t in r.topics
+                    for t in p.topics
                 ],
             },
         )
@@ -416,18 +392,13 @@ class GroupApis:
     # --- administration ---------------------------------------------------------------
 
     async def describe_groups(self, req: KafkaRequest) -> Any:
-        p = req.payload
-        cls = response_class(DESCRIBE_GROUPS, req.version)
-        try:
-            r = await self._service.DescribeGroups(
-                group_pb2.DescribeGroupsRequest(group_ids=list(p.groups)),
-                req.service_context(),  # type: ignore[arg-type]
-            )
-        except RequestRefused as exc:
-            return build(cls, {"groups": [{"group_id": g, "error_code": exc.errno} for g in p.groups]})
-        return build(cls, {"groups": [self._described(g) for g in r.groups]})
+        described = await self._call(self._groups.describe_groups, list(req.payload.groups))
+        return build(response_class(DESCRIBE_GROUPS, req.version), {"groups": [self._described(g) for g in described]})
 
-    def _described(self, g: group_pb2.DescribedGroup) -> dict[str, Any]:
+    def _described(self, g: GroupDescription) -> dict[str, Any]:
+        if g.error is not None:
+            return {"error_code": g.error.errno, "group_id": g.group_id, "group_state": "", "protocol_type": "",
+                    "protocol_data": "", "members": []}  # fmt: skip
         consumer = g.protocol_type == CONSUMER
         members = []
         for m in g.members:
@@ -436,17 +407,19 @@ class GroupApis:
             members.append(
                 {
                     "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None,
+                    "group_instance_id": m.group_instance_id,
                     "client_id": m.client_id,
                     "client_host": m.client_host,
-                    "member_metadata": _out(subscription_to_kafka, m.metadata, version if consumer else None),
+                    "member_metadata": _out(
+                        subscription_to_kafka, m.metadata_for(g.protocol_name), version if consumer else None
+                    ),
                     "member_assignment": _out(assignment_to_kafka, m.assignment, version if consumer else None)
                     if m.assignment
                     else b"",
                 }
             )
         return {
-            "error_code": g.error_code,
+            "error_code": 0,
             "group_id": g.group_id,
             "group_state": g.state,
             "protocol_type": g.protocol_type,
@@ -456,35 +429,45 @@ class GroupApis:
 
     async def list_groups(self, req: KafkaRequest) -> Any:
         p = req.payload
-        cls = response_class(LIST_GROUPS, req.version)
-        try:
-            r = await self._service.ListGroups(group_pb2.ListGroupsRequest(), req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
-            return build(cls, {"error_code": exc.errno})
         states = {s.lower() for s in getattr(p, "states_filter", ())}
+        listed = await self._call(self._groups.list_groups)
         return build(
-            cls,
+            response_class(LIST_GROUPS, req.version),
             {
-                "error_code": r.error_code,
+                "error_code": 0,
                 "groups": [
                     {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
-                    for g in r.groups
+                    for g in listed
                     if g.state != UNKNOWN_STATE and (not states or g.state.lower() in states)
                 ],
             },
         )
 
     async def delete_groups(self, req: KafkaRequest) -> Any:
-        p = req.payload
-        cls = response_class(DELETE_GROUPS, req.version)
-        try:
-            r = await self._service.DeleteGroups(
-                group_pb2.DeleteGroupsRequest(group_ids=list(p.groups_names)),
-                req.service_context(),  # type: ignore[arg-type]
-            )
-        except RequestRefused as exc:
-            return build(cls, {"results": [{"group_id": g, "error_code": exc.errno} for g in p.groups_names]})
-        return build(cls, {"results": [{"group_id": g.group_id, "error_code": g.error_code} for g in r.results]})
+        results = await self._call(self._groups.delete_groups, list(req.payload.groups_names))
+        return build(
+            response_class(DELETE_GROUPS, req.version),
+            {"results": [{"group_id": gid, "error_code": _code(err)} for gid, err in results]},
+        )
+
+
+def _code(exc: BaseException | None) -> int:
+    """The Kafka error code of a core failure (0: none)."""
+    return 0 if exc is None else as_response_error(exc).errno  # type: ignore[arg-type]
+
+
+def _error(exc: Exception) -> dict[str, Any]:
+    err = as_response_error(exc)
+    return {"error_code": err.errno, "error_message": err.message}
+
+
+def _member_of(payload: Any) -> MemberOf:
+    return MemberOf(
+        payload.group_id,
+        payload.member_id,
+        int(getattr(payload, "generation_id", -1)),
+        getattr(payload, "group_instance_id", None),
+    )
 
 
 def _out(convert: Any, data: bytes, version: int | None) -> bytes:
@@ -497,13 +480,6 @@ def _out(convert: Any, data: bytes, version: int | None) -> bytes:
         return bytes(convert(data, version))
     except ConsumerProtocolError:
         return data
-
-
-def _instance(proto: Any, payload: Any) -> None:
-    """Copy a request's group_instance_id (the versions that carry one) to ``proto``."""
-    instance = getattr(payload, "group_instance_id", None)
-    if instance is not None:
-        proto.group_instance_id = instance
 
 
 def _partition_errors(topic: str, partitions: list[int], errno: int) -> dict[str, Any]:

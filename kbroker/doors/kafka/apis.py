@@ -1,6 +1,6 @@
 """The Kafka APIs this door serves, and ApiVersions, which advertises exactly them.
 
-Each API module (``log_apis``, ...) contributes :class:`~kbroker.api.kafka.server.Api`
+Each API module (``log_apis``, ...) contributes :class:`~kbroker.doors.kafka.server.Api`
 entries: API key, name, the version range served and the handler. :func:`api_table`
 assembles them; ApiVersions answers from the same table, so what is advertised is what
 is implemented. A request outside the table gets UNSUPPORTED_VERSION (35): for an API
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kbroker.api.kafka.codec import API_VERSIONS_KEY, Header, build, encode_response, response_class
-from kbroker.api.kafka.server import Api, KafkaRequest
+from kbroker.doors.kafka.codec import API_VERSIONS_KEY, Header, build, encode_response, response_class
+from kbroker.doors.kafka.server import Api, KafkaRequest
 from kclient.errors import UnsupportedVersionError
 
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno

@@ -45,10 +45,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kbroker.api.broker_service import BrokerService
 from kbroker.api.call_context import current
-from kbroker.api.kafka.codec import build, response_class
-from kbroker.api.kafka.server import Api, CloseConnection, Connection, KafkaRequest
+from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.doors.kafka.codec import build, response_class
+from kbroker.doors.kafka.server import Api, CloseConnection, Connection, KafkaRequest
 from kbroker.security.sasl import SaslAuthenticator, SaslResult
 from kclient.errors import (
     BrokerResponseError,

@@ -6,7 +6,7 @@ dropped them. Kafka 2.8, whose API versions the door serves, answers them, and o
 clients still send them (librdkafka with ``api.version.request=false`` and
 ``broker.version.fallback=0.9.0.0`` sends Produce v1 with magic-0 messages; test 0052).
 The classes below are kio entities of the same shape as kio's Produce v3 ones, so kio
-reads and writes them and :func:`~kbroker.api.kafka.codec.build` fills them:
+reads and writes them and :func:`~kbroker.doors.kafka.codec.build` fills them:
 
 - request v0-2: ``acks``, ``timeout``, ``topic_data`` (no ``transactional_id``);
 - response v0: ``responses`` of (index, error_code, base_offset); v1 adds

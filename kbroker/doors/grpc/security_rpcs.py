@@ -2,7 +2,7 @@
 authentication, ACLs and SCRAM users. Decode, delegate, encode — the work is in
 :mod:`kbroker.security` (SaslAuthenticator, AclAuthorizer, CredentialStore).
 
-A mixin of :class:`kbroker.api.broker_service.BrokerService`, which sets the attributes
+A mixin of :class:`kbroker.doors.grpc.servicer.BrokerService`, which sets the attributes
 declared here. Each handler runs on the request pool (``blocking``).
 """
 
@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from kbroker.api.access import Access
 from kbroker.api.call_context import current
-from kbroker.api.rpc import blocking
+from kbroker.doors.grpc.rpc import blocking
 from kbroker.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,

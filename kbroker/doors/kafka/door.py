@@ -3,16 +3,16 @@ its ``kafka.listeners`` (TLS and SASL per listener, with the gRPC listeners' set
 
 from __future__ import annotations
 
-from kbroker.api.broker_service import BrokerService
-from kbroker.api.kafka.admin_apis import AdminApis
-from kbroker.api.kafka.apis import ApiTable
-from kbroker.api.kafka.group_apis import GroupApis
-from kbroker.api.kafka.log_apis import LogApis
-from kbroker.api.kafka.security_apis import SaslLookup, SecurityApis
-from kbroker.api.kafka.server import KafkaProtocolServer
-from kbroker.api.kafka.tls import listener_contexts, peer_principal
 from kbroker.api.request_budget import RequestPool
 from kbroker.config import BrokerConfig
+from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.doors.kafka.admin_apis import AdminApis
+from kbroker.doors.kafka.apis import ApiTable
+from kbroker.doors.kafka.group_apis import GroupApis
+from kbroker.doors.kafka.log_apis import LogApis
+from kbroker.doors.kafka.security_apis import SaslLookup, SecurityApis
+from kbroker.doors.kafka.server import KafkaProtocolServer
+from kbroker.doors.kafka.tls import listener_contexts, peer_principal
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.sasl import SaslAuthenticator, SessionStore
 
@@ -22,7 +22,7 @@ def api_table(service: BrokerService, sasl: SaslLookup = lambda listener: None) 
     return ApiTable(
         [
             *LogApis(service).apis(),
-            *GroupApis(service).apis(),
+            *GroupApis(service.groups_api, service.offload).apis(),
             *AdminApis(service).apis(),
             *SecurityApis(service, sasl).apis(),
         ]

@@ -80,9 +80,9 @@ from functools import partial
 from typing import Any
 
 from kbroker.api.call_context import CallContext, bind, unbind
-from kbroker.api.kafka.codec import Header, MalformedRequest, encode_response, read_header, read_request
-from kbroker.api.kafka.service_call import ServiceContext
 from kbroker.api.request_budget import Holder, RequestPool
+from kbroker.doors.kafka.codec import Header, MalformedRequest, encode_response, read_header, read_request
+from kbroker.doors.kafka.service_call import ServiceContext
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal

@@ -1,6 +1,6 @@
 """The gRPC ``kbroker.v1.Broker`` servicer: decode, delegate, encode. No logic.
 
-Handlers are coroutines on the server's event loop (:mod:`kbroker.api.grpc_server`):
+Handlers are coroutines on the server's event loop (:mod:`kbroker.doors.grpc.server`):
 blocking core calls go through ``offload`` (a bounded thread pool); long polls
 (Fetch, acks=all Produce, JoinGroup, SyncGroup) park in the core's purgatories and hold
 no thread.
@@ -13,7 +13,6 @@ proto field that is unset takes the default the .proto documents (Kafka's).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import Counter
@@ -24,10 +23,9 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from kbroker.api.access import Access
-from kbroker.api.call_context import current
+from kbroker.api.call_context import Offload, current
+from kbroker.api.group_api import GroupApi
 from kbroker.api.log_dirs import describe_log_dirs
-from kbroker.api.rpc import Offload, blocking, opt
-from kbroker.api.security_service import SecurityRpcs
 from kbroker.cluster import zkdata
 from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType, static_broker_configs
 from kbroker.cluster.controller import Controller
@@ -38,9 +36,10 @@ from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zk_errors import mapped
-from kbroker.cluster.zkdata import CommittedOffset
+from kbroker.doors.grpc.group_rpcs import GroupRpcs
+from kbroker.doors.grpc.rpc import blocking, opt, set_error
+from kbroker.doors.grpc.security_rpcs import SecurityRpcs
 from kbroker.group.coordinator import GroupCoordinator
-from kbroker.group.group import MemberIdNeeded
 from kbroker.metrics import BrokerMetrics, count_records, error_name
 from kbroker.replication.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from kbroker.replication.replica_manager import (
@@ -49,7 +48,6 @@ from kbroker.replication.replica_manager import (
     FetchSpec,
     OffsetResult,
     ReplicaManager,
-    as_response_error,
 )
 from kbroker.security.acl import AclOperation as Op
 from kbroker.security.acl import ResourceType as AclResourceType
@@ -59,26 +57,22 @@ from kbroker.security.sasl import SaslAuthenticator
 from kclient.errors import (
     BrokerResponseError,
     ClusterAuthorizationFailedError,
-    CoordinatorNotAvailableError,
-    InvalidCommitOffsetSizeError,
     InvalidFetchSizeError,
-    InvalidGroupIdError,
     InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
     NotControllerError,
-    OffsetMetadataTooLargeError,
     PreferredLeaderNotAvailableError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    as_response_error,
 )
 from kclient.proto.kbroker.v1 import (
     admin_pb2,
     broker_pb2_grpc,
     cluster_pb2,
     config_pb2,
-    group_pb2,
     log_pb2,
     metadata_pb2,
     reassignment_pb2,
@@ -98,7 +92,6 @@ MAX_FETCH_WAIT_MS = 30000
 DEFAULT_FETCH_MIN_BYTES = 1
 DEFAULT_FETCH_MAX_BYTES = 52428800
 DEFAULT_PARTITION_MAX_BYTES = 1048576
-DEFAULT_SESSION_TIMEOUT_MS = 45000
 CONSUMER = -1
 """replica_id of a consumer (and of any client that leaves the field unset)."""
 
@@ -164,7 +157,7 @@ def partition_metadata(
     return out
 
 
-class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
+class BrokerService(GroupRpcs, SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     def __init__(
         self,
         broker_id: int,
@@ -187,7 +180,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         self._metrics = metrics
         self.parked = {"Produce": 0, "Fetch": 0}
         """Produce (acks=all) and long-poll Fetch calls waiting now (the purgatory sizes)."""
-        self._offload = offload
+        self._offload = self.offload = offload
         self._credentials = credentials
         self._sasl = sasl
         self._acls = authorizer
@@ -202,6 +195,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         self._metadata = metadata
         self._zk = zk
         self._admin = admin
+        self.groups_api = GroupApi(groups, metadata, self._access, offload, _advertised)
 
     # --- authorization (kbroker.api.access) ----------------------------------------
 
@@ -210,15 +204,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         ``operation`` the Cluster."""
         if self._access.cluster(operation):
             return False
-        _set_error(resp, self._access.cluster_error(operation))
-        return True
-
-    def _refuse_group(self, resp: Any, operation: Op, group_id: str) -> bool:
-        """True, with GROUP_AUTHORIZATION_FAILED in ``resp``, if the caller may not
-        ``operation`` the group."""
-        if self._access.group(operation, group_id):
-            return False
-        _set_error(resp, self._access.group_error(operation, group_id))
+        set_error(resp, self._access.cluster_error(operation))
         return True
 
     # --- log -----------------------------------------------------------------------
@@ -267,7 +253,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 tp = (t.name, p.index)
                 if tp in refused:
                     tr.partitions.add(index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
-                    _set_error(tr.partitions[-1], refused[tp])
+                    set_error(tr.partitions[-1], refused[tp])
                     continue
                 r = results[tp]
                 code, msg = _code(r.error)
@@ -482,7 +468,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             for p in t.partitions:
                 pr = tr.partitions.add(index=p.index, leader_epoch=-1, end_offset=-1)
                 if t.name in refused:
-                    _set_error(pr, refused[t.name])
+                    set_error(pr, refused[t.name])
                     continue
                 found = _answer(pr, partial(self._epoch_end, t.name, p, replica_id))
                 if found is not None:
@@ -575,7 +561,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                     else UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 )
             if err is not None:
-                _set_error(tm, err)
+                set_error(tm, err)
                 continue
             tm.partitions.extend(partition_metadata(snap, name, self._replicas.fenced_partition))
             tm.topic_id = snap.topics[name].topic_id or ""
@@ -642,12 +628,12 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         for i, name in enumerate(names):
             result = results.add(name=name)
             if name in refused:
-                _set_error(result, refused[name])
+                set_error(result, refused[name])
                 continue
             try:
                 action(name, i)
             except KafkaError as exc:
-                _set_error(result, as_response_error(exc))
+                set_error(result, as_response_error(exc))
 
     @blocking
     def CreateTopics(self, request: admin_pb2.CreateTopicsRequest) -> admin_pb2.CreateTopicsResponse:
@@ -677,7 +663,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         # DelayedCreatePartitions): the controller sets them up in batches meanwhile.
         for name in self._leaderless({n: count for n, (_, count) in written.items()}, timeout):
             err = RequestTimedOutError(f"topic {name!r} was written but not every partition has a leader yet")
-            _set_error(resp.topics[written[name][0]], err)
+            set_error(resp.topics[written[name][0]], err)
         return resp
 
     @blocking
@@ -708,7 +694,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             d = resp.topics.add(name=name)
             info = snap.topics.get(name)
             if name in refused:
-                _set_error(d, refused[name])
+                set_error(d, refused[name])
                 continue
             if info is None:
                 d.error_code = UnknownTopicOrPartitionError.errno  # type: ignore[assignment]
@@ -851,12 +837,12 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
             return resp
         if not self._controller.is_active:
             err: BrokerResponseError = NotControllerError(f"broker {self._broker_id} is not the controller")
-            _set_error(resp, err)
+            set_error(resp, err)
             return resp
         try:
             remaining = self._controller.controlled_shutdown(request.broker_id, opt(request, "broker_epoch", -1))
         except Exception as exc:
-            _set_error(resp, as_response_error(exc))
+            set_error(resp, as_response_error(exc))
             return resp
         for topic, p in remaining:
             resp.remaining.add(topic=topic, partition=p)
@@ -887,7 +873,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 [PartitionStateUpdate.from_proto(m) for m in request.partition_states],
             )
         except Exception as exc:
-            _set_error(resp, as_response_error(exc))
+            set_error(resp, as_response_error(exc))
 
     @blocking
     def AlterPartitionReassignments(
@@ -901,11 +887,11 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         for t in request.topics:
             for p in t.partitions:
                 if (t.name, p.partition_index) in targets:
-                    _set_error(resp, InvalidRequestError(f"{t.name}-{p.partition_index} appears more than once"))
+                    set_error(resp, InvalidRequestError(f"{t.name}-{p.partition_index} appears more than once"))
                     return resp
                 targets[(t.name, p.partition_index)] = list(p.replicas.broker_ids) if p.HasField("replicas") else None
         if not self._controller.is_active:
-            _set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
+            set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
             return resp
         timeout_s = opt(request, "timeout_ms", DEFAULT_REASSIGNMENT_TIMEOUT_MS) / 1000.0
         results = _answer(resp, lambda: self._controller.alter_partition_reassignments(targets, timeout_s))
@@ -932,7 +918,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         if self._refuse_cluster(resp, Op.DESCRIBE):
             return resp
         if not self._controller.is_active:
-            _set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
+            set_error(resp, NotControllerError(f"broker {self._broker_id} is not the controller"))
             return resp
         tps = [(t.name, p) for t in request.topics for p in t.partition_indexes] if request.topics else None
         timeout_s = opt(request, "timeout_ms", DEFAULT_REASSIGNMENT_TIMEOUT_MS) / 1000.0
@@ -957,7 +943,7 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
         if not self._access.cluster(Op.ALTER):
             refusal = self._access.cluster_error(Op.ALTER)
             for t, p in wanted or [("", -1)]:
-                _set_error(resp.results.add(topic=t, partition=p), refusal)
+                set_error(resp.results.add(topic=t, partition=p), refusal)
             return resp
         snap = self._metadata.snapshot()
         unknown = [(t, p) for t, p in wanted if t not in snap.topics or p not in snap.topics[t].assignment]
@@ -1001,282 +987,6 @@ class BrokerService(SecurityRpcs, broker_pb2_grpc.BrokerServicer):
                 )
         return resp
 
-    # --- consumer groups -----------------------------------------------------------
-
-    @blocking
-    def FindCoordinator(self, request: group_pb2.FindCoordinatorRequest) -> group_pb2.FindCoordinatorResponse:
-        resp = group_pb2.FindCoordinatorResponse(node_id=-1)
-        if self._refuse_group(resp, Op.DESCRIBE, request.group_id):
-            return resp
-        node = self._groups.coordinator_of(request.group_id)
-        info = self._metadata.snapshot().brokers.get(node)
-        if not request.group_id:
-            _set_error(resp, InvalidGroupIdError("the group id is empty"))
-        elif info is None:
-            _set_error(resp, CoordinatorNotAvailableError("no live broker can coordinate groups"))
-        else:
-            where = _advertised(info)
-            if where is None:
-                _set_error(
-                    resp, CoordinatorNotAvailableError(f"broker {info.broker_id} has no listener {current().listener}")
-                )
-            else:
-                resp.node_id, (resp.host, resp.port) = info.broker_id, where
-        return resp
-
-    async def JoinGroup(
-        self, request: group_pb2.JoinGroupRequest, context: grpc.aio.ServicerContext
-    ) -> group_pb2.JoinGroupResponse:
-        resp = group_pb2.JoinGroupResponse(generation_id=-1)
-        if self._refuse_group(resp, Op.READ, request.group_id):
-            return resp
-        session_timeout_ms = opt(request, "session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS)
-        rebalance_timeout_ms = opt(request, "rebalance_timeout_ms", -1)
-        try:
-            r = await self._groups.join_async(
-                self._offload,
-                request.group_id,
-                request.member_id,
-                client_id=request.client_id,
-                client_host=request.client_host or context.peer(),
-                session_timeout_ms=session_timeout_ms,
-                rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
-                protocol_type=request.protocol_type or "consumer",
-                protocols=[(p.name, p.metadata) for p in request.protocols],
-                group_instance_id=opt(request, "group_instance_id", None),
-                require_known_member_id=request.require_known_member_id,
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            _set_error(resp, as_response_error(exc))
-            if isinstance(exc, MemberIdNeeded):
-                resp.member_id = exc.member_id  # KIP-394: join again with it
-            return resp
-        resp.generation_id, resp.protocol_name, resp.leader_id, resp.member_id = (
-            r.generation,
-            r.protocol,
-            r.leader_id,
-            r.member_id,
-        )
-        for mid, metadata in r.members:
-            m = resp.members.add(member_id=mid, metadata=metadata)
-            if mid in r.instance_ids:
-                m.group_instance_id = r.instance_ids[mid]
-        return resp
-
-    async def SyncGroup(
-        self, request: group_pb2.SyncGroupRequest, context: grpc.aio.ServicerContext
-    ) -> group_pb2.SyncGroupResponse:
-        resp = group_pb2.SyncGroupResponse()
-        if self._refuse_group(resp, Op.READ, request.group_id):
-            return resp
-        assignments = {a.member_id: a.assignment for a in request.assignments}
-        try:
-            resp.assignment = await self._groups.sync_async(
-                self._offload,
-                request.group_id,
-                request.member_id,
-                opt(request, "generation_id", -1),
-                assignments,
-                opt(request, "group_instance_id", None),
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            _set_error(resp, as_response_error(exc))
-        return resp
-
-    @blocking
-    def Heartbeat(self, request: group_pb2.HeartbeatRequest) -> group_pb2.HeartbeatResponse:
-        resp = group_pb2.HeartbeatResponse()
-        if self._refuse_group(resp, Op.READ, request.group_id):
-            return resp
-        generation = opt(request, "generation_id", -1)
-        instance = opt(request, "group_instance_id", None)
-        _answer(resp, lambda: self._groups.heartbeat(request.group_id, request.member_id, generation, instance))
-        return resp
-
-    @blocking
-    def LeaveGroup(self, request: group_pb2.LeaveGroupRequest) -> group_pb2.LeaveGroupResponse:
-        resp = group_pb2.LeaveGroupResponse()
-        if self._refuse_group(resp, Op.READ, request.group_id):
-            return resp
-        instance = opt(request, "group_instance_id", None)
-        _answer(resp, lambda: self._groups.leave(request.group_id, request.member_id, instance))
-        return resp
-
-    @blocking
-    def CommitOffsets(self, request: group_pb2.CommitOffsetsRequest) -> group_pb2.CommitOffsetsResponse:
-        """READ on the group (refused: every partition answers GROUP_AUTHORIZATION_FAILED),
-        then READ on each topic."""
-        snap = self._metadata.snapshot()
-        resp = group_pb2.CommitOffsetsResponse()
-        valid: dict[tuple[str, int], CommittedOffset] = {}
-        results: dict[tuple[str, int], BrokerResponseError | None] = {}
-        names = [t.name for t in request.topics]
-        refused: dict[str, BrokerResponseError] = (
-            self._access.refused_topics(Op.READ, names)
-            if self._access.group(Op.READ, request.group_id)
-            else dict.fromkeys(names, self._access.group_error(Op.READ, request.group_id))
-        )
-        for t in request.topics:
-            info = snap.topics.get(t.name)
-            for p in t.partitions:
-                err = refused.get(t.name) or _commit_error(t.name, p, info)
-                if err is None:
-                    valid[(t.name, p.index)] = CommittedOffset(p.offset, p.metadata)
-                results[(t.name, p.index)] = err
-        if valid:
-            try:
-                self._groups.commit(
-                    request.group_id,
-                    request.member_id,
-                    opt(request, "generation_id", -1),
-                    valid,
-                    opt(request, "group_instance_id", None),
-                )
-            except Exception as exc:
-                failure = as_response_error(exc)
-                for tp in valid:
-                    results[tp] = failure
-        for t in request.topics:
-            tr = resp.topics.add(name=t.name)
-            for p in t.partitions:
-                pe = tr.partitions.add(index=p.index)
-                e = results.get((t.name, p.index))
-                if e is not None:
-                    _set_error(pe, e)
-        return resp
-
-    @blocking
-    def FetchOffsets(self, request: group_pb2.FetchOffsetsRequest) -> group_pb2.FetchOffsetsResponse:
-        """DESCRIBE on the group, then on each topic: a named partition of a topic the
-        caller may not describe answers TOPIC_AUTHORIZATION_FAILED, and fetching all
-        leaves those topics out."""
-        resp = group_pb2.FetchOffsetsResponse()
-        if self._refuse_group(resp, Op.DESCRIBE, request.group_id):
-            return resp
-        if not request.group_id:
-            _set_error(resp, InvalidGroupIdError("the group id is empty"))
-            return resp
-        refused = self._access.refused_topics(Op.DESCRIBE, (t.name for t in request.topics))
-        wanted = [(t.name, p) for t in request.topics for p in t.partitions] if request.topics else None
-        try:
-            asked = [tp for tp in wanted if tp[0] not in refused] if wanted is not None else None
-            found = self._groups.store.fetch(request.group_id, asked)
-        except Exception as exc:
-            _set_error(resp, as_response_error(exc))
-            return resp
-        if wanted is None:
-            wanted = sorted(found)
-            if self._access.enabled:
-                describable = self._access.topics(Op.DESCRIBE, (t for t, _ in wanted))
-                wanted = [tp for tp in wanted if tp[0] in describable]
-        by_topic: dict[str, Any] = {}
-        for topic, p in wanted:
-            tr = by_topic.get(topic)
-            if tr is None:
-                tr = by_topic[topic] = resp.topics.add(name=topic)
-            c = found.get((topic, p))
-            pr = tr.partitions.add(index=p, offset=c.offset if c else -1, metadata=c.metadata if c else "")
-            if topic in refused:
-                pr.error_code = refused[topic].errno  # type: ignore[assignment]
-        return resp
-
-    @blocking
-    def ListGroups(self, request: group_pb2.ListGroupsRequest) -> group_pb2.ListGroupsResponse:
-        """Every group with DESCRIBE on the Cluster, else the groups the caller may DESCRIBE."""
-        resp = group_pb2.ListGroupsResponse()
-        everything = self._access.cluster(Op.DESCRIBE, quiet=True)
-        for gid in self._groups.store.groups():
-            if not everything and not self._access.group(Op.DESCRIBE, gid, quiet=True):
-                continue
-            resp.groups.add(group_id=gid, protocol_type="consumer", state=self._groups.local_state(gid))
-        return resp
-
-    @blocking
-    def DescribeGroups(self, request: group_pb2.DescribeGroupsRequest) -> group_pb2.DescribeGroupsResponse:
-        resp = group_pb2.DescribeGroupsResponse()
-        for gid in request.group_ids:
-            d = resp.groups.add(group_id=gid)
-            if self._refuse_group(d, Op.DESCRIBE, gid):
-                continue
-            try:
-                g, state, members = self._groups.describe(gid)
-            except Exception as exc:
-                _set_error(d, as_response_error(exc))
-                continue
-            d.state, d.protocol_type, d.protocol_name = state.value, g.protocol_type, g.protocol
-            d.generation_id, d.leader_id = g.generation, g.leader_id
-            for m in members:
-                dm = d.members.add(
-                    member_id=m.member_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    metadata=m.metadata_for(g.protocol),
-                    assignment=m.assignment,
-                )
-                if m.group_instance_id is not None:
-                    dm.group_instance_id = m.group_instance_id
-        return resp
-
-    @blocking
-    def DeleteGroups(self, request: group_pb2.DeleteGroupsRequest) -> group_pb2.DeleteGroupsResponse:
-        resp = group_pb2.DeleteGroupsResponse()
-        for gid in request.group_ids:
-            result = resp.results.add(group_id=gid)
-            if not self._refuse_group(result, Op.DELETE, gid):
-                _answer(result, partial(self._groups.delete, gid))
-        return resp
-
-    @blocking
-    def OffsetDelete(self, request: group_pb2.OffsetDeleteRequest) -> group_pb2.OffsetDeleteResponse:
-        """Kafka 2.8's handleOffsetDeleteRequest: DELETE on the group (refused: the whole
-        request answers GROUP_AUTHORIZATION_FAILED), READ on each topic (refused: its
-        partitions answer TOPIC_AUTHORIZATION_FAILED), unknown partitions
-        UNKNOWN_TOPIC_OR_PARTITION; the rest goes to the coordinator. A group-level error
-        is the whole answer (no topics)."""
-        resp = group_pb2.OffsetDeleteResponse()
-        if self._refuse_group(resp, Op.DELETE, request.group_id):
-            return resp
-        snap = self._metadata.snapshot()
-        refused = self._access.refused_topics(Op.READ, (t.name for t in request.topics))
-        results: dict[tuple[str, int], BrokerResponseError | None] = {}
-        for t in request.topics:
-            info = snap.topics.get(t.name)
-            for p in t.partitions:
-                if t.name in refused:
-                    results[(t.name, p)] = refused[t.name]
-                elif info is None or p not in info.assignment:
-                    results[(t.name, p)] = UnknownTopicOrPartitionError(f"{t.name}-{p} does not exist")
-        wanted = [(t.name, p) for t in request.topics for p in t.partitions if (t.name, p) not in results]
-        deleted = _answer(resp, lambda: self._groups.delete_offsets(request.group_id, wanted))
-        if deleted is None:
-            return resp
-        results.update(deleted)
-        for t in request.topics:
-            tr = resp.topics.add(name=t.name)
-            for p in t.partitions:
-                pr = tr.partitions.add(index=p)
-                err = results.get((t.name, p))
-                if err is not None:
-                    _set_error(pr, err)
-        return resp
-
-
-MAX_OFFSET_METADATA = 4096
-
-
-def _commit_error(topic: str, p: group_pb2.CommitPartition, info: Any) -> BrokerResponseError | None:
-    if info is None or p.index not in info.assignment:
-        return UnknownTopicOrPartitionError(f"{topic}-{p.index} does not exist")
-    if p.offset < 0:
-        return InvalidCommitOffsetSizeError(f"{topic}-{p.index}: offset {p.offset} is negative")
-    if len(p.metadata) > MAX_OFFSET_METADATA:
-        return OffsetMetadataTooLargeError(f"metadata over {MAX_OFFSET_METADATA} characters")
-    return None
-
 
 def _topic_name_error(name: str) -> BrokerResponseError | None:
     try:
@@ -1284,11 +994,6 @@ def _topic_name_error(name: str) -> BrokerResponseError | None:
     except BrokerResponseError as exc:
         return exc
     return None
-
-
-def _set_error(msg: Any, err: BrokerResponseError) -> None:
-    msg.error_code = err.errno
-    msg.error_message = err.message
 
 
 T = TypeVar("T")
@@ -1299,5 +1004,5 @@ def _answer(resp: Any, call: Callable[[], T]) -> T | None:
     try:
         return call()
     except Exception as exc:
-        _set_error(resp, as_response_error(exc))
+        set_error(resp, as_response_error(exc))
         return None

@@ -1,0 +1,1 @@
+"""The gRPC door: the ``kbroker.v1.Broker`` servicer and its server."""
