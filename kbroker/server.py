@@ -37,7 +37,7 @@ from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import BrokerIdInUseError, SessionState, ZkClient
 from kbroker.cluster.zkdata import BrokerInfo
-from kbroker.config import BrokerConfig, build_config, load_properties
+from kbroker.config import BrokerConfig, add_flags, build_config, flag_settings, load_properties
 from kbroker.doors.grpc.server import GrpcServer
 from kbroker.doors.grpc.servicer import BrokerService
 from kbroker.doors.kafka.door import kafka_door
@@ -310,7 +310,7 @@ class KafkaServer:
                     controller_active=lambda: self.controller.is_active,
                     offline_partitions=self._offline_partitions,
                     zk_state=lambda: str(self.zk.state),
-                    purgatory_sizes=lambda: {**service.parked, "Rebalance": groups.waiters.waiting()},
+                    purgatory_sizes=lambda: {**service.apis.log.parked, "Rebalance": groups.waiters.waiting()},
                     committed_offsets=groups.committed_offsets,
                 )
             )
@@ -568,14 +568,7 @@ class _CallDetails(_Details, grpc.ClientCallDetails):  # type: ignore[misc]
 def parse_args(argv: list[str] | None) -> BrokerConfig:
     parser = argparse.ArgumentParser(prog="kbroker", description="Run a kbroker broker.")
     parser.add_argument("config", nargs="?", type=Path, help="server.properties file (Kafka key names)")
-    parser.add_argument("--broker-id", type=int)
-    parser.add_argument("--zookeeper", help="HOST:PORT[,HOST:PORT...][/chroot]")
-    parser.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 picks a free one)")
-    parser.add_argument("--data-dir", type=Path)
-    parser.add_argument("--rack")
-    parser.add_argument(
-        "--log-level", metavar="LEVEL", help="DEBUG, INFO, WARN or ERROR (beats log.level; default INFO)"
-    )
+    add_flags(parser)
     parser.add_argument(
         "--override", "-o", action="append", default=[], metavar="KEY=VALUE", help="any Kafka broker setting"
     )
@@ -586,16 +579,7 @@ def parse_args(argv: list[str] | None) -> BrokerConfig:
         if not sep:
             raise KafkaError(f"--override expects KEY=VALUE, got {item!r}")
         props[key.strip()] = value.strip()
-    for flag, key in (
-        (args.broker_id, "broker.id"),
-        (args.zookeeper, "zookeeper.connect"),
-        (args.listen, "listen"),
-        (args.data_dir, "log.dirs"),
-        (args.rack, "broker.rack"),
-        (args.log_level, "log.level"),
-    ):
-        if flag is not None:
-            props[key] = str(flag)
+    props.update(flag_settings(args))
     return build_config(props)
 
 

@@ -375,6 +375,11 @@ class InvalidProducerEpochError(BrokerResponseError):
     description = "Producer attempted to produce with an old epoch."
 
 
+class TransactionalIdAuthorizationFailedError(BrokerResponseError):
+    errno = 53
+    description = "Transactional Id authorization failed."
+
+
 class SecurityDisabledError(BrokerResponseError):
     errno = 54
     description = "Security features are disabled."

@@ -17,12 +17,12 @@ Thread safety: stateless beyond its collaborators, which are thread-safe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kbroker.api.access import Access
 from kbroker.api.call_context import Offload, current
-from kbroker.cluster import zkdata
+from kbroker.api.metadata_api import Node, advertised
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator, TopicPartition
@@ -32,15 +32,6 @@ from kclient.errors import BrokerResponseError, CoordinatorNotAvailableError, In
 
 PartitionErrors = dict[TopicPartition, BrokerResponseError | None]
 """Per partition: None (done) or why not."""
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A broker as the caller reaches it (its advertised address on the caller's listener)."""
-
-    node_id: int
-    host: str
-    port: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +96,11 @@ class GroupApi:
         metadata: MetadataCache,
         access: Access,
         offload: Offload,
-        advertised: Callable[[zkdata.BrokerInfo], tuple[str, int] | None],
     ) -> None:
         self._groups = groups
         self._metadata = metadata
         self._access = access
         self._offload = offload
-        self._advertised = advertised
 
     def find_coordinator(self, group_id: str) -> Node:
         """DESCRIBE on the group; the coordinator as the caller's listener reaches it."""
@@ -121,7 +110,7 @@ class GroupApi:
         info = self._metadata.snapshot().brokers.get(self._groups.coordinator_of(group_id))
         if info is None:
             raise CoordinatorNotAvailableError("no live broker can coordinate groups")
-        where = self._advertised(info)
+        where = advertised(info)
         if where is None:
             raise CoordinatorNotAvailableError(f"broker {info.broker_id} has no listener {current().listener}")
         return Node(info.broker_id, where[0], where[1])

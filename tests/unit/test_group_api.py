@@ -33,7 +33,7 @@ def _api(*denied: tuple[str, str, str]) -> tuple[GroupApi, FakeStore, FakeAuthor
     metadata = FakeMetadataCache([1], {"t": 3, "secret": 1})
     groups = GroupCoordinator(1, store, metadata)  # type: ignore[arg-type]
     authorizer = FakeAuthorizer(*denied)
-    api = GroupApi(groups, metadata, Access(authorizer), _offload, lambda b: (b.host, b.port))  # type: ignore[arg-type]
+    api = GroupApi(groups, metadata, Access(authorizer), _offload)  # type: ignore[arg-type]
     return api, store, authorizer
 
 

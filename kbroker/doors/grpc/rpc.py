@@ -5,11 +5,12 @@ fields and ``set_error`` for a response's error code."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
 from kclient.errors import BrokerResponseError
+from kclient.transport import ERROR_CODE_METADATA_KEY
 
 R = TypeVar("R")
 
@@ -34,3 +35,10 @@ def set_error(msg: Any, err: BrokerResponseError) -> None:
     """Write ``err`` into a response message's ``error_code`` and ``error_message``."""
     msg.error_code = err.errno
     msg.error_message = err.message
+
+
+async def abort(context: grpc.aio.ServicerContext, exc: BrokerResponseError) -> NoReturn:
+    """Refuse the whole request: INVALID_ARGUMENT, ``exc``'s code in the trailing metadata."""
+    context.set_trailing_metadata(((ERROR_CODE_METADATA_KEY, str(exc.errno)),))
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    raise AssertionError("context.abort returned")  # pragma: no cover

@@ -21,8 +21,8 @@ def api_table(service: BrokerService, sasl: SaslLookup = lambda listener: None) 
     """Every API the door serves (ApiVersions lists exactly these)."""
     return ApiTable(
         [
-            *LogApis(service).apis(),
-            *GroupApis(service.groups_api, service.offload).apis(),
+            *LogApis(service.apis).apis(),
+            *GroupApis(service.apis.groups, service.apis.offload).apis(),
             *AdminApis(service).apis(),
             *SecurityApis(service, sasl).apis(),
         ]

@@ -43,8 +43,8 @@ from typing import Any, TypeVar
 
 from kbroker.api.call_context import Offload
 from kbroker.api.group_api import GroupApi, GroupDescription, JoinGroup, MemberOf
+from kbroker.api.log_api import NO_TRANSACTIONS
 from kbroker.cluster.zkdata import CommittedOffset
-from kbroker.doors.grpc.servicer import NO_TRANSACTIONS, TRANSACTIONS_REFUSED
 from kbroker.doors.kafka.codec import build, millis, response_class
 from kbroker.doors.kafka.consumer_protocol import (
     CONSUMER,
@@ -56,7 +56,13 @@ from kbroker.doors.kafka.consumer_protocol import (
 )
 from kbroker.doors.kafka.server import Api, KafkaRequest
 from kbroker.group.group import MemberIdNeeded
-from kclient.errors import BrokerResponseError, InconsistentGroupProtocolError, InvalidRequestError, as_response_error
+from kclient.errors import (
+    BrokerResponseError,
+    InconsistentGroupProtocolError,
+    InvalidRequestError,
+    TransactionalIdAuthorizationFailedError,
+    as_response_error,
+)
 
 T = TypeVar("T")
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
@@ -65,6 +71,7 @@ INVALID_REQUEST = InvalidRequestError.errno
 INCONSISTENT_GROUP_PROTOCOL = InconsistentGroupProtocolError.errno
 GROUP_KEY = 0
 """FindCoordinator key type of a consumer group."""
+TRANSACTIONS_REFUSED = TransactionalIdAuthorizationFailedError.errno
 TRANSACTION_KEY = 1
 """FindCoordinator key type of a transactional id: not served, TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
 UNKNOWN_STATE = "Unknown"

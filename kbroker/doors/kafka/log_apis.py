@@ -1,6 +1,6 @@
 """Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, Metadata, InitProducerId and
-DescribeCluster on the Kafka door: Kafka's request -> the servicer's protobuf request ->
-the same handler as gRPC -> Kafka's response. Record batches pass through untouched
+DescribeCluster on the Kafka door: Kafka's request -> one call of the core
+(:mod:`kbroker.api.log_api`, :mod:`kbroker.api.metadata_api`) -> Kafka's response. Record batches pass through untouched
 (both doors carry Kafka's RecordBatch v2 bytes).
 
 Versions: Produce 0-9 (v0-2 carry message sets of magic 0/1, up-converted to a v2
@@ -18,26 +18,28 @@ no partitions; v4-6 fetch without a session.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.api.apis import BrokerApis
+from kbroker.api.log_api import EpochEnd, EpochQuery, Fetch, OffsetQuery
 from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.doors.kafka.legacy_produce import upconvert
 from kbroker.doors.kafka.server import Api, CloseConnection, KafkaRequest
-from kbroker.doors.kafka.service_call import RequestRefused
-from kclient.errors import KafkaError
-from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2
+from kbroker.replication.replica_manager import FetchSpec, OffsetResult, ProduceResult, TopicPartition
+from kclient.errors import BrokerResponseError, InvalidRecordError, KafkaError, as_response_error, for_code
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
 INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
 
 
 class LogApis:
-    """The log and metadata APIs over one :class:`BrokerService`."""
+    """The log and metadata APIs over the core's :class:`BrokerApis`."""
 
-    def __init__(self, service: BrokerService) -> None:
-        self._service = service
+    def __init__(self, core: BrokerApis) -> None:
+        self._log = core.log
+        self._metadata = core.metadata
+        self._offload = core.offload
 
     def apis(self) -> list[Api]:
         return [
@@ -54,54 +56,38 @@ class LogApis:
 
     async def produce(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = log_pb2.ProduceRequest(acks=int(p.acks), timeout_ms=millis(p.timeout))
         # Produce v0-2: message sets of magic 0/1, up-converted here; a partition whose set
         # cannot be converted is answered with its error and not produced.
-        unconverted = log_pb2.ProduceResponse()
+        wanted: list[tuple[TopicPartition, bytes]] = []
+        unconverted: dict[TopicPartition, ProduceResult] = {}
         for t in p.topic_data:
-            pt = proto.topics.add(name=t.name)
-            failed: log_pb2.ProduceTopicResponse | None = None
             for part in t.partition_data:
+                tp = (t.name, int(part.index))
                 records = bytes(part.records or b"")
                 if req.version < 3:
                     try:
                         # off the loop: opening a compressed wrapper can take a while
-                        records = await self._service._offload(upconvert, records)
+                        records = await self._offload(upconvert, records)
                     except KafkaError as exc:
-                        if failed is None:
-                            failed = unconverted.topics.add(name=t.name)
-                        failed.partitions.add(
-                            index=int(part.index),
-                            error_code=getattr(exc, "errno", 87),
-                            error_message=exc.message,
-                            base_offset=-1,
-                            log_append_time_ms=-1,
-                            log_start_offset=-1,
-                        )
+                        err = exc if isinstance(exc, BrokerResponseError) else InvalidRecordError(exc.message)
+                        unconverted[tp] = ProduceResult(err)
                         continue
-                pt.partitions.add(index=int(part.index), records=records)
-        if unconverted.topics:
-            kept = [t for t in proto.topics if t.partitions]
-            del proto.topics[:]
-            proto.topics.extend(kept)
+                wanted.append((tp, records))
         try:
-            if not proto.topics:
-                resp = log_pb2.ProduceResponse()
-            else:
-                resp = await self._service.Produce(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
+            results = await self._log.produce(int(p.acks), millis(p.timeout), wanted) if wanted else {}
+        except BrokerResponseError as exc:
             if p.acks == 0:
                 raise CloseConnection() from exc  # as Kafka: the client refreshes its metadata
-            return self._produce_response(req, proto, exc, unconverted)
-        _merge(resp, unconverted)
+            results = {tp: ProduceResult(exc) for tp, _ in wanted}
+        results.update(unconverted)
         if p.acks == 0:
             # Kafka sends nothing back for acks=0, and closes the connection when a
             # partition failed (not the leader any more, ...) so that the client refreshes
             # its metadata instead of sending on into the void.
-            if any(r.error_code for t in resp.topics for r in t.partitions):
+            if any(r.error is not None for r in results.values()):
                 raise CloseConnection()
             return None
-        return self._produce_answer(req, resp)
+        return self._produce_answer(req, results)
 
     def refuse_produce(self, req: KafkaRequest, errno: int) -> Any:
         """``errno`` on every partition of a Produce of a version not served (v10+), in
@@ -109,126 +95,100 @@ class LogApis:
         p = req.payload
         if int(p.acks) == 0:
             raise CloseConnection()
-        refused = log_pb2.ProduceResponse()
-        for t in p.topic_data:
-            tr = refused.topics.add(name=t.name)
-            for part in t.partition_data:
-                tr.partitions.add(
-                    index=int(part.index), error_code=errno, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
-                )
-        return self._produce_answer(req, refused)
+        err = for_code(errno)()
+        refused = {(t.name, int(part.index)): ProduceResult(err) for t in p.topic_data for part in t.partition_data}
+        return self._produce_answer(req, refused, messages=False)
 
     @staticmethod
-    def _produce_answer(req: KafkaRequest, resp: log_pb2.ProduceResponse) -> Any:
-        return build(
-            response_class(PRODUCE, req.version),
-            {
-                "responses": [
+    def _produce_answer(
+        req: KafkaRequest, results: dict[TopicPartition, ProduceResult], *, messages: bool = True
+    ) -> Any:
+        """The answer in the request's order, each topic once."""
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for t in req.payload.topic_data:
+            answered = topics.setdefault(t.name, [])
+            for part in t.partition_data:
+                r = results[(t.name, int(part.index))]
+                answered.append(
                     {
-                        "name": t.name,
-                        "partition_responses": [
-                            {
-                                "index": r.index,
-                                "error_code": r.error_code,
-                                "error_message": r.error_message or None,
-                                "base_offset": r.base_offset,
-                                "log_append_time": r.log_append_time_ms,
-                                "log_start_offset": r.log_start_offset,
-                                "record_errors": [  # v8+ (KIP-467)
-                                    {"batch_index": e.batch_index, "batch_index_error_message": e.message or None}
-                                    for e in r.record_errors
-                                ],
-                            }
-                            for r in t.partitions
+                        "index": int(part.index),
+                        "error_code": r.error.errno if r.error else 0,
+                        "error_message": r.error.message if r.error and messages else None,
+                        "base_offset": r.base_offset,
+                        "log_append_time": r.log_append_time,
+                        "log_start_offset": r.log_start_offset,
+                        "record_errors": [  # v8+ (KIP-467)
+                            {"batch_index": i, "batch_index_error_message": m or None}
+                            for i, m in getattr(r.error, "record_errors", ())
                         ],
                     }
-                    for t in resp.topics
-                ],
-            },
-        )
-
-    def _produce_response(
-        self,
-        req: KafkaRequest,
-        proto: log_pb2.ProduceRequest,
-        exc: RequestRefused,
-        unconverted: log_pb2.ProduceResponse,
-    ) -> Any:
-        both = log_pb2.ProduceResponse()
-        for t in proto.topics:
-            tr = both.topics.add(name=t.name)
-            for part in t.partitions:
-                tr.partitions.add(
-                    index=part.index,
-                    error_code=exc.errno,
-                    error_message=exc.message,
-                    base_offset=-1,
-                    log_append_time_ms=-1,
-                    log_start_offset=-1,
                 )
-        _merge(both, unconverted)
-        return self._produce_answer(req, both)
+        return build(
+            response_class(PRODUCE, req.version),
+            {"responses": [{"name": name, "partition_responses": parts} for name, parts in topics.items()]},
+        )
 
     # --- Fetch ----------------------------------------------------------------------
 
     async def fetch(self, req: KafkaRequest) -> Any:
         p = req.payload
         cls = response_class(FETCH, req.version)
-        proto = log_pb2.FetchRequest(
-            replica_id=int(p.replica_id),
-            max_wait_ms=millis(p.max_wait),
-            min_bytes=int(p.min_bytes),
-            max_bytes=int(getattr(p, "max_bytes", 0x7FFFFFFF)),
+        specs = [
+            FetchSpec(
+                t.topic,
+                int(part.partition),
+                int(part.fetch_offset),
+                int(part.partition_max_bytes),
+                int(getattr(part, "current_leader_epoch", -1)),
+            )
+            for t in p.topics
+            for part in t.partitions
+        ]
+        fetch = Fetch(
+            specs,
+            int(p.replica_id),
+            millis(p.max_wait),
+            int(p.min_bytes),
+            int(getattr(p, "max_bytes", 0x7FFFFFFF)),
         )
         if req.version >= 7:  # v4-6 have no session fields: a sessionless fetch
-            proto.session_id = int(p.session_id)
-            proto.session_epoch = int(p.session_epoch)
-            for t in p.forgotten_topics_data:
-                proto.forgotten_topics_data.add(name=t.topic, partitions=[int(x) for x in t.partitions])
-        for t in p.topics:
-            ft = proto.topics.add(name=t.topic)
-            for part in t.partitions:
-                ft.partitions.add(
-                    index=int(part.partition),
-                    fetch_offset=int(part.fetch_offset),
-                    partition_max_bytes=int(part.partition_max_bytes),
-                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
-                )
+            forgotten = [(t.topic, int(x)) for t in p.forgotten_topics_data for x in t.partitions]
+            fetch = replace(
+                fetch, session_id=int(p.session_id), session_epoch=int(p.session_epoch), forgotten=forgotten
+            )
         try:
-            resp = await self._service.Fetch(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
+            answer = await self._log.fetch(fetch)
+        except BrokerResponseError as exc:
             # The code at the top (v7+) and on every partition (v4-6 have no top-level one).
-            refused = [
-                {"topic": t.name, "partitions": [{"partition_index": x.index, "error_code": exc.errno,
-                                                  "high_watermark": -1} for x in t.partitions]}
-                for t in proto.topics
-            ]  # fmt: skip
-            return build(cls, {"error_code": exc.errno, "session_id": 0, "responses": refused})
-        if resp.error_code:  # the session's own error (unknown session, wrong epoch): no partitions
-            return build(cls, {"error_code": int(resp.error_code), "session_id": 0})
+            refused: dict[str, list[dict[str, Any]]] = {}
+            for s in specs:
+                refused.setdefault(s.topic, []).append(
+                    {"partition_index": s.partition, "error_code": exc.errno, "high_watermark": -1}
+                )
+            responses = [{"topic": t, "partitions": parts} for t, parts in refused.items()]
+            return build(cls, {"error_code": exc.errno, "session_id": 0, "responses": responses})
+        if answer.error is not None:  # the session's own error (unknown session, wrong epoch): no partitions
+            return build(cls, {"error_code": answer.error.errno, "session_id": 0})
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for spec, r in answer.partitions:
+            read = r.read
+            topics.setdefault(spec.topic, []).append(
+                {
+                    "partition_index": spec.partition,
+                    "error_code": r.error.errno if r.error else 0,
+                    "high_watermark": read.high_watermark if read else -1,
+                    "last_stable_offset": read.high_watermark if read else -1,  # no transactions
+                    "log_start_offset": read.log_start_offset if read else -1,
+                    "preferred_read_replica": -1,
+                    "records": read.records if read else b"",
+                }
+            )
         return build(
             cls,
             {
                 "error_code": 0,
-                "session_id": int(resp.session_id),
-                "responses": [
-                    {
-                        "topic": t.name,
-                        "partitions": [
-                            {
-                                "partition_index": r.index,
-                                "error_code": r.error_code,
-                                "high_watermark": r.high_watermark,
-                                "last_stable_offset": r.high_watermark,  # no transactions
-                                "log_start_offset": r.log_start_offset,
-                                "preferred_read_replica": -1,
-                                "records": r.records,
-                            }
-                            for r in t.partitions
-                        ],
-                    }
-                    for t in resp.topics
-                ],
+                "session_id": answer.session_id,
+                "responses": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
             },
         )
 
@@ -236,74 +196,59 @@ class LogApis:
 
     async def list_offsets(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = log_pb2.ListOffsetsRequest(replica_id=int(p.replica_id))
-        for t in p.topics:
-            lt = proto.topics.add(name=t.name)
-            for part in t.partitions:
-                lt.partitions.add(
-                    index=int(part.partition_index),
-                    timestamp=int(part.timestamp),
-                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
-                )
-        cls = response_class(LIST_OFFSETS, req.version)
+        queries = [
+            OffsetQuery(
+                t.name,
+                int(part.partition_index),
+                int(part.timestamp),
+                int(getattr(part, "current_leader_epoch", -1)),
+            )
+            for t in p.topics
+            for part in t.partitions
+        ]
         try:
-            resp = await self._service.ListOffsets(proto, req.service_context())  # type: ignore[arg-type]
-        except RequestRefused as exc:
-            errno = exc.errno
-            return build(cls, _per_partition(proto.topics, lambda i: {"partition_index": i, "error_code": errno}))
+            found = await self._offload(self._log.list_offsets, int(p.replica_id), queries)
+        except BrokerResponseError as exc:
+            found = [OffsetResult(exc) for _ in queries]
+        answers = iter(found)
         return build(
-            cls,
+            response_class(LIST_OFFSETS, req.version),
             {
                 "topics": [
                     {
                         "name": t.name,
-                        "partitions": [
-                            {
-                                "partition_index": r.index,
-                                "error_code": r.error_code,
-                                "timestamp": r.timestamp,
-                                "offset": r.offset,
-                                "leader_epoch": r.leader_epoch,
-                            }
-                            for r in t.partitions
-                        ],
+                        "partitions": [_offset(int(part.partition_index), next(answers)) for part in t.partitions],
                     }
-                    for t in resp.topics
+                    for t in p.topics
                 ]
             },
         )
 
     async def offset_for_leader_epoch(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = log_pb2.OffsetForLeaderEpochRequest(replica_id=int(getattr(p, "replica_id", -1)))
-        if proto.replica_id == -2:  # Kafka's "a debugging consumer" default
-            proto.replica_id = -1
-        for t in p.topics:
-            ot = proto.topics.add(name=t.topic)
-            for part in t.partitions:
-                ot.partitions.add(
-                    index=int(part.partition),
-                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
-                    leader_epoch=int(part.leader_epoch),
-                )
-        resp = await self._service.OffsetForLeaderEpoch(proto, req.service_context())  # type: ignore[arg-type]
+        replica_id = int(getattr(p, "replica_id", -1))
+        if replica_id == -2:  # Kafka's "a debugging consumer" default
+            replica_id = -1
+        queries = [
+            EpochQuery(
+                t.topic,
+                int(part.partition),
+                int(part.leader_epoch),
+                int(getattr(part, "current_leader_epoch", -1)),
+            )
+            for t in p.topics
+            for part in t.partitions
+        ]
+        answers = iter(self._log.offset_for_leader_epoch(replica_id, queries))
         return build(
             response_class(OFFSET_FOR_LEADER_EPOCH, req.version),
             {
                 "topics": [
                     {
-                        "topic": t.name,
-                        "partitions": [
-                            {
-                                "partition": r.index,
-                                "error_code": r.error_code,
-                                "leader_epoch": r.leader_epoch,
-                                "end_offset": r.end_offset,
-                            }
-                            for r in t.partitions
-                        ],
+                        "topic": t.topic,
+                        "partitions": [_epoch_end(int(part.partition), next(answers)) for part in t.partitions],
                     }
-                    for t in resp.topics
+                    for t in p.topics
                 ]
             },
         )
@@ -312,8 +257,7 @@ class LogApis:
 
     async def metadata(self, req: KafkaRequest) -> Any:
         p = req.payload
-        service = self._service
-        if service.metadata_is_stale():
+        if self._metadata.is_stale():
             raise CloseConnection()  # as gRPC's UNAVAILABLE: the client asks another broker
         wanted = None if p.topics is None else [t.name for t in p.topics if t.name is not None]
         if req.version == 0 and wanted == []:
@@ -325,51 +269,49 @@ class LogApis:
             names = None  # v1+: an empty list asks for no topic (brokers only)
         else:
             names = wanted
-        resp = await service._offload(service.metadata_of, names, allow)
+        m = await self._offload(self._metadata.metadata, names, allow)
         return build(
             response_class(METADATA, req.version),
             {
                 "brokers": [
-                    {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None} for b in resp.brokers
+                    {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None} for b in m.brokers
                 ],
-                "cluster_id": resp.cluster_id,
-                "controller_id": resp.controller_id,
+                "cluster_id": m.cluster_id,
+                "controller_id": m.controller_id,
                 "topics": [
                     {
-                        "error_code": t.error_code,
+                        "error_code": t.error.errno if t.error else 0,
                         "name": t.name,
                         "topic_id": topic_uuid(t.topic_id),
                         "is_internal": False,
                         "partitions": [
                             {
-                                "error_code": m.error_code,
-                                "partition_index": m.index,
-                                "leader_id": m.leader_id,
-                                "leader_epoch": m.leader_epoch,
-                                "replica_nodes": list(m.replica_nodes),
-                                "isr_nodes": list(m.isr_nodes),
-                                "offline_replicas": list(m.offline_replicas),
+                                "error_code": x.error.errno if x.error else 0,
+                                "partition_index": x.partition,
+                                "leader_id": x.leader,
+                                "leader_epoch": x.leader_epoch,
+                                "replica_nodes": x.replicas,
+                                "isr_nodes": x.isr,
+                                "offline_replicas": x.offline_replicas,
                             }
-                            for m in t.partitions
+                            for x in t.partitions
                         ],
                     }
-                    for t in resp.topics
+                    for t in m.topics
                 ],
             },
         )
 
     async def describe_cluster(self, req: KafkaRequest) -> Any:
-        service = self._service
-        resp = await service._offload(service.metadata_of, None)
+        m = await self._offload(self._metadata.brokers)
         return build(
             response_class(DESCRIBE_CLUSTER, req.version),
             {
                 "error_code": 0,
-                "cluster_id": resp.cluster_id,
-                "controller_id": resp.controller_id,
+                "cluster_id": m.cluster_id,
+                "controller_id": m.controller_id,
                 "brokers": [
-                    {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                    for b in resp.brokers
+                    {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None} for b in m.brokers
                 ],
             },
         )
@@ -378,26 +320,31 @@ class LogApis:
 
     async def init_producer_id(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = cluster_pb2.InitProducerIdRequest(
-            transactional_id=p.transactional_id or "", transaction_timeout_ms=millis(p.transaction_timeout)
-        )
-        resp = await self._service.InitProducerId(proto, req.service_context())  # type: ignore[arg-type]
+        try:
+            pid, epoch = await self._offload(self._log.init_producer_id, p.transactional_id)
+            code = 0
+        except Exception as exc:
+            pid, epoch, code = -1, -1, as_response_error(exc).errno
         return build(
             response_class(INIT_PRODUCER_ID, req.version),
-            {"error_code": resp.error_code, "producer_id": resp.producer_id, "producer_epoch": resp.producer_epoch},
+            {"error_code": code, "producer_id": pid, "producer_epoch": epoch},
         )
 
 
-def _merge(resp: log_pb2.ProduceResponse, more: log_pb2.ProduceResponse) -> None:
-    """Add the partitions of ``more`` to ``resp``, under the same topic entry when there is
-    one (a topic is answered once)."""
-    topics = {t.name: t for t in resp.topics}
-    for t in more.topics:
-        into = topics.get(t.name)
-        if into is None:
-            into = topics[t.name] = resp.topics.add(name=t.name)
-        into.partitions.extend(t.partitions)
+def _offset(partition: int, r: OffsetResult) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "error_code": r.error.errno if r.error else 0,
+        "timestamp": r.timestamp,
+        "offset": r.offset,
+        "leader_epoch": r.leader_epoch,
+    }
 
 
-def _per_partition(topics: Any, partition: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
-    return {"topics": [{"name": t.name, "partitions": [partition(p.index) for p in t.partitions]} for t in topics]}
+def _epoch_end(partition: int, r: EpochEnd) -> dict[str, Any]:
+    return {
+        "partition": partition,
+        "error_code": r.error.errno if r.error else 0,
+        "leader_epoch": r.leader_epoch,
+        "end_offset": r.end_offset,
+    }

@@ -1,0 +1,57 @@
+"""The core request layer of one broker (Kafka's ``KafkaApis``): one object per area,
+each taking plain typed values and returning typed results or raising the error table's
+exceptions. Both doors (:mod:`kbroker.doors`) hold one :class:`BrokerApis` and are codecs
+over it; authorization (one :class:`~kbroker.api.access.Access`), metrics and the
+purgatory sizes live here once.
+
+Thread safety: see each area's module; the facade itself is immutable after construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kbroker.api.access import Access, Authorizer
+from kbroker.api.call_context import Offload
+from kbroker.api.group_api import GroupApi
+from kbroker.api.log_api import LogApi
+from kbroker.api.metadata_api import MetadataApi
+from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.producer_ids import ProducerIdManager
+from kbroker.cluster.topic_admin import TopicAdmin
+from kbroker.group.coordinator import GroupCoordinator
+from kbroker.metrics import BrokerMetrics
+from kbroker.replication.replica_manager import ReplicaManager
+
+
+class BrokerApis:
+    """``metadata``, ``log`` and ``groups``: the areas of the core; ``offload`` runs a
+    blocking core call on the request pool of the door calling it."""
+
+    def __init__(
+        self,
+        cluster_id: Callable[[], str],
+        replicas: ReplicaManager,
+        metadata: MetadataCache,
+        admin: TopicAdmin,
+        producer_ids: ProducerIdManager,
+        groups: GroupCoordinator,
+        offload: Offload,
+        *,
+        auto_create_topics: bool = False,
+        authorizer: Authorizer | None = None,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
+        self.access = Access(authorizer)
+        self.offload = offload
+        self.metadata = MetadataApi(
+            cluster_id,
+            metadata,
+            admin,
+            self.access,
+            replicas.fenced_partition,
+            replicas.any_fenced,
+            auto_create_topics=auto_create_topics,
+        )
+        self.log = LogApi(replicas, metadata, self.metadata, producer_ids, self.access, offload, metrics)
+        self.groups = GroupApi(groups, metadata, self.access, offload)
