@@ -1,5 +1,5 @@
-"""Fixtures of the docs harness: one real cluster for the README's blocks, a working
-directory per block, and the ``docs`` marker (see :mod:`tests.docs.readme_blocks`)."""
+"""Fixtures of the docs harness: one real cluster for the blocks of README.md and docs/, a
+working directory per block, and the ``docs`` marker (see :mod:`tests.docs.doc_blocks`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import pytest
 
 from kbroker.local.cluster import LocalCluster
 from tests.conftest import FAST_BROKER
-from tests.docs.readme_blocks import BROKERS, LINKED, ROOT
+from tests.docs.doc_blocks import BROKERS, LINKED, ROOT
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "docs: runs README.md's code blocks against a real local cluster (tests/docs)")
+    config.addinivalue_line(
+        "markers", "docs: runs the code blocks of README.md and docs/ against a real local cluster (tests/docs)"
+    )
 
 
 @dataclass(frozen=True)
@@ -24,11 +26,11 @@ class DocsCluster:
     cluster: LocalCluster
     zookeeper: str
     scratch: Path
-    """Stands for the README's /tmp/ (shared by the blocks of one run, fresh per run)."""
+    """Stands for the docs' /tmp/ (shared by the blocks of one run, fresh per run)."""
 
     @property
     def bootstrap(self) -> str:
-        """One broker's address, as scripts/run prints it (the README's examples give one)."""
+        """One broker's address, as scripts/run prints it (the docs' examples give one)."""
         return self.cluster.brokers[0].address or self.cluster.bootstrap
 
     @property
@@ -68,7 +70,7 @@ def docs_cluster(zookeeper: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.fixture
 def block_dir(tmp_path: Path) -> Path:
-    """A fresh working directory in which the README's relative paths resolve."""
+    """A fresh working directory in which the docs' relative paths resolve."""
     for name in LINKED:
         if (ROOT / name).exists():
             (tmp_path / name).symlink_to(ROOT / name)
