@@ -1,4 +1,11 @@
-"""Broker configuration: command-line flags and a Kafka-style properties file.
+"""Broker configuration: the table of settings, and ``server.properties`` / flags into a
+:class:`BrokerConfig`.
+
+:data:`BROKER_CONFIGS` defines every broker setting once (a :class:`~kbroker.config_def.ConfigDef`:
+Kafka's name, type, default, validator, importance, documentation, update mode, and the
+per-topic config it is the default of). Parsing (:func:`build_config`), dynamic changes
+(:func:`with_overrides`, :mod:`kbroker.cluster.config_admin`), DescribeConfigs and
+``docs/config-reference.md`` (``scripts/gen-config-docs``) all read it.
 
 The file form is ``server.properties``: ``key=value`` lines, ``#`` comments, with
 Kafka's key names. Flags given on the command line win over the file. Every value is
@@ -7,21 +14,35 @@ readable line naming the key.
 
 Broker-wide log defaults use Kafka's ``log.*`` names and become the topic-level
 defaults (``log.segment.bytes`` -> ``segment.bytes`` and so on); per-topic overrides
-from ``/config/topics/<t>`` sit on top of them.
+from ``/config/topics/<t>`` sit on top of them. Those settings' defaults and checks are
+the topic configs' own (:class:`~kbroker.storage.log_config.LogConfig`).
 """
 
 from __future__ import annotations
 
+import argparse
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kbroker.config_def import (
+    LONG_MAX,
+    NO_DEFAULT,
+    ConfigDef,
+    ConfigKey,
+    Importance,
+    Range,
+    Type,
+    UpdateMode,
+    parse_float,
+    parse_int,
+    reference_markdown,
+)
 from kbroker.log_setup import DEFAULT_FILE_BACKUPS, DEFAULT_FILE_MAX_BYTES, LoggingConfig, parse_level
 from kbroker.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
-    PER_LISTENER_KEYS,
     EndPoint,
     build_listener_config,
     listener_config,
@@ -30,53 +51,16 @@ from kbroker.security.listeners import (
 )
 from kbroker.security.zk_credential import ZkCredential, ZkCredentialError
 from kbroker.storage.cleaner_manager import CleanerConfig
+from kbroker.storage.log_config import LogConfig
 from kclient.errors import InvalidConfigError, KafkaError
 from kclient.security import jaas_credentials, parse_jaas_config
 
-# Broker key -> topic-level key, for the broker-wide log defaults.
-LOG_DEFAULT_KEYS: dict[str, str] = {
-    "log.segment.bytes": "segment.bytes",
-    "log.roll.ms": "segment.ms",
-    "log.index.interval.bytes": "index.interval.bytes",
-    "log.index.size.max.bytes": "segment.index.bytes",
-    "log.retention.ms": "retention.ms",
-    "log.retention.bytes": "retention.bytes",
-    "log.flush.interval.messages": "flush.messages",
-    "log.flush.interval.ms": "flush.ms",
-    "log.segment.delete.delay.ms": "file.delete.delay.ms",
-    "log.cleanup.policy": "cleanup.policy",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "message.max.bytes": "max.message.bytes",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
-    "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "compression.type": "compression.type",
-}
-
-HOURS_MS = 3_600_000
-
-LONG_MAX = 2**63 - 1
-
-THROTTLE_RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-"""Dynamic-only broker configs (not valid in ``server.properties``, as in Kafka)."""
-
-LISTENER_KEYS = (
-    "listeners",
-    "listen",
-    "advertised.listeners",
-    "listener.security.protocol.map",
-    "inter.broker.listener.name",
-    "security.inter.broker.protocol",
-    "kafka.listeners",
-    "kafka.advertised.listeners",
-)
-"""Checked together once every key is read (:func:`_finish_listeners`)."""
+__all__ = ["BROKER_CONFIGS", "LONG_MAX", "BrokerConfig", "build_config", "load_properties", "with_overrides"]
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 """The SASL mechanisms kbroker implements (Kafka also has GSSAPI and OAUTHBEARER)."""
+
+DEFAULT_SASL_MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512"
 
 ACL_AUTHORIZER_NAMES = (
     "kafka.security.authorizer.AclAuthorizer",
@@ -87,37 +71,11 @@ ACL_AUTHORIZER_NAMES = (
 
 SSL_CLIENT_AUTH = ("required", "requested", "none")
 
-LOGGING_KEYS = ("log.level", "log.file", "log.file.max.bytes", "log.file.backups")
-"""kbroker's own logging settings (Kafka uses log4j.properties): static, see :mod:`kbroker.log_setup`."""
+_INLINE_PEM_KEYS = ("ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates")
+"""Kept as given (their line breaks matter)."""
 
 
-def _int(key: str, value: str, minimum: int | None = None) -> int:
-    try:
-        out = int(value)
-    except ValueError:
-        raise InvalidConfigError(f"{key}: {value!r} is not an integer") from None
-    if minimum is not None and out < minimum:
-        raise InvalidConfigError(f"{key}: {out} is below the minimum {minimum}")
-    return out
-
-
-def _float(key: str, value: str, minimum: float) -> float:
-    try:
-        out = float(value)
-    except ValueError:
-        raise InvalidConfigError(f"{key}: {value!r} is not a number") from None
-    if not out >= minimum:  # NaN too
-        raise InvalidConfigError(f"{key}: {value!r} is below the minimum {minimum}")
-    return out
-
-
-def _bool(key: str, value: str) -> bool:
-    low = value.strip().lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise InvalidConfigError(f"{key}: {value!r} is not true or false")
+# --- the parsers of settings that check more than a type and a range ----------------------
 
 
 def parse_host_port(key: str, value: str) -> tuple[str, int]:
@@ -126,88 +84,536 @@ def parse_host_port(key: str, value: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host:
         raise InvalidConfigError(f"{key}: {value!r} is not HOST:PORT")
-    return host, _int(key, port, 0)
+    port_number = parse_int(key, port)
+    Range(0)(key, port, port_number)
+    return host, port_number
+
+
+def _listen(key: str, value: str) -> str:
+    parse_host_port(key, value)
+    return value.strip()
+
+
+def _zookeeper_connect(key: str, value: str) -> str:
+    if not value.strip() or ":" not in value:
+        raise InvalidConfigError(f"{key}: {value!r} is not HOST:PORT[,HOST:PORT...][/chroot]")
+    return value.strip()
+
+
+def _log_dirs(key: str, value: str) -> Path:
+    dirs = [d for d in value.split(",") if d.strip()]
+    if len(dirs) != 1:
+        raise InvalidConfigError(f"{key}: exactly one data directory is supported, got {value!r}")
+    return Path(dirs[0].strip())
+
+
+def _optional_path(key: str, value: str) -> Path | None:
+    return Path(value.strip()) if value.strip() else None
+
+
+def _optional_str(key: str, value: str) -> str | None:
+    return value.strip() or None
+
+
+def _mechanisms(key: str, value: str) -> tuple[str, ...]:
+    out = tuple(m.strip().upper() for m in value.split(",") if m.strip())
+    for m in out:
+        if m not in SASL_MECHANISMS:
+            raise InvalidConfigError(
+                f"{key}: SASL mechanism {m} is not supported (supported: {', '.join(SASL_MECHANISMS)})"
+            )
+    return out
+
+
+def _check_security_value(key: str, value: str) -> str:
+    """One ``ssl.*`` / ``sasl.enabled.mechanisms`` value, checked; returns what to keep."""
+    if key in ("ssl.keystore.type", "ssl.truststore.type"):
+        if value.strip().upper() != "PEM":
+            raise InvalidConfigError(
+                f"{key}: {value.strip()!r} is not supported; kbroker reads PEM only (set {key}=PEM)"
+            )
+        return "PEM"
+    if key == "ssl.client.auth":
+        if value.strip().lower() not in SSL_CLIENT_AUTH:
+            raise InvalidConfigError(
+                f"Invalid value {value.strip()} for configuration {key}: String must be one of: "
+                + ", ".join(SSL_CLIENT_AUTH)
+            )
+        return value.strip().lower()
+    if key == "sasl.enabled.mechanisms":
+        return ",".join(_mechanisms(key, value))
+    if key in ("ssl.keystore.location", "ssl.truststore.location") and not value.strip():
+        raise InvalidConfigError(f"{key}: empty path")
+    return value if key in _INLINE_PEM_KEYS else value.strip()
+
+
+def _zookeeper_digest(key: str, value: str) -> str:
+    try:
+        ZkCredential.parse(value.strip())
+    except ZkCredentialError as exc:
+        raise InvalidConfigError(f"{key}: {exc}") from None
+    return value.strip()
+
+
+def _one_mechanism(key: str, value: str) -> str:
+    mechanisms = _mechanisms(key, value)
+    if len(mechanisms) != 1:
+        raise InvalidConfigError(f"{key}: {value!r} is not one SASL mechanism")
+    return mechanisms[0]
+
+
+def _authorizer(key: str, value: str) -> str:
+    name = value.strip()
+    if name and name not in ACL_AUTHORIZER_NAMES:
+        raise InvalidConfigError(f"{key}: {name!r} is not supported; use {ACL_AUTHORIZER_NAMES[0]} (or leave it empty)")
+    return name
+
+
+def _super_users(key: str, value: str) -> tuple[str, ...]:
+    from kbroker.security.principal import KafkaPrincipal
+
+    users = []
+    for item in value.split(";"):
+        if item.strip():
+            try:
+                users.append(str(KafkaPrincipal.parse(item.strip())))
+            except KafkaError:
+                raise InvalidConfigError(f"{key}: {item.strip()!r} is not a principal such as User:alice") from None
+    return tuple(users)
+
+
+def _load_factor(key: str, value: str) -> float:
+    factor = parse_float(key, value)
+    if not 0.0 < factor <= 1.0:
+        raise InvalidConfigError(f"{key}: {value!r} must be above 0 and at most 1")
+    return factor
+
+
+def _rate(key: str, value: str) -> int:
+    """A replication throttle rate (bytes/s); Kafka's messages."""
+    try:
+        rate = int(value.strip())
+    except ValueError:
+        raise InvalidConfigError(f"{key}: not an integer") from None
+    if not 0 <= rate <= LONG_MAX:
+        raise InvalidConfigError(f"{key}: must be at least 0")
+    return rate
+
+
+def _unchecked(key: str, value: str) -> str:
+    return value
+
+
+def _retention_minutes(minutes: int) -> int:
+    return minutes if minutes < 0 else minutes * 60_000
+
+
+def _retention_hours(hours: int) -> int:
+    return hours if hours < 0 else hours * 3_600_000
+
+
+# --- the table ------------------------------------------------------------------------------
+
+H, M, L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
+_DYNAMIC = UpdateMode.CLUSTER_WIDE
+_CLEANER = CleanerConfig()
+
+_BROKER = "Broker and ZooKeeper"
+_LISTENERS = "Listeners"
+_SECURITY = "Security"
+_LOG = "Log defaults (per-topic configs)"
+_CLEANER_GROUP = "Log cleaner"
+_REPLICATION = "Replication"
+_REQUESTS = "Requests and connections"
+_GROUPS = "Consumer groups and offsets"
+_OPERATIONS = "Controller and shutdown"
+_LOGGING = "Logging and metrics"
+_KERBEROS = "Kerberos (accepted, no effect)"
+
+
+def _topic(name: str, topic: str, type_: Type, importance: Importance, doc: str, *, dynamic: bool = False) -> ConfigKey:
+    """A broker-wide default of the per-topic config ``topic`` (its default and checks)."""
+    return ConfigKey(
+        name,
+        type_,
+        NO_DEFAULT,
+        importance,
+        doc,
+        _LOG,
+        topic=topic,
+        update=_DYNAMIC if dynamic else UpdateMode.READ_ONLY,
+    )
+
+
+def _security(name: str, type_: Type, doc: str, default: Any = None, valid: str = "") -> ConfigKey:
+    return ConfigKey(
+        name,
+        type_,
+        default,
+        M,
+        doc,
+        _SECURITY,
+        parse=_check_security_value,
+        valid_values=valid,
+        bucket="security_props",
+        per_listener=True,
+    )
+
+
+def _listener(name: str, doc: str, default: Any = None, *, parse: Any = None, flag: str | None = None) -> ConfigKey:
+    return ConfigKey(name, Type.STRING, default, H, doc, _LISTENERS, parse=parse, bucket="_listener_raw", flag=flag)
+
+
+def _kerberos(name: str, type_: Type, default: Any) -> ConfigKey:
+    return ConfigKey(
+        name,
+        type_,
+        default,
+        L,
+        "Kafka's GSSAPI (Kerberos) setting: stored as Kafka stores it (Kafka's clients and tools set it); "
+        "kbroker has no GSSAPI, so it changes nothing.",
+        _KERBEROS,
+        parse=_unchecked,
+        update=_DYNAMIC,
+        dynamic_only=True,
+        has_effect=False,
+    )
+
+
+# fmt: off
+BROKER_CONFIGS = ConfigDef(
+    [
+        # --- broker and ZooKeeper
+        ConfigKey("broker.id", Type.INT, NO_DEFAULT, H, "This broker's id, unique in the cluster.", _BROKER,
+                  validator=Range(0), flag="--broker-id"),
+        ConfigKey("zookeeper.connect", Type.STRING, NO_DEFAULT, H,
+                  "The ZooKeeper ensemble, `HOST:PORT[,HOST:PORT...][/chroot]`; a chroot lets several clusters "
+                  "share one ensemble.", _BROKER, parse=_zookeeper_connect, flag="--zookeeper"),
+        ConfigKey("log.dirs", Type.STRING, NO_DEFAULT, H,
+                  "The data directory (kbroker supports exactly one).", _BROKER, parse=_log_dirs,
+                  attr="data_dir", aliases=("log.dir",), flag="--data-dir"),
+        ConfigKey("broker.rack", Type.STRING, None, M,
+                  "The rack of this broker; replica assignment spreads a partition's replicas over racks.",
+                  _BROKER, parse=_optional_str, attr="rack", flag="--rack"),
+        ConfigKey("zookeeper.session.timeout.ms", Type.INT, 18000, H,
+                  "The ZooKeeper session timeout: a broker whose session expires leaves the cluster.", _BROKER,
+                  validator=Range(1000)),
+        ConfigKey("zookeeper.connection.timeout.ms", Type.INT, 15000, H,
+                  "How long to wait for a connection to ZooKeeper.", _BROKER, validator=Range(100)),
+        ConfigKey("zookeeper.set.acl", Type.BOOLEAN, False, H,
+                  "Create znodes with ACLs that let only this cluster's brokers write them.", _BROKER),
+        ConfigKey("zookeeper.auth.digest", Type.PASSWORD, None, H,
+                  "user:password of the ZooKeeper digest credential (else KBROKER_ZK_DIGEST or a JAAS Client "
+                  "section).", _BROKER, parse=_zookeeper_digest, valid_values="user:password"),
+        ConfigKey("num.partitions", Type.INT, 1, M, "The partition count of automatically created topics.",
+                  _BROKER, validator=Range(1)),
+        ConfigKey("default.replication.factor", Type.INT, 1, M,
+                  "The replication factor of automatically created topics.", _BROKER, validator=Range(1)),
+        ConfigKey("auto.create.topics.enable", Type.BOOLEAN, False, H,
+                  "Create a topic when a producer or consumer names one that does not exist.", _BROKER,
+                  attr="auto_create_topics"),
+        ConfigKey("max.partitions.per.topic", Type.INT, 10000, M,
+                  "The most partitions one topic may have (kbroker's).", _BROKER, validator=Range(1)),
+        ConfigKey("max.broker.partitions", Type.INT, 4000, M,
+                  "The most partition replicas one broker may host.", _BROKER, validator=Range(1)),
+        ConfigKey("num.recovery.threads.per.data.dir", Type.INT, 1, H,
+                  "Threads that load (and after an unclean shutdown recover) the logs at start-up and flush "
+                  "and close them at shutdown.", _BROKER, validator=Range(1)),
+        ConfigKey("log.retention.check.interval.ms", Type.LONG, 300000, M,
+                  "How often retention deletes old segments.", _BROKER, validator=Range(1),
+                  attr="retention_check_interval_ms"),
+        # --- listeners
+        _listener("listeners",
+                  "The gRPC listeners, NAME://HOST:PORT,... (port 0 picks a free one; an empty host binds "
+                  "every interface).", "PLAINTEXT://127.0.0.1:9092"),
+        _listener("listen", "kbroker's shorthand for listeners=PLAINTEXT://HOST:PORT: HOST:PORT to serve gRPC "
+                  "on (port 0 picks a free one).", parse=_listen, flag="--listen"),
+        _listener("advertised.listeners",
+                  "What the broker registers in ZooKeeper for clients to connect to; unset: the listeners."),
+        _listener("listener.security.protocol.map",
+                  "Listener name -> security protocol, NAME:PROTOCOL,...", DEFAULT_PROTOCOL_MAP),
+        _listener("inter.broker.listener.name",
+                  "The listener brokers use to talk to each other; naming it (beside other listeners) makes it "
+                  "brokers-only."),
+        _listener("security.inter.broker.protocol",
+                  "The security protocol between brokers (use inter.broker.listener.name or this).", "PLAINTEXT"),
+        _listener("kafka.listeners",
+                  "The Kafka-protocol listeners, in Kafka's listener syntax (each port differs from the gRPC "
+                  "listeners'); unset: the Kafka door is closed (kbroker's)."),
+        _listener("kafka.advertised.listeners",
+                  "What the broker registers for the Kafka door; unset: kafka.listeners (kbroker's)."),
+        ConfigKey("advertised.host.name", Type.STRING, None, L,
+                  "Kafka's old name for the host advertised to clients; advertised.listeners is preferred.",
+                  _LISTENERS, attr="advertised_host", aliases=("advertised.host",)),
+        # --- security
+        _security("ssl.keystore.type", Type.STRING, "The key store's format.", "PEM", "[PEM]"),
+        _security("ssl.keystore.location", Type.STRING,
+                  "A PEM file with this broker's certificate chain and private key."),
+        _security("ssl.keystore.certificate.chain", Type.PASSWORD,
+                  "The certificate chain in PEM, inline (with ssl.keystore.key, instead of "
+                  "ssl.keystore.location)."),
+        _security("ssl.keystore.key", Type.PASSWORD, "The private key in PEM, inline."),
+        _security("ssl.key.password", Type.PASSWORD, "The password of an encrypted private key."),
+        _security("ssl.truststore.type", Type.STRING, "The trust store's format.", "PEM", "[PEM]"),
+        _security("ssl.truststore.location", Type.STRING, "A PEM file of the CAs whose client certificates "
+                  "are trusted."),
+        _security("ssl.truststore.certificates", Type.PASSWORD, "The trusted CAs in PEM, inline."),
+        _security("ssl.client.auth", Type.STRING, "Whether clients must present a certificate.", "none",
+                  "[required, requested, none]"),
+        _security("sasl.enabled.mechanisms", Type.LIST, "The SASL mechanisms a SASL listener offers.",
+                  DEFAULT_SASL_MECHANISMS, "[PLAIN, SCRAM-SHA-256, SCRAM-SHA-512]"),
+        _security("sasl.jaas.config", Type.PASSWORD,
+                  "JAAS login configuration: on the inter-broker listener, the broker's own user "
+                  "(also listener.name.<l>.<mechanism>.sasl.jaas.config)."),
+        ConfigKey("sasl.mechanism.inter.broker.protocol", Type.STRING, "SCRAM-SHA-512", M,
+                  "The SASL mechanism brokers log in to each other with (Kafka's default, GSSAPI, is not "
+                  "implemented).", _SECURITY, parse=_one_mechanism,
+                  valid_values="[PLAIN, SCRAM-SHA-256, SCRAM-SHA-512]"),
+        ConfigKey("connections.max.reauth.ms", Type.LONG, 3_600_000, M,
+                  "The lifetime of a SASL session token (Kafka's default is 0 = no re-authentication).",
+                  _SECURITY, validator=Range(1)),
+        ConfigKey("authorizer.class.name", Type.CLASS, "", H,
+                  "The authorizer: kafka.security.authorizer.AclAuthorizer (ACLs in ZooKeeper) or empty (none).",
+                  _SECURITY, parse=_authorizer, valid_values="[" + ", ".join(ACL_AUTHORIZER_NAMES) + ", ]"),
+        ConfigKey("super.users", Type.STRING, (), M,
+                  "Principals allowed everything, User:alice;User:bob.", _SECURITY, parse=_super_users),
+        ConfigKey("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, M,
+                  "With an authorizer: allow access to a resource that has no ACL.", _SECURITY),
+        # --- log defaults: the broker-wide defaults of the per-topic configs
+        _topic("log.segment.bytes", "segment.bytes", Type.INT, H, "The size of one log segment file.",
+               dynamic=True),
+        _topic("log.roll.ms", "segment.ms", Type.LONG, H,
+               "Roll a new segment after this long, even if the current one is not full.", dynamic=True),
+        _topic("log.index.interval.bytes", "index.interval.bytes", Type.INT, M,
+               "Bytes of log between two offset index entries."),
+        _topic("log.index.size.max.bytes", "segment.index.bytes", Type.INT, M,
+               "The size of a segment's offset and time indexes."),
+        _topic("log.retention.ms", "retention.ms", Type.LONG, H,
+               "How long a log keeps a segment before deleting it (-1: no time limit).", dynamic=True),
+        ConfigKey("log.retention.minutes", Type.INT, None, H,
+                  "log.retention.ms in minutes (log.retention.ms wins).", _LOG, validator=Range(-1),
+                  synonym_of="log.retention.ms", convert=_retention_minutes),
+        ConfigKey("log.retention.hours", Type.INT, None, H,
+                  "log.retention.ms in hours (log.retention.minutes and log.retention.ms win).", _LOG,
+                  validator=Range(-1), synonym_of="log.retention.ms", convert=_retention_hours),
+        _topic("log.retention.bytes", "retention.bytes", Type.LONG, H,
+               "The size a partition's log may grow to before old segments are deleted (-1: no limit).",
+               dynamic=True),
+        _topic("log.flush.interval.messages", "flush.messages", Type.LONG, H,
+               "Fsync a log after this many messages (the default leaves flushing to the OS)."),
+        _topic("log.flush.interval.ms", "flush.ms", Type.LONG, H,
+               "Fsync a log after this long (the default leaves flushing to the OS)."),
+        _topic("log.segment.delete.delay.ms", "file.delete.delay.ms", Type.LONG, H,
+               "How long a deleted segment's files stay before they are removed."),
+        _topic("log.cleanup.policy", "cleanup.policy", Type.LIST, M,
+               "delete (retention), compact (keep the latest record of each key) or compact,delete."),
+        _topic("log.message.timestamp.type", "message.timestamp.type", Type.STRING, M,
+               "CreateTime (the producer's) or LogAppendTime (the leader's)."),
+        _topic("message.max.bytes", "max.message.bytes", Type.INT, H,
+               "The largest record batch a log accepts.", dynamic=True),
+        _topic("min.insync.replicas", "min.insync.replicas", Type.INT, H,
+               "With acks=all, the fewest in-sync replicas that must have a write before it is acknowledged.",
+               dynamic=True),
+        _topic("unclean.leader.election.enable", "unclean.leader.election.enable", Type.BOOLEAN, H,
+               "Elect a replica outside the ISR when no in-sync one is left (may lose acknowledged data).",
+               dynamic=True),
+        _topic("compression.type", "compression.type", Type.STRING, H,
+               "The codec batches are stored with: producer keeps the producer's, or uncompressed, gzip, "
+               "snappy, lz4, zstd."),
+        _topic("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio", Type.DOUBLE, M,
+               "Clean a compacted log once its dirty part is at least this share of it.", dynamic=True),
+        _topic("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms", Type.LONG, M,
+               "Records younger than this are not compacted."),
+        _topic("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms", Type.LONG, M,
+               "A log whose oldest dirty record is older than this is cleaned whatever its ratio."),
+        _topic("log.cleaner.delete.retention.ms", "delete.retention.ms", Type.LONG, M,
+               "How long tombstones are kept once their log is clean.", dynamic=True),
+        # --- log cleaner
+        ConfigKey("log.cleaner.enable", Type.BOOLEAN, _CLEANER.enable, M,
+                  "Run the log cleaner (compaction of cleanup.policy=compact topics).", _CLEANER_GROUP),
+        ConfigKey("log.cleaner.threads", Type.INT, _CLEANER.threads, M, "Threads that clean logs.",
+                  _CLEANER_GROUP, validator=Range(1), update=_DYNAMIC),
+        ConfigKey("log.cleaner.backoff.ms", Type.LONG, _CLEANER.backoff_ms, M,
+                  "How long a cleaner thread sleeps when no log needs cleaning.", _CLEANER_GROUP,
+                  validator=Range(0), update=_DYNAMIC),
+        ConfigKey("log.cleaner.dedupe.buffer.size", Type.LONG, _CLEANER.dedupe_buffer_size, M,
+                  "Memory for the cleaners' offset maps, shared by the threads.", _CLEANER_GROUP,
+                  validator=Range(1024), update=_DYNAMIC),
+        ConfigKey("log.cleaner.io.max.bytes.per.second", Type.DOUBLE, _CLEANER.io_max_bytes_per_second, M,
+                  "The cleaners' I/O (read plus write, all threads together); the default is no limit.",
+                  _CLEANER_GROUP, validator=Range(1.0), update=_DYNAMIC),
+        ConfigKey("log.cleaner.io.buffer.load.factor", Type.DOUBLE, _CLEANER.io_buffer_load_factor, M,
+                  "How full a cleaner's offset map may get.", _CLEANER_GROUP, parse=_load_factor,
+                  valid_values="(0,...,1]"),
+        # --- replication
+        ConfigKey("replica.lag.time.max.ms", Type.LONG, 30000, H,
+                  "A follower that has not caught up for this long leaves the ISR.", _REPLICATION,
+                  validator=Range(100)),
+        ConfigKey("replica.fetch.wait.max.ms", Type.INT, 500, M,
+                  "How long a follower's fetch waits at the leader for data.", _REPLICATION, validator=Range(0)),
+        ConfigKey("replica.fetch.max.bytes", Type.INT, 1048576, M,
+                  "Bytes a follower fetches per partition in one request.", _REPLICATION, validator=Range(1)),
+        ConfigKey("leader.replication.throttled.rate", Type.LONG, LONG_MAX, M,
+                  "Bytes/s a leader serves to throttled replicas (partition moves); dynamic only.", _REPLICATION,
+                  parse=_rate, valid_values="[0,...]", update=_DYNAMIC, dynamic_only=True),
+        ConfigKey("follower.replication.throttled.rate", Type.LONG, LONG_MAX, M,
+                  "Bytes/s a follower fetches for throttled replicas (partition moves); dynamic only.",
+                  _REPLICATION, parse=_rate, valid_values="[0,...]", update=_DYNAMIC, dynamic_only=True),
+        # --- requests and connections
+        ConfigKey("grpc.workers", Type.INT, 64, M,
+                  "Threads that run requests' blocking parts; waiting requests hold none (kbroker's).",
+                  _REQUESTS, validator=Range(4)),
+        ConfigKey("socket.request.max.bytes", Type.INT, 104857600, H, "The largest request accepted.",
+                  _REQUESTS, validator=Range(1024)),
+        ConfigKey("queued.max.request.bytes", Type.LONG, 268435456, M,
+                  "Client request bytes the broker holds at once, over both doors (Kafka's memory pool; "
+                  "unbounded there by default). Bytes count as they arrive (a Kafka frame) or once received "
+                  "(a gRPC message, at its decoded size); when it is spent the doors stop reading and wait.",
+                  _REQUESTS, validator=Range(1024)),
+        ConfigKey("queued.max.request.bytes.per.connection", Type.LONG, -1, M,
+                  "The most of queued.max.request.bytes one connection holds; -1: half of it, but at least one "
+                  "request of socket.request.max.bytes (kbroker's).", _REQUESTS, validator=Range(-1)),
+        ConfigKey("inter.broker.queued.max.request.bytes", Type.LONG, 67108864, M,
+                  "The inter-broker budget: follower fetches and controller calls never wait behind client "
+                  "requests (kbroker's).", _REQUESTS, validator=Range(1024)),
+        ConfigKey("connections.max.idle.ms", Type.LONG, 600000, M,
+                  "Close a connection that has no request outstanding and sends nothing for this long "
+                  "(gRPC: its max_connection_idle_ms).", _REQUESTS, validator=Range(1)),
+        ConfigKey("request.read.timeout.ms", Type.LONG, 30000, M,
+                  "A request must arrive whole within this of its first byte, else its connection is closed "
+                  "(Kafka door) or the call fails DEADLINE_EXCEEDED (gRPC) (kbroker's).", _REQUESTS,
+                  validator=Range(1)),
+        ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, M,
+                  "Fetch sessions (KIP-227) this broker keeps; 0: none.", _REQUESTS, validator=Range(0)),
+        ConfigKey("min.incremental.fetch.session.eviction.ms", Type.INT, 120000, M,
+                  "A fetch session unused this long may be evicted for a new one.", _REQUESTS,
+                  validator=Range(0)),
+        # --- consumer groups and offsets
+        ConfigKey("group.initial.rebalance.delay.ms", Type.INT, 3000, M,
+                  "How long a new group waits for more members before its first rebalance.", _GROUPS,
+                  validator=Range(0)),
+        ConfigKey("group.min.session.timeout.ms", Type.INT, 6000, M, "The shortest session timeout a member "
+                  "may ask for.", _GROUPS, validator=Range(1)),
+        ConfigKey("group.max.session.timeout.ms", Type.INT, 1800000, M, "The longest session timeout a member "
+                  "may ask for.", _GROUPS, validator=Range(1)),
+        ConfigKey("offsets.retention.minutes", Type.INT, 10080, H,
+                  "Committed offsets expire once their group has been empty this long (KIP-211).", _GROUPS,
+                  validator=Range(1)),
+        ConfigKey("offsets.retention.check.interval.ms", Type.LONG, 600000, H,
+                  "How often expired offsets are removed.", _GROUPS, validator=Range(1)),
+        # --- controller and shutdown
+        ConfigKey("controlled.shutdown.enable", Type.BOOLEAN, True, M,
+                  "Move leadership away before shutting down.", _OPERATIONS, attr="controlled_shutdown"),
+        ConfigKey("controlled.shutdown.max.retries", Type.INT, 3, M,
+                  "Controlled shutdown attempts before an unclean shutdown.", _OPERATIONS, validator=Range(1)),
+        ConfigKey("controlled.shutdown.retry.backoff.ms", Type.LONG, 5000, M,
+                  "The wait between controlled shutdown attempts.", _OPERATIONS, validator=Range(0)),
+        ConfigKey("auto.leader.rebalance.enable", Type.BOOLEAN, True, H,
+                  "The controller moves leadership back to preferred replicas.", _OPERATIONS,
+                  attr="auto_leader_rebalance"),
+        ConfigKey("leader.imbalance.check.interval.seconds", Type.LONG, 300, H,
+                  "How often the controller checks for leader imbalance.", _OPERATIONS, validator=Range(1),
+                  attr="leader_imbalance_check_interval_ms", convert=lambda seconds: seconds * 1000),
+        # --- logging and metrics
+        ConfigKey("log.level", Type.STRING, "INFO", M,
+                  "The broker's log level (Kafka sets levels in log4j.properties; kbroker's).", _LOGGING,
+                  parse=parse_level, valid_values="[DEBUG, INFO, WARN, ERROR]", flag="--log-level"),
+        ConfigKey("log.file", Type.STRING, None, M,
+                  "Also log to this file, rotated at log.file.max.bytes (kbroker's).", _LOGGING,
+                  parse=_optional_path),
+        ConfigKey("log.file.max.bytes", Type.LONG, DEFAULT_FILE_MAX_BYTES, L,
+                  "The size at which log.file is rotated (kbroker's).", _LOGGING, validator=Range(1024)),
+        ConfigKey("log.file.backups", Type.INT, DEFAULT_FILE_BACKUPS, L,
+                  "Rotated log files kept (kbroker's).", _LOGGING, validator=Range(0)),
+        ConfigKey("metrics.port", Type.INT, -1, M,
+                  "Port of the Prometheus /metrics endpoint on the inter-broker listener's host; -1: off, "
+                  "0: a free port (kbroker's).", _LOGGING, validator=Range(-1)),
+        # --- Kafka's dynamic Kerberos settings
+        _kerberos("sasl.kerberos.service.name", Type.STRING, None),
+        _kerberos("sasl.kerberos.kinit.cmd", Type.STRING, "/usr/bin/kinit"),
+        _kerberos("sasl.kerberos.ticket.renew.window.factor", Type.DOUBLE, 0.8),
+        _kerberos("sasl.kerberos.ticket.renew.jitter", Type.DOUBLE, 0.05),
+        _kerberos("sasl.kerberos.min.time.before.relogin", Type.LONG, 60000),
+        _kerberos("sasl.kerberos.principal.to.local.rules", Type.LIST, "DEFAULT"),
+    ],
+    topic_defaults=LogConfig().to_properties(),
+)
+# fmt: on
+"""Every broker setting, once."""
+
+LOG_DEFAULT_KEYS: dict[str, str] = {k.name: k.topic for k in BROKER_CONFIGS if k.topic is not None}
+"""Broker key -> topic-level key, for the broker-wide log defaults."""
+
+THROTTLE_RATE_KEYS = BROKER_CONFIGS.names(lambda k: k.dynamic_only and k.has_effect)
+"""Dynamic-only broker configs (not valid in ``server.properties``, as in Kafka)."""
+
+
+def _default(name: str) -> Any:
+    """The default of setting ``name`` in its :class:`BrokerConfig` field's unit."""
+    return BROKER_CONFIGS[name].field_default
+
+
+_DEFAULT_PROTOCOL_MAP = dict(
+    item.split(":", 1) for item in BROKER_CONFIGS["listener.security.protocol.map"].default.split(",")
+)
+_DEFAULT_LISTENER = parse_listeners(BROKER_CONFIGS["listeners"].default, _DEFAULT_PROTOCOL_MAP)[0]
 
 
 @dataclass
 class BrokerConfig:
-    """Everything a broker process is configured with."""
+    """Everything a broker process is configured with: the typed fields of
+    :data:`BROKER_CONFIGS` (their defaults come from it; see the table for what each means),
+    and what is derived from several settings (the listeners)."""
 
     broker_id: int
     zookeeper_connect: str
     data_dir: Path
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 9092
-    advertised_host: str | None = None
-    rack: str | None = None
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    max_partitions_per_topic: int = 10000
-    max_broker_partitions: int = 4000
-    auto_create_topics: bool = False
-    zookeeper_session_timeout_ms: int = 18000
-    zookeeper_connection_timeout_ms: int = 15000
-    replica_lag_time_max_ms: int = 30000
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_max_bytes: int = 1048576
-    max_incremental_fetch_session_cache_slots: int = 1000
-    """Fetch sessions (KIP-227) this broker keeps; 0: none (every fetch is a full one)."""
-    min_incremental_fetch_session_eviction_ms: int = 120000
-    """A fetch session unused this long may be evicted for a new one."""
-    retention_check_interval_ms: int = 300000
-    controlled_shutdown: bool = True
-    controlled_shutdown_max_retries: int = 3
-    controlled_shutdown_retry_backoff_ms: int = 5000
-    auto_leader_rebalance: bool = True
-    leader_imbalance_check_interval_ms: int = 300000
-    grpc_workers: int = 64
-    """Threads that run requests' blocking parts; waiting requests hold none."""
-    socket_request_max_bytes: int = 104857600
-    """The largest request message accepted (Kafka's socket.request.max.bytes)."""
-    queued_max_request_bytes: int = 268435456
-    """Client request bytes the broker holds at once, over both doors (Kafka's
-    queued.max.request.bytes, its memory pool; unbounded there by default). Bytes count
-    as they arrive (a Kafka frame) or once received (a gRPC message, at its decoded size
-    without unknown fields); when it is spent the doors stop reading and wait."""
-    queued_max_request_bytes_per_connection: int = -1
-    """The most of queued.max.request.bytes one connection holds (kbroker's); -1: half of
-    it, but at least one request of socket.request.max.bytes."""
-    inter_broker_queued_max_request_bytes: int = 67108864
-    """The inter-broker budget (kbroker's): follower Fetches and controller calls of other
-    brokers on the inter-broker listener never wait behind client requests."""
-    connections_max_idle_ms: int = 600000
-    """Close a connection that has no request outstanding and sends nothing for this long
-    (Kafka's connections.max.idle.ms); gRPC: grpc.max_connection_idle_ms."""
-    request_read_timeout_ms: int = 30000
-    """A request must arrive whole within this of its first byte, else its connection is
-    closed (Kafka door) or the call fails DEADLINE_EXCEEDED (gRPC) (kbroker's)."""
-    group_initial_rebalance_delay_ms: int = 3000
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1800000
-    offsets_retention_minutes: int = 10080
-    """Committed offsets expire after this (KIP-211: once their group has been Empty this
-    long; see kbroker.group.coordinator)."""
-    offsets_retention_check_interval_ms: int = 600000
-    metrics_port: int = -1
-    """Port of the Prometheus ``/metrics`` endpoint (kbroker.metrics) on the inter-broker
-    listener's host; -1 = off (the default), 0 = a free port."""
+    listen_host: str = _DEFAULT_LISTENER.host
+    listen_port: int = _DEFAULT_LISTENER.port
+    advertised_host: str | None = _default("advertised.host.name")
+    rack: str | None = _default("broker.rack")
+    num_partitions: int = _default("num.partitions")
+    default_replication_factor: int = _default("default.replication.factor")
+    max_partitions_per_topic: int = _default("max.partitions.per.topic")
+    max_broker_partitions: int = _default("max.broker.partitions")
+    auto_create_topics: bool = _default("auto.create.topics.enable")
+    zookeeper_session_timeout_ms: int = _default("zookeeper.session.timeout.ms")
+    zookeeper_connection_timeout_ms: int = _default("zookeeper.connection.timeout.ms")
+    replica_lag_time_max_ms: int = _default("replica.lag.time.max.ms")
+    replica_fetch_wait_max_ms: int = _default("replica.fetch.wait.max.ms")
+    replica_fetch_max_bytes: int = _default("replica.fetch.max.bytes")
+    max_incremental_fetch_session_cache_slots: int = _default("max.incremental.fetch.session.cache.slots")
+    min_incremental_fetch_session_eviction_ms: int = _default("min.incremental.fetch.session.eviction.ms")
+    retention_check_interval_ms: int = _default("log.retention.check.interval.ms")
+    controlled_shutdown: bool = _default("controlled.shutdown.enable")
+    controlled_shutdown_max_retries: int = _default("controlled.shutdown.max.retries")
+    controlled_shutdown_retry_backoff_ms: int = _default("controlled.shutdown.retry.backoff.ms")
+    auto_leader_rebalance: bool = _default("auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_ms: int = _default("leader.imbalance.check.interval.seconds")
+    grpc_workers: int = _default("grpc.workers")
+    socket_request_max_bytes: int = _default("socket.request.max.bytes")
+    queued_max_request_bytes: int = _default("queued.max.request.bytes")
+    queued_max_request_bytes_per_connection: int = _default("queued.max.request.bytes.per.connection")
+    inter_broker_queued_max_request_bytes: int = _default("inter.broker.queued.max.request.bytes")
+    connections_max_idle_ms: int = _default("connections.max.idle.ms")
+    request_read_timeout_ms: int = _default("request.read.timeout.ms")
+    group_initial_rebalance_delay_ms: int = _default("group.initial.rebalance.delay.ms")
+    group_min_session_timeout_ms: int = _default("group.min.session.timeout.ms")
+    group_max_session_timeout_ms: int = _default("group.max.session.timeout.ms")
+    offsets_retention_minutes: int = _default("offsets.retention.minutes")
+    offsets_retention_check_interval_ms: int = _default("offsets.retention.check.interval.ms")
+    metrics_port: int = _default("metrics.port")
     log_defaults: dict[str, str] = field(default_factory=dict)
     """Topic-level default configs (topic key names), from the ``log.*`` keys."""
-    log_cleaner_enable: bool = True
-    """log.cleaner.enable: run the log cleaner (compaction of cleanup.policy=compact topics)."""
-    num_recovery_threads_per_data_dir: int = 1
-    """Threads that load (and after an unclean shutdown recover) the logs at start-up
-    and flush and close them at shutdown (Kafka's num.recovery.threads.per.data.dir)."""
-    log_cleaner_threads: int = 1
-    log_cleaner_backoff_ms: int = 15000
-    log_cleaner_dedupe_buffer_size: int = 134217728
-    log_cleaner_io_max_bytes_per_second: float = float("inf")
-    """Kafka's default is Double.MAX_VALUE: no throttle."""
-    log_cleaner_io_buffer_load_factor: float = 0.9
-    leader_replication_throttled_rate: int = LONG_MAX
-    """Dynamic only: bytes/s a leader serves to throttled replicas (partition moves)."""
-    follower_replication_throttled_rate: int = LONG_MAX
-    """Dynamic only: bytes/s a follower fetches for throttled replicas (partition moves)."""
+    log_cleaner_enable: bool = _default("log.cleaner.enable")
+    num_recovery_threads_per_data_dir: int = _default("num.recovery.threads.per.data.dir")
+    log_cleaner_threads: int = _default("log.cleaner.threads")
+    log_cleaner_backoff_ms: int = _default("log.cleaner.backoff.ms")
+    log_cleaner_dedupe_buffer_size: int = _default("log.cleaner.dedupe.buffer.size")
+    log_cleaner_io_max_bytes_per_second: float = _default("log.cleaner.io.max.bytes.per.second")
+    log_cleaner_io_buffer_load_factor: float = _default("log.cleaner.io.buffer.load.factor")
+    leader_replication_throttled_rate: int = _default("leader.replication.throttled.rate")
+    follower_replication_throttled_rate: int = _default("follower.replication.throttled.rate")
     listeners: tuple[EndPoint, ...] = ()
     """The bound listeners; empty -> one PLAINTEXT listener at listen_host:listen_port."""
     advertised_listeners: tuple[EndPoint, ...] = ()
@@ -218,35 +624,28 @@ class BrokerConfig:
     kafka_advertised_listeners: tuple[EndPoint, ...] = ()
     """What the broker registers for the Kafka door (``kafka.advertised.listeners``);
     empty -> kafka_listeners."""
-    inter_broker_listener_name: str = "PLAINTEXT"
+    inter_broker_listener_name: str = _default("security.inter.broker.protocol")
     inter_broker_listener_named: bool = False
     """``inter.broker.listener.name`` or ``security.inter.broker.protocol`` was set (the
     inter-broker listener was chosen, not defaulted); see :attr:`dedicated_inter_broker_listener`."""
-    listener_security_protocol_map: dict[str, str] = field(
-        default_factory=lambda: dict(item.split(":") for item in DEFAULT_PROTOCOL_MAP.split(","))
-    )
+    listener_security_protocol_map: dict[str, str] = field(default_factory=lambda: dict(_DEFAULT_PROTOCOL_MAP))
     security_props: dict[str, str] = field(default_factory=dict, repr=False)
     """The checked ``ssl.*`` and ``sasl.enabled.mechanisms`` keys and their per-listener
     ``listener.name.<name>.<key>`` forms, by Kafka name; read them with
     :meth:`listener_setting`. Left out of ``repr`` (``ssl.key.password``, inline keys)."""
-    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
-    """Kafka's default is GSSAPI, which kbroker does not implement."""
-    connections_max_reauth_ms: int = 3_600_000
-    """Lifetime of a SASL session token (Kafka's default is 0 = no re-authentication)."""
-    authorizer_class_name: str = ""
-    super_users: tuple[str, ...] = ()
-    """Principals (``User:alice``) allowed everything, from ``super.users`` (``;``-separated)."""
-    allow_everyone_if_no_acl_found: bool = False
-    zookeeper_set_acl: bool = False
+    sasl_mechanism_inter_broker_protocol: str = _default("sasl.mechanism.inter.broker.protocol")
+    connections_max_reauth_ms: int = _default("connections.max.reauth.ms")
+    authorizer_class_name: str = _default("authorizer.class.name")
+    super_users: tuple[str, ...] = _default("super.users")
+    allow_everyone_if_no_acl_found: bool = _default("allow.everyone.if.no.acl.found")
+    zookeeper_set_acl: bool = _default("zookeeper.set.acl")
     zookeeper_auth_digest: str | None = field(default=None, repr=False)
     """``user:password`` of the ZooKeeper digest credential (``zookeeper.auth.digest``; else
     ``KBROKER_ZK_DIGEST`` or a JAAS Client section, see :mod:`kbroker.security.zk_credential`)."""
-    log_level: str = "INFO"
-    """log.level (kbroker's name; Kafka sets levels in log4j.properties); --log-level wins."""
-    log_file: Path | None = None
-    """log.file: also log to this file, rotated at log_file_max_bytes."""
-    log_file_max_bytes: int = DEFAULT_FILE_MAX_BYTES
-    log_file_backups: int = DEFAULT_FILE_BACKUPS
+    log_level: str = _default("log.level")
+    log_file: Path | None = _default("log.file")  # noqa: RUF009 (None)
+    log_file_max_bytes: int = _default("log.file.max.bytes")
+    log_file_backups: int = _default("log.file.backups")
 
     def __post_init__(self) -> None:
         if not self.listeners:
@@ -329,100 +728,6 @@ class BrokerConfig:
         return LoggingConfig(self.log_level, self.log_file, self.log_file_max_bytes, self.log_file_backups)
 
 
-_SETTERS: dict[str, Callable[[dict[str, Any], str, str], None]] = {}
-
-
-def _setter(*keys: str) -> Callable[[Callable[[dict[str, Any], str, str], None]], None]:
-    def register(fn: Callable[[dict[str, Any], str, str], None]) -> None:
-        for k in keys:
-            _SETTERS[k] = fn
-
-    return register
-
-
-def _simple_int(attr: str, minimum: int | None = None) -> Callable[[dict[str, Any], str, str], None]:
-    def set_it(out: dict[str, Any], key: str, value: str) -> None:
-        out[attr] = _int(key, value, minimum)
-
-    return set_it
-
-
-for _key, _attr, _min in (
-    ("num.partitions", "num_partitions", 1),
-    ("default.replication.factor", "default_replication_factor", 1),
-    ("max.partitions.per.topic", "max_partitions_per_topic", 1),
-    ("max.broker.partitions", "max_broker_partitions", 1),
-    ("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", 1000),
-    ("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", 100),
-    ("replica.lag.time.max.ms", "replica_lag_time_max_ms", 100),
-    ("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", 0),
-    ("replica.fetch.max.bytes", "replica_fetch_max_bytes", 1),
-    ("max.incremental.fetch.session.cache.slots", "max_incremental_fetch_session_cache_slots", 0),
-    ("min.incremental.fetch.session.eviction.ms", "min_incremental_fetch_session_eviction_ms", 0),
-    ("log.retention.check.interval.ms", "retention_check_interval_ms", 1),
-    ("leader.imbalance.check.interval.seconds", "leader_imbalance_check_interval_ms", 1),
-    ("grpc.workers", "grpc_workers", 4),
-    ("controlled.shutdown.max.retries", "controlled_shutdown_max_retries", 1),
-    ("controlled.shutdown.retry.backoff.ms", "controlled_shutdown_retry_backoff_ms", 0),
-    ("socket.request.max.bytes", "socket_request_max_bytes", 1024),
-    ("queued.max.request.bytes", "queued_max_request_bytes", 1024),
-    ("queued.max.request.bytes.per.connection", "queued_max_request_bytes_per_connection", -1),
-    ("inter.broker.queued.max.request.bytes", "inter_broker_queued_max_request_bytes", 1024),
-    ("connections.max.idle.ms", "connections_max_idle_ms", 1),
-    ("request.read.timeout.ms", "request_read_timeout_ms", 1),
-    ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", 0),
-    ("group.min.session.timeout.ms", "group_min_session_timeout_ms", 1),
-    ("group.max.session.timeout.ms", "group_max_session_timeout_ms", 1),
-    ("offsets.retention.minutes", "offsets_retention_minutes", 1),
-    ("offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", 1),
-    ("metrics.port", "metrics_port", -1),
-    ("num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", 1),
-    ("log.cleaner.threads", "log_cleaner_threads", 1),
-    ("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", 0),
-    ("log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", 1024),
-):
-    _SETTERS[_key] = _simple_int(_attr, _min)
-
-
-@_setter(*LOGGING_KEYS)
-def _logging(out: dict[str, Any], key: str, value: str) -> None:
-    if key == "log.level":
-        out["log_level"] = parse_level(key, value)
-    elif key == "log.file":
-        out["log_file"] = Path(value.strip()) if value.strip() else None
-    elif key == "log.file.max.bytes":
-        out["log_file_max_bytes"] = _int(key, value, 1024)
-    else:
-        out["log_file_backups"] = _int(key, value, 0)
-
-
-@_setter("broker.id")
-def _broker_id(out: dict[str, Any], key: str, value: str) -> None:
-    out["broker_id"] = _int(key, value, 0)
-
-
-@_setter("zookeeper.connect")
-def _zk(out: dict[str, Any], key: str, value: str) -> None:
-    if not value.strip() or ":" not in value:
-        raise InvalidConfigError(f"{key}: {value!r} is not HOST:PORT[,HOST:PORT...][/chroot]")
-    out["zookeeper_connect"] = value.strip()
-
-
-@_setter("log.dirs", "log.dir")
-def _log_dirs(out: dict[str, Any], key: str, value: str) -> None:
-    dirs = [d for d in value.split(",") if d.strip()]
-    if len(dirs) != 1:
-        raise InvalidConfigError(f"{key}: exactly one data directory is supported, got {value!r}")
-    out["data_dir"] = Path(dirs[0].strip())
-
-
-@_setter(*LISTENER_KEYS)
-def _listener_key(out: dict[str, Any], key: str, value: str) -> None:
-    if key == "listen":
-        parse_host_port(key, value)
-    out.setdefault("_listener_raw", {})[key] = value.strip()
-
-
 def _finish_listeners(out: dict[str, Any]) -> None:
     """Check the listener keys together and set the listener fields (and listen_host/port:
     the inter-broker listener's). ``listen=HOST:PORT`` (``--listen``) is the shorthand for
@@ -438,7 +743,7 @@ def _finish_listeners(out: dict[str, Any]) -> None:
         host, port = parse_host_port("listen", raw["listen"])
         listeners = f"PLAINTEXT://{f'[{host}]' if ':' in host else host}:{port}"
     if listeners is None:
-        listeners = f"PLAINTEXT://{BrokerConfig.listen_host}:{BrokerConfig.listen_port}"
+        listeners = BROKER_CONFIGS["listeners"].default
     cfg = build_listener_config(
         listeners,
         raw.get("advertised.listeners"),
@@ -500,125 +805,11 @@ def _finish_kafka_listeners(
     out["kafka_advertised_listeners"] = advertised
 
 
-DEFAULT_SASL_MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512"
-
-
-def _mechanisms(key: str, value: str) -> tuple[str, ...]:
-    out = tuple(m.strip().upper() for m in value.split(",") if m.strip())
-    for m in out:
-        if m not in SASL_MECHANISMS:
-            raise InvalidConfigError(
-                f"{key}: SASL mechanism {m} is not supported (supported: {', '.join(SASL_MECHANISMS)})"
-            )
-    return out
-
-
 def _jaas_credentials(props: Mapping[str, str], listener: str, mechanism: str) -> tuple[str, str] | None:
     text = listener_config(props, listener, f"{mechanism.lower()}.sasl.jaas.config") or listener_config(
         props, listener, "sasl.jaas.config"
     )
     return None if text is None else jaas_credentials(text, mechanism)
-
-
-def _check_security_value(key: str, value: str) -> str:
-    """One ``ssl.*`` / ``sasl.enabled.mechanisms`` value, checked; returns what to keep."""
-    if key in ("ssl.keystore.type", "ssl.truststore.type"):
-        if value.strip().upper() != "PEM":
-            raise InvalidConfigError(
-                f"{key}: {value.strip()!r} is not supported; kbroker reads PEM only (set {key}=PEM)"
-            )
-        return "PEM"
-    if key == "ssl.client.auth":
-        if value.strip().lower() not in SSL_CLIENT_AUTH:
-            raise InvalidConfigError(
-                f"Invalid value {value.strip()} for configuration {key}: String must be one of: "
-                + ", ".join(SSL_CLIENT_AUTH)
-            )
-        return value.strip().lower()
-    if key == "sasl.enabled.mechanisms":
-        return ",".join(_mechanisms(key, value))
-    if key in ("ssl.keystore.location", "ssl.truststore.location") and not value.strip():
-        raise InvalidConfigError(f"{key}: empty path")
-    return (
-        value
-        if key in ("ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates")
-        else value.strip()
-    )
-
-
-def _security_setter(out: dict[str, Any], key: str, value: str) -> None:
-    out.setdefault("security_props", {})[key] = _check_security_value(key, value)
-
-
-for _key in PER_LISTENER_KEYS:  # the ssl.* and sasl.* keys, plain or per listener
-    _SETTERS[_key] = _security_setter
-
-
-@_setter("zookeeper.auth.digest")
-def _zookeeper_digest(out: dict[str, Any], key: str, value: str) -> None:
-    try:
-        ZkCredential.parse(value.strip())
-    except ZkCredentialError as exc:
-        raise InvalidConfigError(f"{key}: {exc}") from None
-    out["zookeeper_auth_digest"] = value.strip()
-
-
-@_setter("sasl.mechanism.inter.broker.protocol")
-def _inter_broker_mechanism(out: dict[str, Any], key: str, value: str) -> None:
-    mechanisms = _mechanisms(key, value)
-    if len(mechanisms) != 1:
-        raise InvalidConfigError(f"{key}: {value!r} is not one SASL mechanism")
-    out["sasl_mechanism_inter_broker_protocol"] = mechanisms[0]
-
-
-@_setter("connections.max.reauth.ms")
-def _reauth(out: dict[str, Any], key: str, value: str) -> None:
-    out["connections_max_reauth_ms"] = _int(key, value, 1)
-
-
-@_setter("authorizer.class.name")
-def _authorizer(out: dict[str, Any], key: str, value: str) -> None:
-    name = value.strip()
-    if name and name not in ACL_AUTHORIZER_NAMES:
-        raise InvalidConfigError(f"{key}: {name!r} is not supported; use {ACL_AUTHORIZER_NAMES[0]} (or leave it empty)")
-    out["authorizer_class_name"] = name
-
-
-@_setter("super.users")
-def _super_users(out: dict[str, Any], key: str, value: str) -> None:
-    from kbroker.security.principal import KafkaPrincipal
-
-    users = []
-    for item in value.split(";"):
-        if item.strip():
-            try:
-                users.append(str(KafkaPrincipal.parse(item.strip())))
-            except KafkaError:
-                raise InvalidConfigError(f"{key}: {item.strip()!r} is not a principal such as User:alice") from None
-    out["super_users"] = tuple(users)
-
-
-@_setter("allow.everyone.if.no.acl.found")
-def _allow_everyone(out: dict[str, Any], key: str, value: str) -> None:
-    out["allow_everyone_if_no_acl_found"] = _bool(key, value)
-
-
-@_setter("zookeeper.set.acl")
-def _zk_set_acl(out: dict[str, Any], key: str, value: str) -> None:
-    out["zookeeper_set_acl"] = _bool(key, value)
-
-
-_SECURITY_STATIC_KEYS = frozenset(
-    k for k, fn in _SETTERS.items() if fn is _security_setter or k.startswith(("sasl.", "ssl."))
-) | {
-    "connections.max.reauth.ms",
-    "authorizer.class.name",
-    "super.users",
-    "allow.everyone.if.no.acl.found",
-    "zookeeper.auth.digest",
-    "zookeeper.set.acl",
-}
-"""Security keys that only ``server.properties`` sets (a restart applies them)."""
 
 
 def _finish_security(out: dict[str, Any]) -> None:
@@ -687,61 +878,6 @@ def _finish_security(out: dict[str, Any]) -> None:
             )
 
 
-@_setter("advertised.host.name", "advertised.host")
-def _advertised(out: dict[str, Any], key: str, value: str) -> None:
-    out["advertised_host"] = value.strip()
-
-
-@_setter("broker.rack")
-def _rack(out: dict[str, Any], key: str, value: str) -> None:
-    out["rack"] = value.strip() or None
-
-
-@_setter("auto.create.topics.enable")
-def _auto_create(out: dict[str, Any], key: str, value: str) -> None:
-    out["auto_create_topics"] = _bool(key, value)
-
-
-@_setter("log.cleaner.enable")
-def _cleaner_enable(out: dict[str, Any], key: str, value: str) -> None:
-    out["log_cleaner_enable"] = _bool(key, value)
-
-
-@_setter("log.cleaner.io.max.bytes.per.second")
-def _cleaner_io_rate(out: dict[str, Any], key: str, value: str) -> None:
-    out["log_cleaner_io_max_bytes_per_second"] = _float(key, value, 1.0)
-
-
-@_setter("log.cleaner.io.buffer.load.factor")
-def _cleaner_load_factor(out: dict[str, Any], key: str, value: str) -> None:
-    factor = _float(key, value, 0.0)
-    if not 0.0 < factor <= 1.0:
-        raise InvalidConfigError(f"{key}: {value!r} must be above 0 and at most 1")
-    out["log_cleaner_io_buffer_load_factor"] = factor
-
-
-@_setter("controlled.shutdown.enable")
-def _controlled(out: dict[str, Any], key: str, value: str) -> None:
-    out["controlled_shutdown"] = _bool(key, value)
-
-
-@_setter("auto.leader.rebalance.enable")
-def _rebalance(out: dict[str, Any], key: str, value: str) -> None:
-    out["auto_leader_rebalance"] = _bool(key, value)
-
-
-@_setter("log.retention.hours", "log.retention.minutes")
-def _retention_units(out: dict[str, Any], key: str, value: str) -> None:
-    """As in Kafka, ``log.retention.ms`` wins over minutes, which win over hours."""
-    minutes = key.endswith("minutes")
-    amount = _int(key, value, -1)
-    ms = amount if amount < 0 else amount * (60_000 if minutes else HOURS_MS)
-    rank = 1 if minutes else 0
-    if out.get("_retention_rank", -1) <= rank:
-        out["_retention_rank"] = rank
-        out.setdefault("log_defaults", {})["_units_retention_ms"] = str(ms)
-
-
 def load_properties(path: Path) -> dict[str, str]:
     """Read a ``key=value`` properties file."""
     try:
@@ -766,54 +902,113 @@ def load_properties(path: Path) -> dict[str, str]:
     return props
 
 
+def _store(out: dict[str, Any], key: ConfigKey, given: str, raw: str) -> None:
+    """Parse and check ``raw`` (setting ``key``, named ``given``) into the field values ``out``."""
+    if key.topic is not None:  # checked with the topic configs (LogConfig.from_properties)
+        out["log_defaults"][key.topic] = raw
+        return
+    value = key.parse_value(given, raw)
+    if key.bucket is not None:
+        out.setdefault(key.bucket, {})[key.name] = value
+    elif key.attr is not None:
+        out[key.attr] = key.field_value(value)
+    else:  # a synonym, applied once every key is read
+        out.setdefault("_synonyms", {})[key.name] = key.field_value(value)
+
+
+def _apply_synonyms(out: dict[str, Any]) -> None:
+    """A setting not given takes its highest-precedence synonym that is (``log.retention.ms``
+    beats ``log.retention.minutes``, which beats ``log.retention.hours``)."""
+    given: dict[str, Any] = out.pop("_synonyms", {})
+    for key in BROKER_CONFIGS:
+        found = [given[s] for s in key.synonyms if s in given]
+        if not found:
+            continue
+        if key.topic is not None:
+            out["log_defaults"].setdefault(key.topic, str(found[0]))
+        elif key.attr is not None:
+            out.setdefault(key.attr, found[0])
+
+
 def with_overrides(config: BrokerConfig, props: Mapping[str, str]) -> BrokerConfig:
     """``config`` with Kafka-named ``props`` laid on top (the dynamic broker configs).
 
-    ``log.*`` defaults replace the topic-level default they name; the throttle rates are
-    accepted here only. A bad value raises :class:`InvalidConfigError` and nothing changes.
+    Only dynamic settings are accepted (others: "cannot be changed on a running broker");
+    those without effect in kbroker are skipped. A bad value raises
+    :class:`InvalidConfigError` and nothing changes.
     """
     out: dict[str, Any] = {"log_defaults": dict(config.log_defaults)}
-    for key, value in props.items():
-        if key in LOG_DEFAULT_KEYS:
-            out["log_defaults"][LOG_DEFAULT_KEYS[key]] = value
-        elif key in THROTTLE_RATE_KEYS:
-            out[key.replace(".", "_")] = _int(key, value, 0)
-        elif key in LISTENER_KEYS or key in LOGGING_KEYS or key in _SECURITY_STATIC_KEYS or split_listener_key(key):
-            raise InvalidConfigError(f"{key} cannot be changed on a running broker")
-        elif key in _SETTERS:
-            _SETTERS[key](out, key, value)
-        else:
-            raise InvalidConfigError(f"unknown broker setting {key!r}")
-    out.pop("_retention_rank", None)
-    out["log_defaults"].pop("_units_retention_ms", None)
+    for name, raw in props.items():
+        key = BROKER_CONFIGS.get(name)
+        if key is None and split_listener_key(name) is None:
+            raise InvalidConfigError(f"unknown broker setting {name!r}")
+        if key is None or not key.dynamic:
+            raise InvalidConfigError(f"{name} cannot be changed on a running broker")
+        if key.has_effect:
+            _store(out, key, name, raw)
     return replace(config, **out)
 
 
 def build_config(props: Mapping[str, str]) -> BrokerConfig:
     """Turn Kafka-named properties into a checked :class:`BrokerConfig`."""
     out: dict[str, Any] = {"log_defaults": {}}
-    for key, value in props.items():
-        if key in LOG_DEFAULT_KEYS:
-            out["log_defaults"][LOG_DEFAULT_KEYS[key]] = value
-        elif key in _SETTERS:
-            _SETTERS[key](out, key, value)
-        elif (split := split_listener_key(key)) is not None:
-            out.setdefault("security_props", {})[key] = _check_security_value(split[1], value)
+    for name, raw in props.items():
+        key = BROKER_CONFIGS.get(name)
+        if key is not None and not key.dynamic_only:
+            _store(out, key, name, raw)
+        elif key is None and (split := split_listener_key(name)) is not None:
+            out.setdefault("security_props", {})[name] = _check_security_value(split[1], raw)
         else:
-            raise InvalidConfigError(f"unknown broker setting {key!r}")
-    units = out["log_defaults"].pop("_units_retention_ms", None)
-    out.pop("_retention_rank", None)
-    if units is not None and "retention.ms" not in out["log_defaults"]:
-        out["log_defaults"]["retention.ms"] = units
-    if "leader_imbalance_check_interval_ms" in out and "leader.imbalance.check.interval.seconds" in props:
-        out["leader_imbalance_check_interval_ms"] *= 1000
-    for required, name in (
-        ("broker_id", "broker.id"),
-        ("zookeeper_connect", "zookeeper.connect"),
-        ("data_dir", "log.dirs"),
-    ):
-        if required not in out:
-            raise InvalidConfigError(f"missing required setting {name}")
+            raise InvalidConfigError(f"unknown broker setting {name!r}")
+    _apply_synonyms(out)
+    for key in BROKER_CONFIGS:
+        if key.required and key.attr not in out:
+            raise InvalidConfigError(f"missing required setting {key.name}")
     _finish_listeners(out)
     _finish_security(out)
     return BrokerConfig(**out)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """The settings that have a flag of their own (``--broker-id``), on ``parser``."""
+    for key in BROKER_CONFIGS:
+        if key.flag is not None:
+            parser.add_argument(
+                key.flag,
+                dest=key.name,
+                type=int if key.type in (Type.INT, Type.LONG) else str,
+                metavar=key.flag.lstrip("-").upper().replace("-", "_"),
+                help=f"{key.name}: {key.doc}" + (f" (default {key.default_text})" if key.default_text else ""),
+            )
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The settings given as flags (see :func:`add_flags`), by Kafka name."""
+    return {k.name: str(v) for k in BROKER_CONFIGS if k.flag is not None and (v := getattr(args, k.name)) is not None}
+
+
+REFERENCE_INTRO = """
+Every broker setting, generated from the table in `kbroker/config.py` (`BROKER_CONFIGS`) by
+`scripts/gen-config-docs`; a unit test fails when this page is stale. Edit the table, then
+run the script.
+
+Settings use Kafka's names. They are read from `server.properties` (`key=value` lines) and
+`--override KEY=VALUE`; a flag (`--broker-id`, ...) beats both. A wrong value stops the
+broker with one line naming the key.
+
+**Update mode** is Kafka's: *read-only* settings change with a restart; *per-broker* and
+*cluster-wide* ones are dynamic broker configs, set on a running cluster with
+`kctl configs --alter --entity-type brokers (--entity-name ID | --entity-default)` or an
+admin client's IncrementalAlterConfigs, and stored in ZooKeeper (`/config/brokers/<id>`,
+`/config/brokers/<default>`). A value's precedence: per-broker dynamic, then cluster-wide
+dynamic, then `server.properties` and flags, then the default.
+
+A **per-topic config** setting is the broker-wide default of that topic config: a topic's
+own override (`kctl configs --entity-type topics`, `/config/topics/<topic>`) beats it. Its
+default and valid values are the topic config's.
+"""
+
+
+def config_reference() -> str:
+    """``docs/config-reference.md``, generated from :data:`BROKER_CONFIGS`."""
+    return reference_markdown(BROKER_CONFIGS, title="Configuration reference", intro=REFERENCE_INTRO)

@@ -16,9 +16,11 @@ Checks, all before anything is written (a refused resource changes nothing):
   (:meth:`LogConfig.from_properties`): unknown name or bad value is INVALID_CONFIG;
   a topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION; DELETE of a config that
   is not set is allowed;
-* brokers: only :data:`DYNAMIC_BROKER_CONFIGS` may be set (others: INVALID_REQUEST
-  "Cannot update these configs dynamically"); values are checked as ``server.properties``
-  checks them (INVALID_CONFIG).
+* brokers: only dynamic settings of :data:`~kbroker.config.BROKER_CONFIGS` may be set
+  (others: INVALID_REQUEST "Cannot update these configs dynamically"); values are checked
+  by the table, as ``server.properties`` checks them (INVALID_CONFIG).
+
+Documentation, types, sensitivity and read-only flags of the answers come from the table.
 
 Precedence of a value (Kafka's): topic override > per-broker dynamic > cluster-default
 dynamic > static (``server.properties`` / flags) > Kafka's default.
@@ -37,8 +39,8 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import DEFAULT_BROKER_ENTITY, broker_entity
-from kbroker.config import LOG_DEFAULT_KEYS, THROTTLE_RATE_KEYS, build_config
-from kbroker.storage.cleaner_manager import CleanerConfig
+from kbroker.config import BROKER_CONFIGS, LOG_DEFAULT_KEYS
+from kbroker.config_def import ConfigKey
 from kbroker.storage.log_config import CONFIG_NAMES, LogConfig
 from kclient.errors import (
     InvalidConfigError,
@@ -47,8 +49,6 @@ from kclient.errors import (
     UnknownTopicOrPartitionError,
 )
 from kclient.topic_name import validate_topic_name
-
-_LONG_MAX = 2**63 - 1
 
 
 class ResourceType(IntEnum):
@@ -84,13 +84,20 @@ class Synonym:
 
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
-    """One config as DescribeConfigs reports it; ``synonyms`` highest precedence first."""
+    """One config as DescribeConfigs reports it; ``synonyms`` highest precedence first.
+
+    ``documentation`` and ``config_type`` (Kafka's ConfigType code, 0 = unknown) come from
+    :data:`~kbroker.config.BROKER_CONFIGS`; a ``sensitive`` entry's values are ``None``.
+    """
 
     name: str
     value: str | None
     source: ConfigSource
     read_only: bool
     synonyms: tuple[Synonym, ...] = ()
+    sensitive: bool = False
+    documentation: str | None = None
+    config_type: int = 0
 
     @property
     def is_default(self) -> bool:
@@ -109,58 +116,19 @@ LIST_TOPIC_CONFIGS = frozenset(
 )
 """Topic configs of Kafka's LIST type (APPEND/SUBTRACT apply to those LogConfig has)."""
 
-DYNAMIC_BROKER_CONFIGS: tuple[str, ...] = (
-    "log.cleaner.threads",
-    "log.cleaner.backoff.ms",
-    "log.cleaner.io.max.bytes.per.second",
-    "log.cleaner.dedupe.buffer.size",
-    "log.retention.ms",
-    "log.retention.bytes",
-    "log.segment.bytes",
-    "log.roll.ms",
-    "log.cleaner.min.cleanable.ratio",
-    "log.cleaner.delete.retention.ms",
-    "unclean.leader.election.enable",
-    "min.insync.replicas",
-    "message.max.bytes",
-    *THROTTLE_RATE_KEYS,
-)
-"""Broker configs Kafka allows to change without a restart and that kbroker has."""
+DYNAMIC_BROKER_CONFIGS = BROKER_CONFIGS.names(lambda k: k.dynamic and k.has_effect)
+"""Broker configs that change without a restart (Kafka's DynamicBrokerConfig) and that kbroker has."""
 
 log = logging.getLogger(__name__)
 
-DYNAMIC_BROKER_CONFIGS_WITHOUT_EFFECT: tuple[str, ...] = (
-    "sasl.kerberos.service.name",
-    "sasl.kerberos.kinit.cmd",
-    "sasl.kerberos.ticket.renew.window.factor",
-    "sasl.kerberos.ticket.renew.jitter",
-    "sasl.kerberos.min.time.before.relogin",
-    "sasl.kerberos.principal.to.local.rules",
-)
-"""Kafka's dynamic listener configs for GSSAPI (Kerberos), which kbroker does not have:
-accepted and stored as Kafka would (Kafka clients and tools set them), with no effect."""
-
-TOPIC_TO_BROKER_KEY = {topic_key: broker_key for broker_key, topic_key in LOG_DEFAULT_KEYS.items()}
+TOPIC_TO_BROKER_KEY = {topic: k.name for topic, k in BROKER_CONFIGS.by_topic().items()}
 """Topic config -> its broker-wide default's name (``retention.ms`` -> ``log.retention.ms``)."""
 
-
-def _kafka_broker_defaults() -> dict[str, str]:
-    topic_defaults = LogConfig().to_properties()
-    out = {broker_key: topic_defaults[topic_key] for broker_key, topic_key in LOG_DEFAULT_KEYS.items()}
-    cleaner = CleanerConfig()
-    out.update(
-        {
-            "log.cleaner.threads": str(cleaner.threads),
-            "log.cleaner.backoff.ms": str(cleaner.backoff_ms),
-            "log.cleaner.dedupe.buffer.size": str(cleaner.dedupe_buffer_size),
-            "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308",  # Double.MAX_VALUE
-        }
-    )
-    out.update({k: str(_LONG_MAX) for k in THROTTLE_RATE_KEYS})
-    return out
-
-
-KAFKA_BROKER_DEFAULTS = _kafka_broker_defaults()
+KAFKA_BROKER_DEFAULTS: dict[str, str] = {
+    k.name: text
+    for k in BROKER_CONFIGS
+    if (k.topic is not None or k.name in DYNAMIC_BROKER_CONFIGS) and (text := k.default_text) is not None
+}
 """Kafka's default of every broker config this module reports."""
 
 
@@ -176,34 +144,42 @@ def static_broker_configs(log_defaults: LogConfig) -> dict[str, str]:
 
 def validate_broker_config(key: str, value: str) -> None:
     """INVALID_REQUEST if ``key`` cannot change dynamically; INVALID_CONFIG for a bad value."""
-    if key in DYNAMIC_BROKER_CONFIGS_WITHOUT_EFFECT:
+    setting = BROKER_CONFIGS.get(key)
+    if setting is None or not setting.dynamic:
+        raise InvalidRequestError(f"Cannot update these configs dynamically: [{key}]")
+    if not setting.has_effect:
         log.info("broker config %s=%r is stored but has no effect: kbroker has no GSSAPI (Kerberos)", key, value)
         return
-    if key not in DYNAMIC_BROKER_CONFIGS:
-        raise InvalidRequestError(f"Cannot update these configs dynamically: [{key}]")
-    if key in THROTTLE_RATE_KEYS:
+    if setting.topic is not None:
         try:
-            rate = int(value.strip())
-        except ValueError:
-            raise InvalidConfigurationError(
-                f"Invalid value {value!r} for configuration {key}: not an integer"
-            ) from None
-        if not 0 <= rate <= _LONG_MAX:
-            raise InvalidConfigurationError(f"Invalid value {value!r} for configuration {key}: must be at least 0")
-        return
-    topic_key = LOG_DEFAULT_KEYS.get(key)
-    if topic_key is not None:
-        try:
-            LogConfig.from_properties({topic_key: value})
+            LogConfig.from_properties({setting.topic: value})
         except InvalidConfigurationError as exc:
             raise InvalidConfigurationError(
-                exc.message.replace(f"configuration {topic_key}:", f"configuration {key}:")
+                exc.message.replace(f"configuration {setting.topic}:", f"configuration {key}:")
             ) from None
         return
     try:
-        build_config({"broker.id": "0", "zookeeper.connect": "localhost:2181", "log.dirs": "/", key: value})
+        setting.parse_value(key, value)
     except InvalidConfigError as exc:
-        raise InvalidConfigurationError(f"Invalid value {value!r} for configuration {exc!s}") from None
+        raise InvalidConfigurationError(f"Invalid value {value!r} for configuration {exc.message}") from None
+
+
+def _entry(name: str, setting: ConfigKey | None, synonyms: list[Synonym], *, read_only: bool) -> ConfigEntry:
+    """One described config: its value and source are its first synonym's (else null, default)."""
+    sensitive = setting is not None and setting.sensitive
+    if sensitive:
+        synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
+    first = synonyms[0] if synonyms else Synonym(name, None, ConfigSource.DEFAULT_CONFIG)
+    return ConfigEntry(
+        name,
+        first.value,
+        first.source,
+        read_only,
+        tuple(synonyms),
+        sensitive=sensitive,
+        documentation=None if setting is None else setting.doc,
+        config_type=0 if setting is None else setting.type.describe_code,
+    )
 
 
 def broker_name(name: str) -> int | None:
@@ -316,8 +292,7 @@ class ConfigAdmin:
                         synonyms.append(Synonym(broker_key or key, kafka_topic[key], source))
                 elif broker_key is not None and broker_key in values:
                     synonyms.append(Synonym(broker_key, values[broker_key], source))
-            first = synonyms[0] if synonyms else Synonym(key, None, ConfigSource.DEFAULT_CONFIG)
-            out.append(ConfigEntry(key, first.value, first.source, False, tuple(synonyms)))
+            out.append(_entry(key, BROKER_CONFIGS.get(broker_key or key), synonyms, read_only=False))
         return out
 
     def _describe_broker(self, broker: int | None) -> list[ConfigEntry]:
@@ -330,9 +305,9 @@ class ConfigAdmin:
                 keys |= set(values)
         out = []
         for key in keys:
-            synonyms = tuple(Synonym(key, values[key], source) for source, values in layers if key in values)
-            first = synonyms[0] if synonyms else Synonym(key, None, ConfigSource.DEFAULT_CONFIG)
-            out.append(ConfigEntry(key, first.value, first.source, key not in DYNAMIC_BROKER_CONFIGS, synonyms))
+            setting = BROKER_CONFIGS.get(key)
+            synonyms = [Synonym(key, values[key], source) for source, values in layers if key in values]
+            out.append(_entry(key, setting, synonyms, read_only=setting is None or not setting.dynamic))
         return out
 
     # --- alter -------------------------------------------------------------------
