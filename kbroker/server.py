@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from kbroker.api.apis import BrokerApis
 from kbroker.api.call_context import CallContext, ListenerAuthenticator
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
 from kbroker.cluster.controller import CONTROLLED_SHUTDOWN_ACK_S, Controller, grpc_channel_maker
@@ -200,7 +201,7 @@ class KafkaServer:
         services: list[BrokerService] = []
 
         def servicer(offload: Callable[..., Awaitable[Any]]) -> BrokerService:
-            service = BrokerService(
+            apis = BrokerApis(
                 cfg.broker_id,
                 lambda: self.cluster_id,
                 self.replicas,
@@ -212,11 +213,10 @@ class KafkaServer:
                 self.groups,
                 offload,
                 auto_create_topics=cfg.auto_create_topics,
-                credentials=self.credentials,
-                sasl=sasl.get,
                 authorizer=self.authorizer,
                 metrics=self.metrics,
             )
+            service = BrokerService(apis, credentials=self.credentials, sasl=sasl.get, authorizer=self.authorizer)
             services.append(service)
             return service
 

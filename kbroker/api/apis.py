@@ -12,29 +12,36 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kbroker.api.access import Access, Authorizer
+from kbroker.api.admin_api import AdminApi
 from kbroker.api.call_context import Offload
+from kbroker.api.cluster_api import ClusterApi
 from kbroker.api.group_api import GroupApi
 from kbroker.api.log_api import LogApi
 from kbroker.api.metadata_api import MetadataApi
+from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
+from kbroker.cluster.zk_client import ZkClient
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.metrics import BrokerMetrics
 from kbroker.replication.replica_manager import ReplicaManager
 
 
 class BrokerApis:
-    """``metadata``, ``log`` and ``groups``: the areas of the core; ``offload`` runs a
-    blocking core call on the request pool of the door calling it."""
+    """``metadata``, ``log``, ``groups``, ``admin`` and ``cluster``: the areas of the core;
+    ``offload`` runs a blocking core call on the request pool of the door calling it."""
 
     def __init__(
         self,
+        broker_id: int,
         cluster_id: Callable[[], str],
         replicas: ReplicaManager,
         metadata: MetadataCache,
+        zk: ZkClient,
         admin: TopicAdmin,
         producer_ids: ProducerIdManager,
+        controller: Controller,
         groups: GroupCoordinator,
         offload: Offload,
         *,
@@ -42,6 +49,7 @@ class BrokerApis:
         authorizer: Authorizer | None = None,
         metrics: BrokerMetrics | None = None,
     ) -> None:
+        self.broker_id = broker_id
         self.access = Access(authorizer)
         self.offload = offload
         self.metadata = MetadataApi(
@@ -55,3 +63,5 @@ class BrokerApis:
         )
         self.log = LogApi(replicas, metadata, self.metadata, producer_ids, self.access, offload, metrics)
         self.groups = GroupApi(groups, metadata, self.access, offload)
+        self.admin = AdminApi(broker_id, replicas, metadata, zk, admin, self.access)
+        self.cluster = ClusterApi(broker_id, controller, metadata, zk, self.access)

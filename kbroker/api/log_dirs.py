@@ -11,27 +11,38 @@ uncleanable), which Kafka shows as LogCleanerManager metrics.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker.replication.replica_manager import ReplicaManager
-from kclient.errors import KafkaStorageError
-from kclient.proto.kbroker.v1 import admin_pb2
+from kclient.errors import BrokerResponseError, KafkaStorageError
 
 TopicPartition = tuple[str, int]
 
 
-def _wanted(filters: Iterable[admin_pb2.LogDirTopicFilter]) -> Mapping[str, set[int] | None] | None:
-    """None: everything; else topic -> partitions (None: all of the topic's)."""
-    out: dict[str, set[int] | None] = {}
-    for f in filters:
-        parts = set(f.partitions)
-        if f.name in out and (out[f.name] is None or not parts):
-            out[f.name] = None
-            continue
-        known = out.get(f.name)
-        out[f.name] = (known or set()) | parts if parts else None
-    return out or None
+@dataclass(slots=True)
+class LogDirPartition:
+    partition: int
+    size: int = 0
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    num_segments: int = 0
+    offset_lag: int = 0
+    offline_reason: str = ""
+    cleaner: Mapping[str, Any] | None = None
+    """A compacted log's cleaner state: dirty_ratio, last_cleaned_offset,
+    first_uncleanable_offset, bytes_cleaned, uncleanable (the reason, or None)."""
+
+
+@dataclass(slots=True)
+class LogDir:
+    path: str
+    total_bytes: int
+    usable_bytes: int
+    error: BrokerResponseError | None = None
+    topics: dict[str, list[LogDirPartition]] = field(default_factory=dict)
+    """Topic -> its partitions here, by partition; topics sorted."""
 
 
 def _filesystem(path: str) -> tuple[int, int]:
@@ -42,11 +53,9 @@ def _filesystem(path: str) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-def describe_log_dirs(
-    broker_id: int, replicas: ReplicaManager, request: admin_pb2.DescribeLogDirsRequest
-) -> admin_pb2.DescribeLogDirsResponse:
+def describe_log_dirs(replicas: ReplicaManager, wanted: Mapping[str, set[int] | None] | None) -> list[LogDir]:
+    """``wanted``: topic -> partitions (None: all of the topic's), None for everything."""
     logs = replicas.log_manager
-    wanted = _wanted(request.topics)
 
     def included(tp: TopicPartition) -> bool:
         if wanted is None:
@@ -54,46 +63,25 @@ def describe_log_dirs(
         parts = wanted.get(tp[0], ())
         return parts is None or tp[1] in parts
 
-    resp = admin_pb2.DescribeLogDirsResponse(broker_id=broker_id)
     data_dir = str(logs.data_dir)
     total, usable = _filesystem(data_dir)
-    result = resp.results.add(log_dir=data_dir, total_bytes=total, usable_bytes=usable)
     cleaner = logs.cleaner_state()
     hw = {(p.topic, p.index): p.high_watermark for p in replicas.partitions()}
-    rows: dict[str, list[admin_pb2.LogDirPartition]] = {}
+    rows: dict[str, dict[int, LogDirPartition]] = {}
     for tp, log in sorted(logs.logs().items()):
-        if not included(tp):
-            continue
-        row = admin_pb2.LogDirPartition(
-            partition_index=tp[1],
-            partition_size=log.size_in_bytes,
-            log_start_offset=log.log_start_offset,
-            log_end_offset=log.log_end_offset,
-            num_segments=log.num_segments,
-            offset_lag=max(hw.get(tp, log.log_end_offset) - log.log_end_offset, 0),
-        )
-        state = cleaner.get(tp)
-        if state is not None:
-            _fill_cleaner(row.cleaner, state)
-        rows.setdefault(tp[0], []).append(row)
+        if included(tp):
+            rows.setdefault(tp[0], {})[tp[1]] = LogDirPartition(
+                tp[1],
+                log.size_in_bytes,
+                log.log_start_offset,
+                log.log_end_offset,
+                log.num_segments,
+                max(hw.get(tp, log.log_end_offset) - log.log_end_offset, 0),
+                cleaner=cleaner.get(tp),
+            )
     offline = {tp: why for tp, why in logs.offline_logs().items() if included(tp)}
     for tp, why in sorted(offline.items()):
-        if all(r.partition_index != tp[1] for r in rows.get(tp[0], ())):
-            rows.setdefault(tp[0], []).append(admin_pb2.LogDirPartition(partition_index=tp[1], offline_reason=why))
-        else:
-            next(r for r in rows[tp[0]] if r.partition_index == tp[1]).offline_reason = why
-    if offline:
-        result.error_code = KafkaStorageError.errno  # type: ignore[assignment]
-    for name in sorted(rows):
-        result.topics.add(name=name, partitions=sorted(rows[name], key=lambda r: r.partition_index))
-    return resp
-
-
-def _fill_cleaner(out: admin_pb2.LogCleanerState, state: Mapping[str, Any]) -> None:
-    out.dirty_ratio = float(state["dirty_ratio"])
-    out.last_cleaned_offset = int(state["last_cleaned_offset"])
-    out.first_uncleanable_offset = int(state["first_uncleanable_offset"])
-    out.bytes_cleaned = int(state["bytes_cleaned"])
-    reason = state["uncleanable"]
-    out.uncleanable = reason is not None
-    out.uncleanable_reason = str(reason or "")
+        rows.setdefault(tp[0], {}).setdefault(tp[1], LogDirPartition(tp[1])).offline_reason = why
+    error = KafkaStorageError(f"{len(offline)} log(s) offline") if offline else None
+    topics = {name: [parts[p] for p in sorted(parts)] for name, parts in sorted(rows.items())}
+    return [LogDir(data_dir, total, usable, error, topics)]

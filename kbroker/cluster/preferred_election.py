@@ -3,7 +3,8 @@
 ``/admin/preferred_replica_election`` naming the partitions (or none: every partition),
 then wait for the controller to delete it, its sign of completion.
 
-The broker's ElectLeaders RPC and ``kctl leaders elect --zookeeper`` both ask this way;
+The broker's ElectLeaders request (:func:`elect_preferred_leaders`) and ``kctl leaders
+elect --zookeeper`` both ask this way;
 the controller's side is :meth:`kbroker.cluster.controller.Controller.request_preferred_election`
 and its watch on the znode. ZooKeeper failures come out as
 :mod:`kbroker.cluster.zk_errors`' types.
@@ -20,9 +21,10 @@ from collections.abc import Sequence
 from kazoo.exceptions import NodeExistsError
 
 from kbroker.cluster import zkdata
+from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zk_errors import mapped
-from kclient.errors import KafkaError
+from kclient.errors import KafkaError, PreferredLeaderNotAvailableError
 
 POLL_S = 0.05
 
@@ -58,3 +60,40 @@ def request_preferred_election(
             return False
         time.sleep(poll_s)
     return True
+
+
+def elect_preferred_leaders(
+    zk: ZkClient, metadata: MetadataCache, partitions: Sequence[tuple[str, int]] | None, timeout_s: float
+) -> dict[tuple[str, int], KafkaError | None]:
+    """ElectLeaders (preferred): ask the controller (or join an election already asked
+    for), wait up to ``timeout_s``, and answer per partition (``partitions``, or every
+    partition of the cluster) from ZooKeeper's states: None where the preferred replica
+    leads now, else PREFERRED_LEADER_NOT_AVAILABLE saying whether the election is still
+    running. ZooKeeper out of reach raises the typed ZooKeeperError."""
+    deadline = time.monotonic() + timeout_s
+    request_preferred_election(zk, partitions, timeout_s, join_pending=True)
+    metadata.sync()
+    snap = metadata.snapshot()
+    targets = (
+        list(partitions)
+        if partitions
+        else [(t, p) for t, info in sorted(snap.topics.items()) for p in sorted(info.assignment)]
+    )
+    # The outcome as ZooKeeper has it (pipelined reads): this broker's own metadata
+    # learns it from the controller's UpdateMetadata, a moment later.
+    with mapped():
+        states = zk.partition_states(targets)
+    out: dict[tuple[str, int], KafkaError | None] = {}
+    for t, p in targets:
+        info = snap.topics.get(t)
+        state = states.get((t, p))
+        preferred = info.assignment[p][0] if info and info.assignment.get(p) else -1
+        if state is not None and state.leader == preferred:
+            out[(t, p)] = None
+        else:
+            out[(t, p)] = PreferredLeaderNotAvailableError(
+                f"{t}-{p}: preferred leader {preferred} is not alive and in sync"
+                if time.monotonic() < deadline
+                else f"{t}-{p}: election did not finish within {timeout_s:.0f}s"
+            )
+    return out

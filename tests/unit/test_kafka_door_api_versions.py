@@ -12,7 +12,9 @@ from kbroker.doors.kafka.codec import request_schema, response_class
 from kbroker.doors.kafka.door import api_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-UNCALLED = SimpleNamespace(apis=SimpleNamespace(log=None, metadata=None, groups=None, offload=None))
+UNCALLED = SimpleNamespace(
+    apis=SimpleNamespace(log=None, metadata=None, groups=None, admin=None, cluster=None, offload=None)
+)
 """A broker whose handlers are never called: the table is only listed."""
 
 

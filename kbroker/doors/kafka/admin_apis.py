@@ -1,6 +1,7 @@
 """Topic, config, leader, record and reassignment administration on the Kafka door:
-Kafka's request -> the servicer's protobuf request -> the same handler as gRPC (its
-validation, ACL checks and core calls) -> Kafka's response.
+Kafka's request -> one call of the core (:mod:`kbroker.api.admin_api`,
+:mod:`kbroker.api.cluster_api`; the same validation and ACL checks as gRPC) -> Kafka's
+response.
 
 Versions: CreateTopics 2-7, DeleteTopics 1-5, CreatePartitions 0-3, DescribeConfigs
 1-4, AlterConfigs 0-2 (the whole-set API, see :meth:`AdminApis.alter_configs`),
@@ -9,9 +10,9 @@ AlterPartitionReassignments 0, ListPartitionReassignments 0, DescribeLogDirs 1-4
 Not served: the versions below those (kio, Kafka's generated schemas, no longer carries
 them; every current client speaks the served ones), DeleteTopics 6 (topics named by id),
 ElectLeaders with ``election_type`` UNCLEAN (1) (the gRPC side elects preferred leaders
-only: INVALID_REQUEST; unclean election follows ``unclean.leader.election.enable``), and
-DescribeConfigs' ``config_type``/``documentation`` (UNKNOWN and null: the servicer has
-neither).
+only: INVALID_REQUEST; unclean election follows ``unclean.leader.election.enable``).
+DescribeConfigs v3+ answers each config's ``config_type`` and, when asked, its
+``documentation`` (both from :data:`kbroker.config.BROKER_CONFIGS`).
 
 CreateTopics v5+ answers what was created: the partition count and replication factor,
 and the topic's configs (with their sources, as DescribeConfigs gives them; without
@@ -19,19 +20,23 @@ DESCRIBE_CONFIGS on the topic ``topic_config_error_code`` says so); v7 the topic
 For ``validate_only`` nothing exists yet: the counts asked for (-1 for the broker
 default) and the configs given.
 
-Thread safety: handlers run on the door's loop; the servicer offloads blocking work.
+Thread safety: handlers run on the door's loop; blocking core calls run on the request pool.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.api.admin_api import ConfigChange, ConfigChanges, ConfigResource, NewPartitions, NewTopic
+from kbroker.api.apis import BrokerApis
+from kbroker.cluster.config_admin import ConfigEntry
 from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.doors.kafka.server import Api, KafkaRequest
-from kbroker.doors.kafka.service_call import RequestRefused
-from kclient.errors import InvalidRequestError
-from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, log_pb2, reassignment_pb2
+from kbroker.replication.replica_manager import DeleteRecordsResult
+from kclient.errors import BrokerResponseError, ClusterAuthorizationFailedError, InvalidRequestError, as_response_error
+
+T = TypeVar("T")
 
 INVALID_REQUEST = InvalidRequestError.errno
 
@@ -50,34 +55,43 @@ _OVERRIDE_SOURCES = {
 """(resource type, named) -> the DescribeConfigs sources AlterConfigs replaces."""
 
 
-def _message(msg: Any) -> str | None:
-    return msg.error_message or None
+def _message(err: BrokerResponseError | None) -> str | None:
+    return err.message or None if err is not None else None
 
 
-def _config_entries(result: config_pb2.DescribeConfigsResult) -> list[dict[str, Any]]:
+def _code(err: BrokerResponseError | None) -> int:
+    return err.errno if err is not None else 0
+
+
+def _config_entries(
+    entries: list[ConfigEntry], synonyms: bool = True, documentation: bool = False
+) -> list[dict[str, Any]]:
     return [
         {
-            "name": c.name,
-            "value": c.value if c.HasField("value") else None,
-            "read_only": c.read_only,
-            "is_default": c.is_default,
-            "config_source": int(c.config_source),
-            "is_sensitive": c.is_sensitive,
+            "name": e.name,
+            "value": e.value,
+            "read_only": e.read_only,
+            "is_default": e.is_default,
+            "config_source": int(e.source),
+            "is_sensitive": e.sensitive,
             "synonyms": [
-                {"name": s.name, "value": s.value if s.HasField("value") else None, "source": int(s.source)}
-                for s in c.synonyms
+                {"name": s.name, "value": s.value, "source": int(s.source)} for s in (e.synonyms if synonyms else ())
             ],
-            "documentation": None,
+            "config_type": e.config_type,
+            "documentation": e.documentation if documentation else None,
         }
-        for c in result.configs
+        for e in entries
     ]
 
 
 class AdminApis:
-    """The administration APIs over one :class:`BrokerService`."""
+    """The administration APIs over the core's :class:`BrokerApis`."""
 
-    def __init__(self, service: BrokerService) -> None:
-        self._service = service
+    def __init__(self, core: BrokerApis) -> None:
+        self._admin = core.admin
+        self._cluster = core.cluster
+        self._log = core.log
+        self._offload = core.offload
 
     def apis(self) -> list[Api]:
         return [
@@ -94,168 +108,149 @@ class AdminApis:
             Api(LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments", 0, 0, self.list_reassignments),
         ]
 
-    async def _call(self, rpc: str, proto: Any, req: KafkaRequest) -> Any:
-        """The servicer's answer to ``proto`` (RequestRefused if it refused the whole request)."""
-        return await getattr(self._service, rpc)(proto, req.service_context())
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._offload(fn, *args)  # type: ignore[no-any-return]
 
     # --- topics ---------------------------------------------------------------------
 
     async def create_topics(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = admin_pb2.CreateTopicsRequest(timeout_ms=millis(p.timeout), validate_only=bool(p.validate_only))
-        for t in p.topics:
-            ct = proto.topics.add(name=t.name, num_partitions=int(t.num_partitions))
-            ct.replication_factor = int(t.replication_factor)
-            for a in t.assignments:
-                ct.assignments[int(a.partition_index)].broker_ids.extend(int(b) for b in a.broker_ids)
-            ct.configs.update({c.name: c.value for c in t.configs if c.value is not None})
-        resp = await self._call("CreateTopics", proto, req)
-        created = {r.name: r for r in resp.topics}
-        details = await self._created(req, proto, [r.name for r in resp.topics if r.error_code == 0])
+        asked = [
+            NewTopic(
+                t.name,
+                int(t.num_partitions),
+                int(t.replication_factor),
+                {int(a.partition_index): [int(b) for b in a.broker_ids] for a in t.assignments},
+                {c.name: c.value for c in t.configs if c.value is not None},
+            )
+            for t in p.topics
+        ]
+        validate_only = bool(p.validate_only)
+        outcomes = dict(await self._call(self._admin.create_topics, asked, millis(p.timeout), validate_only))
+        created = [t for t in asked if outcomes.get(t.name) is None]
+        details = await self._created(req, created, validate_only)
         topics = []
         for t in p.topics:
-            r = created[t.name]
-            entry: dict[str, Any] = {"name": t.name, "error_code": r.error_code, "error_message": _message(r)}
-            if r.error_code == 0:
+            err = outcomes[t.name]
+            entry: dict[str, Any] = {"name": t.name, "error_code": _code(err), "error_message": _message(err)}
+            if err is None:
                 entry.update(details.get(t.name, {}))
             topics.append(entry)
         return build(response_class(CREATE_TOPICS, req.version), {"topics": topics})
 
     async def _created(
-        self, req: KafkaRequest, proto: admin_pb2.CreateTopicsRequest, names: list[str]
+        self, req: KafkaRequest, created: list[NewTopic], validate_only: bool
     ) -> dict[str, dict[str, Any]]:
         """What CreateTopics v5+ tells about each created topic (see the module docstring)."""
-        if req.version < 5 or not names:
+        if req.version < 5 or not created:
             return {}
-        if proto.validate_only:
-            asked = {t.name: t for t in proto.topics}
+        if validate_only:
             return {
-                n: {
-                    "num_partitions": len(asked[n].assignments) or asked[n].num_partitions,
+                t.name: {
+                    "num_partitions": len(t.assignment or {}) or t.num_partitions,
                     "replication_factor": (
-                        len(next(iter(asked[n].assignments.values())).broker_ids)
-                        if asked[n].assignments
-                        else asked[n].replication_factor
+                        len(next(iter(t.assignment.values()))) if t.assignment else t.replication_factor
                     ),
-                    "configs": [
-                        {"name": k, "value": v, "config_source": 1} for k, v in sorted(asked[n].configs.items())
-                    ],
+                    "configs": [{"name": k, "value": v, "config_source": 1} for k, v in sorted(t.configs.items())],
                 }
-                for n in names
+                for t in created
             }
-        described = await self._call("DescribeTopics", admin_pb2.DescribeTopicsRequest(topics=names), req)
-        configs = await self._call(
-            "DescribeConfigs",
-            config_pb2.DescribeConfigsRequest(
-                resources=[
-                    config_pb2.DescribeConfigsResource(resource_type=config_pb2.TOPIC, resource_name=n) for n in names
-                ]
-            ),
-            req,
-        )
+        names = [t.name for t in created]
+        described = await self._call(self._admin.describe_topics, names)
+        configs = await self._call(self._admin.describe_configs, [ConfigResource(TOPIC_RESOURCE, n) for n in names])
         out: dict[str, dict[str, Any]] = {}
-        for d in described.topics:
-            if d.error_code != 0:
+        for d in described:
+            if d.error is not None:
                 continue
             out[d.name] = {
                 "topic_id": topic_uuid(d.topic_id),
                 "num_partitions": len(d.partitions),
-                "replication_factor": len(d.partitions[0].replica_nodes) if d.partitions else -1,
+                "replication_factor": len(d.partitions[0].replicas) if d.partitions else -1,
             }
-        for c in configs.results:
-            entry = out.setdefault(c.resource_name, {})
-            if c.error_code != 0:
-                entry["topic_config_error_code"] = int(c.error_code)
+        for c in configs:
+            entry = out.setdefault(c.name, {})
+            if c.error is not None:
+                entry["topic_config_error_code"] = c.error.errno
             else:
-                entry["configs"] = _config_entries(c)
+                entry["configs"] = _config_entries(c.entries, synonyms=False)
         return out
 
     async def delete_topics(self, req: KafkaRequest) -> Any:
         p = req.payload
-        names = [str(n) for n in p.topic_names]
-        resp = await self._call(
-            "DeleteTopics", admin_pb2.DeleteTopicsRequest(topics=names, timeout_ms=millis(p.timeout)), req
-        )
+        outcomes = await self._call(self._admin.delete_topics, [str(n) for n in p.topic_names], millis(p.timeout))
         return build(
             response_class(DELETE_TOPICS, req.version),
-            {
-                "responses": [
-                    {"name": r.name, "error_code": r.error_code, "error_message": _message(r)} for r in resp.topics
-                ]
-            },
+            {"responses": [{"name": n, "error_code": _code(e), "error_message": _message(e)} for n, e in outcomes]},
         )
 
     async def create_partitions(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = admin_pb2.CreatePartitionsRequest(timeout_ms=millis(p.timeout), validate_only=bool(p.validate_only))
-        for t in p.topics:
-            proto.topics.append(
-                admin_pb2.PartitionsIncrease(
-                    name=t.name,
-                    count=int(t.count),
-                    assignments=[
-                        admin_pb2.ReplicaList(broker_ids=[int(b) for b in a.broker_ids]) for a in t.assignments or ()
-                    ],
-                )
+        asked = [
+            NewPartitions(t.name, int(t.count), [[int(b) for b in a.broker_ids] for a in t.assignments or ()])
+            for t in p.topics
+        ]
+        results: dict[str, BrokerResponseError | None] = {}
+        if asked:
+            results = dict(
+                await self._call(self._admin.create_partitions, asked, millis(p.timeout), bool(p.validate_only))
             )
-        results = {}
-        if proto.topics:
-            resp = await self._call("CreatePartitions", proto, req)
-            results = {r.name: {"error_code": r.error_code, "error_message": _message(r)} for r in resp.topics}
         return build(
             response_class(CREATE_PARTITIONS, req.version),
-            {"results": [{"name": t.name, **results[t.name]} for t in p.topics]},
+            {
+                "results": [
+                    {"name": t.name, "error_code": _code(results[t.name]), "error_message": _message(results[t.name])}
+                    for t in p.topics
+                ]
+            },
         )
 
     # --- configs --------------------------------------------------------------------
 
     async def describe_configs(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = config_pb2.DescribeConfigsRequest(include_synonyms=bool(p.include_synonyms))
-        for r in p.resources:
-            proto.resources.add(
-                resource_type=int(r.resource_type),
-                resource_name=r.resource_name,
-                configuration_keys=list(r.configuration_keys or ()),
-            )
-        resp = await self._call("DescribeConfigs", proto, req)
+        wanted = [
+            ConfigResource(int(r.resource_type), r.resource_name, list(r.configuration_keys or ())) for r in p.resources
+        ]
+        described = await self._call(self._admin.describe_configs, wanted)
+        synonyms, documentation = bool(p.include_synonyms), bool(getattr(p, "include_documentation", False))
         return build(
             response_class(DESCRIBE_CONFIGS, req.version),
             {
                 "results": [
                     {
-                        "error_code": r.error_code,
-                        "error_message": _message(r),
-                        "resource_type": int(r.resource_type),
-                        "resource_name": r.resource_name,
-                        "configs": _config_entries(r),
+                        "error_code": _code(d.error),
+                        "error_message": _message(d.error),
+                        "resource_type": d.resource_type,
+                        "resource_name": d.name,
+                        "configs": _config_entries(d.entries, synonyms, documentation),
                     }
-                    for r in resp.results
+                    for d in described
                 ]
             },
         )
 
     async def incremental_alter_configs(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = config_pb2.IncrementalAlterConfigsRequest(validate_only=bool(p.validate_only))
-        for r in p.resources:
-            res = proto.resources.add(resource_type=int(r.resource_type), resource_name=r.resource_name)
-            for c in r.configs:
-                entry = res.configs.add(name=c.name, config_operation=int(c.config_operation))
-                if c.value is not None:
-                    entry.value = c.value
-        resp = await self._call("IncrementalAlterConfigs", proto, req)
+        changes = [
+            ConfigChanges(
+                int(r.resource_type),
+                r.resource_name,
+                [ConfigChange(c.name, int(c.config_operation), c.value) for c in r.configs],
+            )
+            for r in p.resources
+        ]
+        answered = await self._call(self._admin.incremental_alter_configs, changes, bool(p.validate_only))
         return build(
             response_class(INCREMENTAL_ALTER_CONFIGS, req.version),
             {
                 "responses": [
                     {
-                        "error_code": r.error_code,
-                        "error_message": _message(r),
-                        "resource_type": int(r.resource_type),
-                        "resource_name": r.resource_name,
+                        "error_code": _code(err),
+                        "error_message": _message(err),
+                        "resource_type": r.resource_type,
+                        "resource_name": r.name,
                     }
-                    for r in resp.responses
+                    for r, err in answered
                 ]
             },
         )
@@ -268,38 +263,40 @@ class AdminApis:
         change of the same resource (Kafka's is not either across brokers)."""
         p = req.payload
         wanted = {(int(r.resource_type), r.resource_name): r for r in p.resources}
-        describe = config_pb2.DescribeConfigsRequest()
-        for rtype, name in wanted:
-            describe.resources.add(resource_type=rtype, resource_name=name)  # type: ignore[arg-type]
         described = {
-            (int(r.resource_type), r.resource_name): r
-            for r in (await self._call("DescribeConfigs", describe, req)).results
+            (d.resource_type, d.name): d
+            for d in await self._call(self._admin.describe_configs, [ConfigResource(t, n) for t, n in wanted])
         }
-        refused: dict[tuple[int, str], Any] = {}
-        proto = config_pb2.IncrementalAlterConfigsRequest(validate_only=bool(p.validate_only))
+        refused: dict[tuple[int, str], BrokerResponseError] = {}
+        changes = []
         for key, r in wanted.items():
             current = described.get(key)
-            if current is not None and current.error_code:
-                refused[key] = current
+            if current is not None and current.error is not None:
+                refused[key] = current.error
                 continue
-            res = proto.resources.add(resource_type=key[0], resource_name=key[1])  # type: ignore[arg-type]
             given = {c.name for c in r.configs}
-            for c in r.configs:
-                entry = res.configs.add(name=c.name, config_operation=SET)
-                if c.value is not None:
-                    entry.value = c.value
-            for c in current.configs if current is not None else ():
-                if int(c.config_source) in _OVERRIDE_SOURCES.get((key[0], bool(key[1])), ()) and c.name not in given:
-                    res.configs.add(name=c.name, config_operation=DELETE)
-        answered = {}
-        if proto.resources:
-            resp = await self._call("IncrementalAlterConfigs", proto, req)
-            answered = {(int(r.resource_type), r.resource_name): r for r in resp.responses}
+            ops = [ConfigChange(c.name, SET, c.value) for c in r.configs]
+            ops += [
+                ConfigChange(e.name, DELETE)
+                for e in (current.entries if current is not None else ())
+                if int(e.source) in _OVERRIDE_SOURCES.get((key[0], bool(key[1])), ()) and e.name not in given
+            ]
+            changes.append(ConfigChanges(key[0], key[1], ops))
+        answered: dict[tuple[int, str], BrokerResponseError | None] = {}
+        if changes:
+            done = await self._call(self._admin.incremental_alter_configs, changes, bool(p.validate_only))
+            answered = {(r.resource_type, r.name): err for r, err in done}
         out = []
         for key in wanted:
-            r = refused.get(key) or answered.get(key)
-            code, message = (r.error_code, _message(r)) if r is not None else (0, None)
-            out.append({"error_code": code, "error_message": message, "resource_type": key[0], "resource_name": key[1]})
+            err = refused.get(key) or answered.get(key)
+            out.append(
+                {
+                    "error_code": _code(err),
+                    "error_message": _message(err),
+                    "resource_type": key[0],
+                    "resource_name": key[1],
+                }
+            )
         return build(response_class(ALTER_CONFIGS, req.version), {"responses": out})
 
     # --- leaders, records, log dirs ---------------------------------------------------
@@ -309,97 +306,89 @@ class AdminApis:
         cls = response_class(ELECT_LEADERS, req.version)
         if int(getattr(p, "election_type", PREFERRED_ELECTION)) != PREFERRED_ELECTION:
             return build(cls, {"error_code": INVALID_REQUEST})  # see the module docstring
-        proto = cluster_pb2.ElectLeadersRequest(timeout_ms=millis(p.timeout))
-        for t in p.topic_partitions or ():
-            proto.partitions.extend(cluster_pb2.PartitionRef(topic=t.topic, partition=int(i)) for i in t.partitions)
-        resp = await self._call("ElectLeaders", proto, req)
-        whole = [r for r in resp.results if not r.topic and r.partition == -1]
-        if whole and req.version >= 1:  # refused as a whole (CLUSTER_AUTHORIZATION_FAILED)
-            return build(cls, {"error_code": whole[0].error_code})
+        wanted = [(t.topic, int(i)) for t in p.topic_partitions or () for i in t.partitions]
+        top = 0
+        try:
+            results = await self._call(self._cluster.elect_leaders, wanted, millis(p.timeout))
+        except ClusterAuthorizationFailedError as exc:  # as Kafka: at the top (v1+) and per partition
+            top, results = exc.errno, dict.fromkeys(wanted, exc)
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for r in resp.results:
-            if r.topic:
-                by_topic.setdefault(r.topic, []).append(
-                    {"partition_id": r.partition, "error_code": r.error_code, "error_message": _message(r)}
-                )
+        for (topic, partition), err in results.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_id": partition, "error_code": _code(err), "error_message": _message(err)}
+            )
         return build(
             cls,
-            {"replica_election_results": [{"topic": t, "partition_result": rs} for t, rs in by_topic.items()]},
+            {
+                "error_code": top,
+                "replica_election_results": [{"topic": t, "partition_result": rs} for t, rs in by_topic.items()],
+            },
         )
 
     async def delete_records(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = log_pb2.DeleteRecordsRequest(timeout_ms=millis(p.timeout))
-        for t in p.topics:
-            proto.topics.add(
-                name=t.name,
-                partitions=[
-                    log_pb2.DeleteRecordsPartition(index=int(x.partition_index), offset=int(x.offset))
-                    for x in t.partitions
-                ],
-            )
-        cls = response_class(DELETE_RECORDS, req.version)
+        offsets = [((t.name, int(x.partition_index)), int(x.offset)) for t in p.topics for x in t.partitions]
         try:
-            resp = await self._call("DeleteRecords", proto, req)
-        except RequestRefused as exc:
-            resp = log_pb2.DeleteRecordsResponse()
-            for t in proto.topics:
-                resp.topics.add(
-                    name=t.name,
-                    partitions=[
-                        log_pb2.DeleteRecordsPartitionResult(index=x.index, low_watermark=-1, error_code=exc.errno)  # type: ignore[arg-type]
-                        for x in t.partitions
-                    ],
-                )
+            results = await self._log.delete_records(millis(p.timeout), offsets)
+        except BrokerResponseError as exc:
+            results = {tp: DeleteRecordsResult(exc) for tp, _ in offsets}
         return build(
-            cls,
+            response_class(DELETE_RECORDS, req.version),
             {
                 "topics": [
                     {
                         "name": t.name,
                         "partitions": [
-                            {"partition_index": r.index, "low_watermark": r.low_watermark, "error_code": r.error_code}
-                            for r in t.partitions
+                            _low_watermark(int(x.partition_index), results[(t.name, int(x.partition_index))])
+                            for x in t.partitions
                         ],
                     }
-                    for t in resp.topics
+                    for t in p.topics
                 ]
             },
         )
 
     async def describe_log_dirs(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = admin_pb2.DescribeLogDirsRequest()
-        for t in p.topics or ():
-            proto.topics.add(name=t.topic, partitions=[int(i) for i in t.partitions])
-        resp = await self._call("DescribeLogDirs", proto, req)
+        wanted: dict[str, set[int] | None] | None = None
+        if p.topics:
+            wanted = {}
+            for t in p.topics:
+                parts = {int(i) for i in t.partitions}
+                known = wanted.get(t.topic, set())
+                wanted[t.topic] = None if known is None or not parts else known | parts
+        cls = response_class(DESCRIBE_LOG_DIRS, req.version)
+        try:
+            dirs = await self._call(self._admin.describe_log_dirs, wanted)
+        except BrokerResponseError as exc:
+            return build(cls, {"error_code": exc.errno, "results": []})
         return build(
-            response_class(DESCRIBE_LOG_DIRS, req.version),
+            cls,
             {
-                "error_code": resp.error_code,
+                "error_code": 0,
                 "results": [
                     {
-                        "error_code": d.error_code,
-                        "log_dir": d.log_dir,
+                        "error_code": _code(d.error),
+                        "log_dir": d.path,
                         "total_bytes": d.total_bytes,
                         "usable_bytes": d.usable_bytes,
                         "topics": [
                             {
-                                "name": t.name,
+                                "name": name,
                                 "partitions": [
                                     {
-                                        "partition_index": x.partition_index,
-                                        "partition_size": x.partition_size,
+                                        "partition_index": x.partition,
+                                        "partition_size": x.size,
                                         "offset_lag": x.offset_lag,
-                                        "is_future_key": x.is_future_key,
+                                        "is_future_key": False,
                                     }
-                                    for x in t.partitions
+                                    for x in parts
                                 ],
                             }
-                            for t in d.topics
+                            for name, parts in d.topics.items()
                         ],
                     }
-                    for d in resp.results
+                    for d in dirs
                 ],
             },
         )
@@ -408,61 +397,71 @@ class AdminApis:
 
     async def alter_reassignments(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = reassignment_pb2.AlterPartitionReassignmentsRequest(timeout_ms=millis(p.timeout))
-        for t in p.topics:
-            rt = proto.topics.add(name=t.name)
-            for x in t.partitions:
-                rp = rt.partitions.add(partition_index=int(x.partition_index))
-                if x.replicas is not None:  # null: cancel the move
-                    rp.replicas.broker_ids.extend(int(b) for b in x.replicas)
-        resp = await self._call("AlterPartitionReassignments", proto, req)
+        cls = response_class(ALTER_PARTITION_REASSIGNMENTS, req.version)
+        targets = [
+            ((t.name, int(x.partition_index)), [int(b) for b in x.replicas] if x.replicas is not None else None)
+            for t in p.topics
+            for x in t.partitions
+        ]  # null replicas: cancel the move
+        try:
+            results = await self._call(self._cluster.alter_partition_reassignments, targets, millis(p.timeout))
+        except Exception as exc:
+            err = as_response_error(exc)
+            return build(cls, {"error_code": err.errno, "error_message": _message(err), "responses": []})
         return build(
-            response_class(ALTER_PARTITION_REASSIGNMENTS, req.version),
+            cls,
             {
-                "error_code": resp.error_code,
-                "error_message": _message(resp),
+                "error_code": 0,
+                "error_message": None,
                 "responses": [
                     {
                         "name": t.name,
                         "partitions": [
                             {
-                                "partition_index": x.partition_index,
-                                "error_code": x.error_code,
-                                "error_message": _message(x),
+                                "partition_index": int(x.partition_index),
+                                "error_code": _code(results.get((t.name, int(x.partition_index)))),
+                                "error_message": _message(results.get((t.name, int(x.partition_index)))),
                             }
                             for x in t.partitions
                         ],
                     }
-                    for t in resp.responses
+                    for t in p.topics
                 ],
             },
         )
 
     async def list_reassignments(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = reassignment_pb2.ListPartitionReassignmentsRequest(timeout_ms=millis(p.timeout))
-        for t in p.topics or ():
-            proto.topics.add(name=t.name, partition_indexes=[int(i) for i in t.partition_indexes])
-        resp = await self._call("ListPartitionReassignments", proto, req)
+        cls = response_class(LIST_PARTITION_REASSIGNMENTS, req.version)
+        tps = [(t.name, int(i)) for t in p.topics for i in t.partition_indexes] if p.topics else None
+        try:
+            ongoing = await self._call(self._cluster.list_partition_reassignments, tps, millis(p.timeout))
+        except Exception as exc:
+            err = as_response_error(exc)
+            return build(cls, {"error_code": err.errno, "error_message": _message(err), "topics": []})
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (name, partition), (replicas, adding, removing) in sorted(ongoing.items()):
+            by_topic.setdefault(name, []).append(
+                {
+                    "partition_index": partition,
+                    "replicas": replicas,
+                    "adding_replicas": adding,
+                    "removing_replicas": removing,
+                }
+            )
         return build(
-            response_class(LIST_PARTITION_REASSIGNMENTS, req.version),
+            cls,
             {
-                "error_code": resp.error_code,
-                "error_message": _message(resp),
-                "topics": [
-                    {
-                        "name": t.name,
-                        "partitions": [
-                            {
-                                "partition_index": x.partition_index,
-                                "replicas": list(x.replicas),
-                                "adding_replicas": list(x.adding_replicas),
-                                "removing_replicas": list(x.removing_replicas),
-                            }
-                            for x in t.partitions
-                        ],
-                    }
-                    for t in resp.topics
-                ],
+                "error_code": 0,
+                "error_message": None,
+                "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
             },
         )
+
+
+def _low_watermark(partition: int, r: DeleteRecordsResult) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "low_watermark": r.low_watermark if r.error is None else -1,
+        "error_code": _code(r.error),
+    }

@@ -23,7 +23,7 @@ def api_table(service: BrokerService, sasl: SaslLookup = lambda listener: None) 
         [
             *LogApis(service.apis).apis(),
             *GroupApis(service.apis.groups, service.apis.offload).apis(),
-            *AdminApis(service).apis(),
+            *AdminApis(service.apis).apis(),
             *SecurityApis(service, sasl).apis(),
         ]
     )
