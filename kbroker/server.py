@@ -212,11 +212,12 @@ class KafkaServer:
                 self.controller,
                 self.groups,
                 offload,
+                credentials=self.credentials,
                 auto_create_topics=cfg.auto_create_topics,
                 authorizer=self.authorizer,
                 metrics=self.metrics,
             )
-            service = BrokerService(apis, credentials=self.credentials, sasl=sasl.get, authorizer=self.authorizer)
+            service = BrokerService(apis, sasl.get)
             services.append(service)
             return service
 
@@ -242,7 +243,7 @@ class KafkaServer:
         self.port = self.ports[cfg.inter_broker_listener_name]
         self.endpoints = with_bound_ports(cfg.advertised_listeners, self.ports)
         """The advertised listeners with their bound ports (what the broker registers)."""
-        self._start_kafka_door(services[0])
+        self._start_kafka_door(services[0].apis)
 
         self._register()
         self.zk.add_state_listener(self._session_state)
@@ -278,13 +279,13 @@ class KafkaServer:
             log_denied=False,
         )
 
-    def _start_kafka_door(self, service: BrokerService) -> None:
+    def _start_kafka_door(self, core: BrokerApis) -> None:
         """Serve Kafka's binary protocol on ``kafka.listeners`` (none: the door stays shut)."""
         cfg, grpc_server = self.config, self._grpc
         if not cfg.kafka_listeners or grpc_server is None:
             return
         door = kafka_door(
-            service,
+            core,
             max_request_bytes=cfg.socket_request_max_bytes,
             metrics=self.metrics,
             config=cfg,

@@ -6,7 +6,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -335,7 +334,14 @@ class FakeAuthorizer:
         self.asked: list[tuple[str, str, str]] = []
 
     def authorize(
-        self, principal: Any, host: str, operation: Any, resource_type: Any, resource_name: str, *, log_denied: bool = True
+        self,
+        principal: Any,
+        host: str,
+        operation: Any,
+        resource_type: Any,
+        resource_name: str,
+        *,
+        log_denied: bool = True,
     ) -> bool:
         key = (operation.name, resource_type.name, resource_name)
         self.asked.append(key)

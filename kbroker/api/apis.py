@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kbroker.api.access import Access, Authorizer
+from kbroker.api.access import Access
 from kbroker.api.admin_api import AdminApi
 from kbroker.api.call_context import Offload
 from kbroker.api.cluster_api import ClusterApi
 from kbroker.api.group_api import GroupApi
 from kbroker.api.log_api import LogApi
 from kbroker.api.metadata_api import MetadataApi
+from kbroker.api.security_api import SecurityApi
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -26,10 +27,12 @@ from kbroker.cluster.zk_client import ZkClient
 from kbroker.group.coordinator import GroupCoordinator
 from kbroker.metrics import BrokerMetrics
 from kbroker.replication.replica_manager import ReplicaManager
+from kbroker.security.authorizer import AclAuthorizer
+from kbroker.security.credentials import CredentialStore
 
 
 class BrokerApis:
-    """``metadata``, ``log``, ``groups``, ``admin`` and ``cluster``: the areas of the core;
+    """``metadata``, ``log``, ``groups``, ``admin``, ``cluster`` and ``security``: the areas of the core;
     ``offload`` runs a blocking core call on the request pool of the door calling it."""
 
     def __init__(
@@ -45,8 +48,9 @@ class BrokerApis:
         groups: GroupCoordinator,
         offload: Offload,
         *,
+        credentials: CredentialStore,
         auto_create_topics: bool = False,
-        authorizer: Authorizer | None = None,
+        authorizer: AclAuthorizer | None = None,
         metrics: BrokerMetrics | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -65,3 +69,6 @@ class BrokerApis:
         self.groups = GroupApi(groups, metadata, self.access, offload)
         self.admin = AdminApi(broker_id, replicas, metadata, zk, admin, self.access)
         self.cluster = ClusterApi(broker_id, controller, metadata, zk, self.access)
+        self.credentials = credentials
+        """The SCRAM credentials (the doors' SASL authenticators look users up here)."""
+        self.security = SecurityApi(authorizer, credentials, self.access)

@@ -24,29 +24,18 @@ from kbroker.doors.grpc.admin_rpcs import AdminRpcs
 from kbroker.doors.grpc.group_rpcs import GroupRpcs
 from kbroker.doors.grpc.log_rpcs import LogRpcs
 from kbroker.doors.grpc.security_rpcs import SecurityRpcs
-from kbroker.security.authorizer import AclAuthorizer
-from kbroker.security.credentials import CredentialStore
 from kbroker.security.sasl import SaslAuthenticator
 from kclient.proto.kbroker.v1 import broker_pb2_grpc
 
 
 class BrokerService(LogRpcs, GroupRpcs, AdminRpcs, SecurityRpcs, broker_pb2_grpc.BrokerServicer):
-    """The servicer of one gRPC server over ``apis`` (the mixins read the areas below)."""
+    """The servicer of one gRPC server over ``apis`` (the mixins read the areas below);
+    ``sasl`` gives each gRPC listener's SASL authenticator (None: SASL not served)."""
 
-    def __init__(
-        self,
-        apis: BrokerApis,
-        *,
-        credentials: CredentialStore,
-        sasl: Callable[[str], SaslAuthenticator | None] = lambda listener: None,
-        authorizer: AclAuthorizer | None = None,
-    ) -> None:
+    def __init__(self, apis: BrokerApis, sasl: Callable[[str], SaslAuthenticator | None] = lambda name: None) -> None:
         self.apis = apis
         self.log_api, self.metadata_api, self.groups_api = apis.log, apis.metadata, apis.groups
-        self.admin_api, self.cluster_api = apis.admin, apis.cluster
+        self.admin_api, self.cluster_api, self.security_api = apis.admin, apis.cluster, apis.security
         self._broker_id = apis.broker_id
         self._offload = apis.offload
-        self._access = apis.access
-        self._credentials = credentials
         self._sasl = sasl
-        self._acls = authorizer

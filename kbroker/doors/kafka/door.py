@@ -1,11 +1,11 @@
-"""Assembles the Kafka door of one broker: the API modules over its servicer, served on
+"""Assembles the Kafka door of one broker: the API modules over its core request layer, served on
 its ``kafka.listeners`` (TLS and SASL per listener, with the gRPC listeners' settings)."""
 
 from __future__ import annotations
 
+from kbroker.api.apis import BrokerApis
 from kbroker.api.request_budget import RequestPool
 from kbroker.config import BrokerConfig
-from kbroker.doors.grpc.servicer import BrokerService
 from kbroker.doors.kafka.admin_apis import AdminApis
 from kbroker.doors.kafka.apis import ApiTable
 from kbroker.doors.kafka.group_apis import GroupApis
@@ -17,20 +17,20 @@ from kbroker.metrics import BrokerMetrics
 from kbroker.security.sasl import SaslAuthenticator, SessionStore
 
 
-def api_table(service: BrokerService, sasl: SaslLookup = lambda listener: None) -> ApiTable:
+def api_table(core: BrokerApis, sasl: SaslLookup = lambda listener: None) -> ApiTable:
     """Every API the door serves (ApiVersions lists exactly these)."""
     return ApiTable(
         [
-            *LogApis(service.apis).apis(),
-            *GroupApis(service.apis.groups, service.apis.offload).apis(),
-            *AdminApis(service.apis).apis(),
-            *SecurityApis(service, sasl).apis(),
+            *LogApis(core).apis(),
+            *GroupApis(core.groups, core.offload).apis(),
+            *AdminApis(core).apis(),
+            *SecurityApis(core, sasl).apis(),
         ]
     )
 
 
 def kafka_door(
-    service: BrokerService,
+    core: BrokerApis,
     *,
     max_request_bytes: int,
     metrics: BrokerMetrics | None,
@@ -38,7 +38,7 @@ def kafka_door(
     sessions: SessionStore | None = None,
     budget: RequestPool | None = None,
 ) -> KafkaProtocolServer:
-    """The door over ``service``; ``config`` gives the listeners' TLS stores and SASL
+    """The door over the core; ``config`` gives the listeners' TLS stores and SASL
     mechanisms (none: plaintext listeners only), ``sessions`` the broker's SASL session
     store (so a credential change seen while an exchange runs refuses it, as on gRPC)."""
     tls = listener_contexts(config.kafka_listeners, config.security_props) if config is not None else {}
@@ -48,13 +48,13 @@ def kafka_door(
         sasl = {
             e.listener_name: SaslAuthenticator(
                 enabled_mechanisms=config.sasl_enabled_mechanisms(e.listener_name),
-                lookup=service._credentials.lookup,
+                lookup=core.credentials.lookup,
                 sessions=store,
             )
             for e in config.kafka_listeners
             if e.uses_sasl
         }
-    table = api_table(service, sasl.get)
+    table = api_table(core, sasl.get)
     return KafkaProtocolServer(
         table.apis,
         table.unsupported,

@@ -30,9 +30,9 @@ the advertised range to enable SASL at all ("SASL Handshake not supported by bro
 otherwise); with v1 in the range it sends v1 and SaslAuthenticate.
 
 ACLs (CreateAcls, DescribeAcls, DeleteAcls 1-3) and SCRAM users
-(DescribeUserScramCredentials, AlterUserScramCredentials 0) call the servicer's
-handlers: the same checks (ALTER/DESCRIBE on the Cluster, SECURITY_DISABLED without an
-authorizer) and the same ZooKeeper writes as gRPC.
+(DescribeUserScramCredentials, AlterUserScramCredentials 0) call the core's
+:class:`~kbroker.api.security_api.SecurityApi`: the same checks (ALTER/DESCRIBE on the
+Cluster, SECURITY_DISABLED without an authorizer) and the same ZooKeeper writes as gRPC.
 
 Thread safety: handlers run on the door's loop; a connection's SASL requests are served
 one at a time (the server reads the next one after answering), the exchange itself runs
@@ -43,19 +43,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from kbroker.api.apis import BrokerApis
 from kbroker.api.call_context import current
-from kbroker.doors.grpc.servicer import BrokerService
+from kbroker.api.security_api import binding, binding_filter, decoded
 from kbroker.doors.kafka.codec import build, response_class
 from kbroker.doors.kafka.server import Api, CloseConnection, Connection, KafkaRequest
+from kbroker.security.acl import AclBinding, AclBindingFilter
+from kbroker.security.credentials import ScramDeletion, ScramUpsertion
 from kbroker.security.sasl import SaslAuthenticator, SaslResult
 from kclient.errors import (
     BrokerResponseError,
     IllegalSaslStateError,
     SaslAuthenticationFailedError,
+    as_response_error,
 )
-from kclient.proto.kbroker.v1 import security_pb2
+
+T = TypeVar("T")
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
@@ -77,35 +82,35 @@ def _error(exc: BrokerResponseError) -> dict[str, Any]:
     return {"error_code": exc.errno, "error_message": exc.message}
 
 
-def _message(msg: Any) -> str | None:
-    return msg.error_message or None
+def _message(err: BrokerResponseError | None) -> str | None:
+    return err.message or None if err is not None else None
 
 
-def _filter(f: Any) -> security_pb2.AclBindingFilter:
-    out = security_pb2.AclBindingFilter(
-        resource_type=int(f.resource_type_filter),
-        pattern_type=int(getattr(f, "pattern_type_filter", LITERAL)),
-        operation=int(f.operation),
-        permission_type=int(f.permission_type),
+def _code(err: BrokerResponseError | None) -> int:
+    return err.errno if err is not None else 0
+
+
+def _filter(f: Any) -> AclBindingFilter:
+    return binding_filter(
+        int(f.resource_type_filter),
+        f.resource_name_filter,
+        int(getattr(f, "pattern_type_filter", LITERAL)),
+        f.principal_filter,
+        f.host_filter,
+        int(f.operation),
+        int(f.permission_type),
     )
-    if f.resource_name_filter is not None:
-        out.resource_name = f.resource_name_filter
-    if f.principal_filter is not None:
-        out.principal = f.principal_filter
-    if f.host_filter is not None:
-        out.host = f.host_filter
-    return out
 
 
-def _binding(b: security_pb2.AclBinding) -> dict[str, Any]:
+def _binding(b: AclBinding) -> dict[str, Any]:
     return {
-        "resource_type": b.resource_type,
-        "resource_name": b.resource_name,
-        "pattern_type": b.pattern_type,
-        "principal": b.principal,
-        "host": b.host,
-        "operation": b.operation,
-        "permission_type": b.permission_type,
+        "resource_type": int(b.pattern.resource_type),
+        "resource_name": b.pattern.name,
+        "pattern_type": int(b.pattern.pattern_type),
+        "principal": b.entry.principal,
+        "host": b.entry.host,
+        "operation": int(b.entry.operation),
+        "permission_type": int(b.entry.permission_type),
     }
 
 
@@ -118,11 +123,12 @@ class _Refused(Exception):
 
 
 class SecurityApis:
-    """The SASL, ACL and SCRAM-user APIs over one :class:`BrokerService`; ``sasl`` gives
-    each Kafka listener's authenticator."""
+    """The SASL, ACL and SCRAM-user APIs over the core's :class:`SecurityApi`; ``sasl``
+    gives each Kafka listener's authenticator."""
 
-    def __init__(self, service: BrokerService, sasl: SaslLookup) -> None:
-        self._service = service
+    def __init__(self, core: BrokerApis, sasl: SaslLookup) -> None:
+        self._security = core.security
+        self._offload = core.offload
         self._sasl = sasl
 
     def apis(self) -> list[Api]:
@@ -136,8 +142,8 @@ class SecurityApis:
             Api(ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0, self.alter_scram),
         ]
 
-    async def _call(self, rpc: str, proto: Any, req: KafkaRequest) -> Any:
-        return await getattr(self._service, rpc)(proto, req.service_context())
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._offload(fn, *args)  # type: ignore[no-any-return]
 
     # --- SASL -------------------------------------------------------------------------
 
@@ -196,7 +202,7 @@ class SecurityApis:
             raise _Refused(IllegalSaslStateError("SaslAuthenticate before a successful SaslHandshake"), close=False)
         exchange_id = str(conn.sasl.get("exchange_id", ""))
         try:
-            result: SaslResult = await self._service._offload(
+            result: SaslResult = await self._offload(
                 sasl.authenticate, mechanism, exchange_id, auth_bytes, call.security_protocol
             )
         except BrokerResponseError as exc:
@@ -223,36 +229,44 @@ class SecurityApis:
     # --- ACLs -------------------------------------------------------------------------
 
     async def create_acls(self, req: KafkaRequest) -> Any:
-        proto = security_pb2.CreateAclsRequest(
-            creations=[
-                security_pb2.AclBinding(
-                    resource_type=int(c.resource_type),
-                    resource_name=c.resource_name,
-                    pattern_type=int(getattr(c, "resource_pattern_type", LITERAL)),
-                    principal=c.principal,
-                    host=c.host,
-                    operation=int(c.operation),
-                    permission_type=int(c.permission_type),
-                )
-                for c in req.payload.creations
-            ]
-        )
-        resp = await self._call("CreateAcls", proto, req)
+        creations = [
+            decoded(
+                binding,
+                int(c.resource_type),
+                c.resource_name,
+                int(getattr(c, "resource_pattern_type", LITERAL)),
+                c.principal,
+                c.host,
+                int(c.operation),
+                int(c.permission_type),
+            )
+            for c in req.payload.creations
+        ]
+        try:
+            outcomes = await self._call(self._security.create_acls, creations)
+        except BrokerResponseError as exc:
+            outcomes = [exc] * len(creations)
         return build(
             response_class(CREATE_ACLS, req.version),
-            {"results": [{"error_code": r.error_code, "error_message": _message(r)} for r in resp.results]},
+            {"results": [{"error_code": _code(e), "error_message": _message(e)} for e in outcomes]},
         )
 
     async def describe_acls(self, req: KafkaRequest) -> Any:
-        resp = await self._call("DescribeAcls", security_pb2.DescribeAclsRequest(filter=_filter(req.payload)), req)
+        cls = response_class(DESCRIBE_ACLS, req.version)
+        try:
+            found = await self._call(self._security.describe_acls, _filter(req.payload))
+        except BrokerResponseError as exc:
+            return build(cls, {"error_code": exc.errno, "error_message": _message(exc), "resources": []})
         resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
-        for b in resp.acls:
-            resources.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(_binding(b))
+        for b in found:
+            entry = _binding(b)
+            key = (entry["resource_type"], entry["resource_name"], entry["pattern_type"])
+            resources.setdefault(key, []).append(entry)
         return build(
-            response_class(DESCRIBE_ACLS, req.version),
+            cls,
             {
-                "error_code": resp.error_code,
-                "error_message": _message(resp),
+                "error_code": 0,
+                "error_message": None,
                 "resources": [
                     {"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
                     for (t, n, p), acls in resources.items()
@@ -261,73 +275,75 @@ class SecurityApis:
         )
 
     async def delete_acls(self, req: KafkaRequest) -> Any:
-        proto = security_pb2.DeleteAclsRequest(filters=[_filter(f) for f in req.payload.filters])
-        resp = await self._call("DeleteAcls", proto, req)
-        return build(
-            response_class(DELETE_ACLS, req.version),
-            {
-                "filter_results": [
-                    {
-                        "error_code": r.error_code,
-                        "error_message": _message(r),
-                        "matching_acls": [{"error_code": 0, **_binding(b)} for b in r.deleted],
-                    }
-                    for r in resp.filter_results
-                ]
-            },
-        )
+        filters = [decoded(_filter, f) for f in req.payload.filters]
+        try:
+            outcomes = await self._call(self._security.delete_acls, filters)
+        except BrokerResponseError as exc:
+            outcomes = [exc] * len(filters)
+        results: list[dict[str, Any]] = []
+        for o in outcomes:
+            if isinstance(o, BrokerResponseError):
+                results.append({"error_code": o.errno, "error_message": _message(o), "matching_acls": []})
+                continue
+            err = as_response_error(o.error) if o.error is not None else None
+            results.append(
+                {
+                    "error_code": _code(err),
+                    "error_message": _message(err),
+                    "matching_acls": [{"error_code": 0, **_binding(b)} for b in o.deleted],
+                }
+            )
+        return build(response_class(DELETE_ACLS, req.version), {"filter_results": results})
 
     # --- SCRAM users --------------------------------------------------------------------
 
     async def describe_scram(self, req: KafkaRequest) -> Any:
+        cls = response_class(DESCRIBE_USER_SCRAM_CREDENTIALS, req.version)
         users = [u.name for u in req.payload.users or ()]
-        resp = await self._call(
-            "DescribeUserScramCredentials", security_pb2.DescribeUserScramCredentialsRequest(users=users), req
-        )
+        try:
+            found = await self._call(self._security.describe_scram_users, users)
+        except BrokerResponseError as exc:
+            return build(cls, {"error_code": exc.errno, "error_message": _message(exc), "results": []})
         return build(
-            response_class(DESCRIBE_USER_SCRAM_CREDENTIALS, req.version),
+            cls,
             {
-                "error_code": resp.error_code,
-                "error_message": _message(resp),
+                "error_code": 0,
+                "error_message": None,
                 "results": [
                     {
-                        "user": r.user,
-                        "error_code": r.error_code,
-                        "error_message": _message(r),
+                        "user": user,
+                        "error_code": _code(err),
+                        "error_message": _message(err),
                         "credential_infos": [
-                            {"mechanism": SCRAM_CODES.get(c.mechanism, 0), "iterations": c.iterations}
-                            for c in r.credentials
+                            {"mechanism": SCRAM_CODES.get(m.value, 0), "iterations": n}
+                            for m, n in sorted(mechanisms.items(), key=lambda kv: kv[0].value)
                         ],
                     }
-                    for r in resp.results
+                    for user, err, mechanisms in found
                 ],
             },
         )
 
     async def alter_scram(self, req: KafkaRequest) -> Any:
         p = req.payload
-        proto = security_pb2.AlterUserScramCredentialsRequest(
-            deletions=[
-                security_pb2.ScramCredentialDeletion(user=d.name, mechanism=_scram_name(int(d.mechanism)))
-                for d in p.deletions
-            ],
-            upsertions=[
-                security_pb2.ScramCredentialUpsertion(
-                    user=u.name,
-                    mechanism=_scram_name(int(u.mechanism)),
-                    iterations=int(u.iterations),
-                    salt=bytes(u.salt),
-                    salted_password=bytes(u.salted_password),
-                )
-                for u in p.upsertions
-            ],
-        )
-        resp = await self._call("AlterUserScramCredentials", proto, req)
+        deletions = [ScramDeletion(d.name, _scram_name(int(d.mechanism))) for d in p.deletions]
+        upsertions = [
+            ScramUpsertion(
+                u.name, _scram_name(int(u.mechanism)), int(u.iterations), bytes(u.salt), bytes(u.salted_password)
+            )
+            for u in p.upsertions
+        ]
+        try:
+            outcomes = await self._call(self._security.alter_scram_users, deletions, upsertions)
+        except BrokerResponseError as exc:
+            users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
+            outcomes = dict.fromkeys(users, exc)
         return build(
             response_class(ALTER_USER_SCRAM_CREDENTIALS, req.version),
             {
                 "results": [
-                    {"user": r.user, "error_code": r.error_code, "error_message": _message(r)} for r in resp.results
+                    {"user": user, "error_code": _code(err), "error_message": _message(err)}
+                    for user, err in outcomes.items()
                 ]
             },
         )

@@ -82,7 +82,6 @@ from typing import Any
 from kbroker.api.call_context import CallContext, bind, unbind
 from kbroker.api.request_budget import Holder, RequestPool
 from kbroker.doors.kafka.codec import Header, MalformedRequest, encode_response, read_header, read_request
-from kbroker.doors.kafka.service_call import ServiceContext
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.listeners import EndPoint
 from kbroker.security.principal import ANONYMOUS, KafkaPrincipal
@@ -139,10 +138,6 @@ class KafkaRequest:
     @property
     def version(self) -> int:
         return self.header.api_version
-
-    def service_context(self) -> ServiceContext:
-        """The context the gRPC servicer's handler gets for this request."""
-        return ServiceContext(self.connection.client_host)
 
 
 Handler = Callable[[KafkaRequest], Awaitable[Any]]
