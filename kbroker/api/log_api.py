@@ -28,11 +28,10 @@ from kbroker.api.metadata_api import MetadataApi, topic_name_error
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.metrics import BrokerMetrics, count_records, error_name
-from kbroker.replication.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
+from kbroker.replication.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSpec
 from kbroker.replication.replica_manager import (
     DeleteRecordsResult,
     FetchResult,
-    FetchSpec,
     OffsetResult,
     ProduceResult,
     ReplicaManager,

@@ -42,11 +42,23 @@ from kclient.errors import BrokerResponseError, FetchSessionIdNotFoundError, Inv
 
 if TYPE_CHECKING:
     from kbroker.purgatory import Purgatory
-    from kbroker.replication.replica_manager import FetchSpec
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass
+class FetchSpec:
+    """What a Fetch asks of one partition."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    log_start_offset: int = -1
+    """A follower's own log start offset (-1: not reported)."""
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0

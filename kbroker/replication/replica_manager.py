@@ -35,7 +35,13 @@ from kbroker.cluster.isr_changes import IsrChangeNotifier
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
-from kbroker.replication.fetch_session import CachedPartition, FetchContext, FetchSession, FetchSessionCache
+from kbroker.replication.fetch_session import (
+    CachedPartition,
+    FetchContext,
+    FetchSession,
+    FetchSessionCache,
+    FetchSpec,
+)
 from kbroker.replication.fetcher import GrpcLeaderEndPoint, ReplicaFetcherManager
 from kbroker.replication.partition import Partition, ReadResult
 from kbroker.replication.quota import ReplicationQuota, parse_throttled_replicas
@@ -76,17 +82,6 @@ class PendingAcks:
     the high watermark must reach, and min.insync.replicas."""
 
     partitions: dict[TopicPartition, tuple[Partition, int, int]] = field(default_factory=dict)
-
-
-@dataclass
-class FetchSpec:
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-    log_start_offset: int = -1
-    """A follower's own log start offset (-1: not reported)."""
 
 
 Answered = tuple[FetchSpec, "FetchResult"]

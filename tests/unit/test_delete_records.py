@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from kbroker.cluster.zkdata import LeaderAndIsr
+from kbroker.replication.fetch_session import FetchSpec
 from kbroker.replication.partition import Partition
-from kbroker.replication.replica_manager import FetchSpec, PendingDeletes, ReplicaManager
+from kbroker.replication.replica_manager import PendingDeletes, ReplicaManager
 from kbroker.storage import files
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig

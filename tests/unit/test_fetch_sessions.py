@@ -21,10 +21,11 @@ from kbroker.replication.fetch_session import (
     MAX_EPOCH,
     FetchContext,
     FetchSessionCache,
+    FetchSpec,
     next_epoch,
 )
 from kbroker.replication.partition import Partition
-from kbroker.replication.replica_manager import FetchResult, FetchSpec, ReplicaManager
+from kbroker.replication.replica_manager import FetchResult, ReplicaManager
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kclient.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError, NotLeaderForPartitionError

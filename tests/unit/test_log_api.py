@@ -13,10 +13,10 @@ import pytest
 from kbroker.api.access import Access
 from kbroker.api.log_api import EpochQuery, Fetch, LogApi, OffsetQuery
 from kbroker.api.metadata_api import MetadataApi
+from kbroker.replication.fetch_session import FetchSpec
 from kbroker.replication.replica_manager import (
     DeleteRecordsResult,
     FetchResult,
-    FetchSpec,
     OffsetResult,
     ProduceResult,
     TopicPartition,

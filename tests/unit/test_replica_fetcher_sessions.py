@@ -17,10 +17,10 @@ import pytest
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
-from kbroker.replication.fetch_session import FetchSessionCache
+from kbroker.replication.fetch_session import FetchSessionCache, FetchSpec
 from kbroker.replication.fetcher import ReplicaFetcher, ReplicaFetcherManager
 from kbroker.replication.partition import Partition
-from kbroker.replication.replica_manager import FetchResult, FetchSpec, ReplicaManager
+from kbroker.replication.replica_manager import FetchResult, ReplicaManager
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager

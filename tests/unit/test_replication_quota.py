@@ -13,6 +13,7 @@ import pytest
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.cluster.zkdata import LeaderAndIsr
 from kbroker.purgatory import Purgatory
+from kbroker.replication.fetch_session import FetchSpec
 from kbroker.replication.fetcher import ReplicaFetcher
 from kbroker.replication.quota import (
     ALL_PARTITIONS,
@@ -22,7 +23,7 @@ from kbroker.replication.quota import (
     SampledRate,
     parse_throttled_replicas,
 )
-from kbroker.replication.replica_manager import FetchSpec, ReplicaManager
+from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
