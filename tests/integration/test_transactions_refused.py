@@ -10,11 +10,12 @@ from collections.abc import Callable
 
 import pytest
 
-from kbroker.doors.grpc.servicer import TRANSACTIONS_REFUSED as TRANSACTIONS_UNSUPPORTED
 from kbroker.local.cluster import LocalCluster
+from kclient.errors import TransactionalIdAuthorizationFailedError
 from tests.kafka_wire import WireClient
 
 ck = pytest.importorskip("confluent_kafka")
+TRANSACTIONS_UNSUPPORTED = TransactionalIdAuthorizationFailedError.errno
 
 pytestmark = pytest.mark.integration
 
