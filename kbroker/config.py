@@ -71,10 +71,6 @@ ACL_AUTHORIZER_NAMES = (
 
 SSL_CLIENT_AUTH = ("required", "requested", "none")
 
-_INLINE_PEM_KEYS = ("ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates")
-"""Kept as given (their line breaks matter)."""
-
-
 # --- the parsers of settings that check more than a type and a range ----------------------
 
 
@@ -125,26 +121,34 @@ def _mechanisms(key: str, value: str) -> tuple[str, ...]:
     return out
 
 
-def _check_security_value(key: str, value: str) -> str:
-    """One ``ssl.*`` / ``sasl.enabled.mechanisms`` value, checked; returns what to keep."""
-    if key in ("ssl.keystore.type", "ssl.truststore.type"):
-        if value.strip().upper() != "PEM":
-            raise InvalidConfigError(
-                f"{key}: {value.strip()!r} is not supported; kbroker reads PEM only (set {key}=PEM)"
-            )
-        return "PEM"
-    if key == "ssl.client.auth":
-        if value.strip().lower() not in SSL_CLIENT_AUTH:
-            raise InvalidConfigError(
-                f"Invalid value {value.strip()} for configuration {key}: String must be one of: "
-                + ", ".join(SSL_CLIENT_AUTH)
-            )
-        return value.strip().lower()
-    if key == "sasl.enabled.mechanisms":
-        return ",".join(_mechanisms(key, value))
-    if key in ("ssl.keystore.location", "ssl.truststore.location") and not value.strip():
+def _pem_only(key: str, value: str) -> str:
+    if value.strip().upper() != "PEM":
+        raise InvalidConfigError(f"{key}: {value.strip()!r} is not supported; kbroker reads PEM only (set {key}=PEM)")
+    return "PEM"
+
+
+def _client_auth(key: str, value: str) -> str:
+    if value.strip().lower() not in SSL_CLIENT_AUTH:
+        raise InvalidConfigError(
+            f"Invalid value {value.strip()} for configuration {key}: String must be one of: "
+            + ", ".join(SSL_CLIENT_AUTH)
+        )
+    return value.strip().lower()
+
+
+def _mechanism_list(key: str, value: str) -> str:
+    return ",".join(_mechanisms(key, value))
+
+
+def _path(key: str, value: str) -> str:
+    if not value.strip():
         raise InvalidConfigError(f"{key}: empty path")
-    return value if key in _INLINE_PEM_KEYS else value.strip()
+    return value.strip()
+
+
+def _inline_pem(key: str, value: str) -> str:
+    """Kept as given: its line breaks matter."""
+    return value
 
 
 def _zookeeper_digest(key: str, value: str) -> str:
@@ -245,7 +249,10 @@ def _topic(name: str, topic: str, type_: Type, importance: Importance, doc: str,
     )
 
 
-def _security(name: str, type_: Type, doc: str, default: Any = None, valid: str = "") -> ConfigKey:
+def _security(
+    name: str, type_: Type, doc: str, default: Any = None, *, parse: Any = None, valid: str = ""
+) -> ConfigKey:
+    """An ``ssl.*`` / ``sasl.*`` setting, also per listener (``listener.name.<l>.<name>``)."""
     return ConfigKey(
         name,
         type_,
@@ -253,7 +260,7 @@ def _security(name: str, type_: Type, doc: str, default: Any = None, valid: str 
         M,
         doc,
         _SECURITY,
-        parse=_check_security_value,
+        parse=parse,
         valid_values=valid,
         bucket="security_props",
         per_listener=True,
@@ -346,29 +353,31 @@ BROKER_CONFIGS = ConfigDef(
                   "Kafka's old name for the host advertised to clients; advertised.listeners is preferred.",
                   _LISTENERS, attr="advertised_host", aliases=("advertised.host",)),
         # --- security
-        _security("ssl.keystore.type", Type.STRING, "The key store's format.", "PEM", "[PEM]"),
+        _security("ssl.keystore.type", Type.STRING, "The key store's format.", "PEM", parse=_pem_only, valid="[PEM]"),
         _security("ssl.keystore.location", Type.STRING,
-                  "A PEM file with this broker's certificate chain and private key."),
+                  "A PEM file with this broker's certificate chain and private key.", parse=_path),
         _security("ssl.keystore.certificate.chain", Type.PASSWORD,
                   "The certificate chain in PEM, inline (with ssl.keystore.key, instead of "
-                  "ssl.keystore.location)."),
-        _security("ssl.keystore.key", Type.PASSWORD, "The private key in PEM, inline."),
+                  "ssl.keystore.location).", parse=_inline_pem),
+        _security("ssl.keystore.key", Type.PASSWORD, "The private key in PEM, inline.", parse=_inline_pem),
         _security("ssl.key.password", Type.PASSWORD, "The password of an encrypted private key."),
-        _security("ssl.truststore.type", Type.STRING, "The trust store's format.", "PEM", "[PEM]"),
+        _security("ssl.truststore.type", Type.STRING, "The trust store's format.", "PEM", parse=_pem_only,
+                  valid="[PEM]"),
         _security("ssl.truststore.location", Type.STRING, "A PEM file of the CAs whose client certificates "
-                  "are trusted."),
-        _security("ssl.truststore.certificates", Type.PASSWORD, "The trusted CAs in PEM, inline."),
+                  "are trusted.", parse=_path),
+        _security("ssl.truststore.certificates", Type.PASSWORD, "The trusted CAs in PEM, inline.",
+                  parse=_inline_pem),
         _security("ssl.client.auth", Type.STRING, "Whether clients must present a certificate.", "none",
-                  "[required, requested, none]"),
+                  parse=_client_auth, valid="[" + ", ".join(SSL_CLIENT_AUTH) + "]"),
         _security("sasl.enabled.mechanisms", Type.LIST, "The SASL mechanisms a SASL listener offers.",
-                  DEFAULT_SASL_MECHANISMS, "[PLAIN, SCRAM-SHA-256, SCRAM-SHA-512]"),
+                  DEFAULT_SASL_MECHANISMS, parse=_mechanism_list, valid="[" + ", ".join(SASL_MECHANISMS) + "]"),
         _security("sasl.jaas.config", Type.PASSWORD,
                   "JAAS login configuration: on the inter-broker listener, the broker's own user "
                   "(also listener.name.<l>.<mechanism>.sasl.jaas.config)."),
         ConfigKey("sasl.mechanism.inter.broker.protocol", Type.STRING, "SCRAM-SHA-512", M,
                   "The SASL mechanism brokers log in to each other with (Kafka's default, GSSAPI, is not "
                   "implemented).", _SECURITY, parse=_one_mechanism,
-                  valid_values="[PLAIN, SCRAM-SHA-256, SCRAM-SHA-512]"),
+                  valid_values="[" + ", ".join(SASL_MECHANISMS) + "]"),
         ConfigKey("connections.max.reauth.ms", Type.LONG, 3_600_000, M,
                   "The lifetime of a SASL session token (Kafka's default is 0 = no re-authentication).",
                   _SECURITY, validator=Range(1)),
@@ -957,7 +966,8 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
         if key is not None and not key.dynamic_only:
             _store(out, key, name, raw)
         elif key is None and (split := split_listener_key(name)) is not None:
-            out.setdefault("security_props", {})[name] = _check_security_value(split[1], raw)
+            inner = split[1] if split[1] in BROKER_CONFIGS else "sasl.jaas.config"  # <mechanism>.sasl.jaas.config
+            out.setdefault("security_props", {})[name] = BROKER_CONFIGS[inner].parse_value(split[1], raw)
         else:
             raise InvalidConfigError(f"unknown broker setting {name!r}")
     _apply_synonyms(out)

@@ -32,6 +32,7 @@ from kbroker.config import (
 )
 from kbroker.config_def import NO_DEFAULT, ConfigDef, ConfigKey, Importance, Range, Type
 from kbroker.dynamic_config import merge
+from kbroker.security.listeners import PER_LISTENER_KEYS
 from kbroker.storage.cleaner_manager import CleanerConfig
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import InvalidConfigError, InvalidConfigurationError, InvalidRequestError
@@ -100,6 +101,10 @@ def test_dynamic_settings_are_kafkas_that_kbroker_has() -> None:
     assert KAFKA_BROKER_DEFAULTS["log.cleaner.io.max.bytes.per.second"] == "1.7976931348623157E308"
     assert KAFKA_BROKER_DEFAULTS["leader.replication.throttled.rate"] == str(2**63 - 1)
     assert KAFKA_BROKER_DEFAULTS["log.retention.ms"] == "604800000"
+
+
+def test_per_listener_settings_are_the_listener_modules() -> None:
+    assert {k.name for k in BROKER_CONFIGS if k.per_listener} == set(PER_LISTENER_KEYS)
 
 
 def test_every_setting_is_documented() -> None:
