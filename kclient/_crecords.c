@@ -1,15 +1,15 @@
 /*
- * kclient._crecords: the compiled twin of kclient/records.py's hot loops.
+ * kclient._crecords: the compiled twin of kclient/records/pyrecords.py's hot loops.
  *
  * RecordBatch v2 record encoding (one record, or a whole sequence), record
  * decoding (into Record, ConsumerRecord or columns, with the batch walk, shape
  * checks and CRC-32C done here too), and the broker's record walk. The batch
- * layout is documented in records.py; every function here has a pure-Python
- * equivalent there that produces the same bytes and the same objects, and
+ * layout is documented in kclient/records/layout.py; every function here has a
+ * pure-Python equivalent in pyrecords.py that produces the same bytes and the same objects, and
  * raises the same error classes (the tests compare them).
  *
- * records.py calls configure() once with the Python types and the error class;
- * compressed bodies are inflated by calling back records.py's _decompress.
+ * kclient/records/twins.py calls configure() once with the Python types and the error
+ * class; compressed bodies are inflated by calling back kclient.records.compression.decompress.
  * CRC-32C uses SSE4.2 when the CPU has it (checked at import), else a
  * slice-by-8 table.
  */
@@ -523,7 +523,7 @@ done:
 
 enum { MODE_RECORD = 0, MODE_CONSUMER = 1, MODE_COLUMNS = 2, MODE_BUFFERS = 3 };
 
-/* The parts of a ColumnBuffers, in records.py's order. */
+/* The parts of a ColumnBuffers, in kclient/records/buffers.py's order. */
 enum {
     P_OFFSETS, P_TIMESTAMPS, P_TYPES,
     P_KEY_VALID, P_KEY_OFFS, P_KEY_DATA,
@@ -548,7 +548,7 @@ typedef struct {
     /* reused between consecutive records with the same timestamp */
     PyObject *last_ts_obj;
     int64_t last_ts;
-    /* MODE_BUFFERS: the parts list of a ColumnBuffers (see records.py) being built */
+    /* MODE_BUFFERS: the parts list of a ColumnBuffers (see kclient/records/buffers.py) being built */
     PyObject *parts;
     Grow g[P_HEADERS];  /* validity parts: ba NULL while no record is null */
     PyObject *headers;  /* parts[P_HEADERS]: NULL while no record has headers */
@@ -1604,7 +1604,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "kclient._crecords", "Compiled RecordBatch v2 hot loops (see kclient/records.py).", -1,
+    PyModuleDef_HEAD_INIT, "kclient._crecords", "Compiled RecordBatch v2 hot loops (see kclient/records/).", -1,
     methods,
 };
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from kclient.records import Compression, _compress
+from kclient.records import Compression, compress
 
 
 def message(
@@ -35,4 +35,4 @@ def message_set(records: list[tuple[bytes | None, bytes | None]], *, magic: int 
 
 def compressed(inner: bytes, codec: Compression, *, magic: int = 0, timestamp: int = -1) -> bytes:
     """A wrapper message whose value is ``inner`` (a message set) compressed."""
-    return message(None, _compress(codec, memoryview(inner)), magic=magic, timestamp=timestamp, attributes=int(codec))
+    return message(None, compress(codec, inner), magic=magic, timestamp=timestamp, attributes=int(codec))

@@ -26,9 +26,17 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from kclient import records as _records
 from kclient.errors import CorruptRecordError
-from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, RecordColumns, decode_columns, read_varint
+from kclient.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    RecordColumns,
+    compress,
+    decode_columns,
+    decompress,
+    read_varint,
+)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -63,7 +71,7 @@ def batch_body(buf: Buffer, pos: int, header: BatchHeader) -> Buffer:
     codec = header.attributes & _CODEC_MASK
     if not codec:
         return view
-    return _records._decompress(codec, view)
+    return decompress(codec, view)
 
 
 def parse_records(body: Buffer, count: int) -> list[RawRecord]:
@@ -146,7 +154,7 @@ def build_batch(
         body = b""
     else:
         codec = attributes & _CODEC_MASK
-        body = _records._compress(codec, memoryview(records)) if codec else records
+        body = compress(codec, records) if codec else records
     length = HEADER_SIZE - LOG_OVERHEAD + len(body)
     head = bytearray(
         _HEADER.pack(

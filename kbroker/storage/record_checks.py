@@ -20,9 +20,8 @@ import zlib
 import lz4.frame as _lz4f
 import zstandard as _zstd
 
-from kclient import records as _records
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError, UnsupportedCodecError
-from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, Compression
+from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, Compression, decompress, walk_records
 
 Buffer = bytes | bytearray | memoryview
 
@@ -66,7 +65,7 @@ def check_records(buf: Buffer, pos: int, header: BatchHeader, max_message_bytes:
             f"records hold at most {(end - start) // MIN_RECORD_SIZE}"
         )
     try:
-        walked = _records.walk_records(data, start, end, count)
+        walked = walk_records(data, start, end, count)
     except ValueError as exc:
         raise InvalidRecordError(f"batch at position {pos} holds a malformed record: {exc}") from None
     if walked != end:
@@ -161,6 +160,6 @@ def _snappy_inflate(body: memoryview) -> bytes | None:
     # Snappy expands at most ~21 times, so a request-sized body is no bomb: decoded whole,
     # by kclient's xerial reader, if a snappy library is installed.
     try:
-        return _records._decompress(Compression.SNAPPY, body)
+        return decompress(Compression.SNAPPY, body)
     except UnsupportedCodecError:
         return None

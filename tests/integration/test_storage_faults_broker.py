@@ -18,11 +18,9 @@ from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from kclient.errors import InvalidRecordError, MessageSizeTooLargeError
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2
-from kclient.records import Compression
+from kclient.records import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER, MIN_BATCH_LENGTH, Compression
 
 pytestmark = pytest.mark.integration
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 def varint(value: int) -> bytes:
@@ -42,9 +40,9 @@ def record(offset_delta: int, value: bytes = b"v") -> bytes:
 
 def batch(body: bytes, count: int, codec: int = Compression.NONE) -> bytes:
     """A batch around ``body`` that claims ``count`` records, with a valid CRC."""
-    header = _HEADER.pack(0, 49 + len(body), -1, 2, 0, codec, count - 1, 1000, 1000, -1, -1, -1, count)
+    header = HEADER.pack(0, MIN_BATCH_LENGTH + len(body), -1, 2, 0, codec, count - 1, 1000, 1000, -1, -1, -1, count)
     data = bytearray(header + body)
-    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    struct.pack_into(">I", data, CRC_OFFSET, crc32c(bytes(data[ATTRIBUTES_OFFSET:])))
     return bytes(data)
 
 

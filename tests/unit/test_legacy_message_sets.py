@@ -9,7 +9,7 @@ from kbroker.doors.kafka import legacy_produce
 from kbroker.doors.kafka.codec import build, encode_response, read_request, response_class
 from kbroker.doors.kafka.legacy_produce import upconvert
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
-from kclient.records import Compression, _compress, decode_batches, encode_batch
+from kclient.records import Compression, compress, decode_batches, encode_batch
 from tests.legacy_messages import compressed, message, message_set
 
 RECORDS = [(b"k0", b"v0"), (None, b"v1"), (b"k2", None)]
@@ -85,7 +85,7 @@ def test_a_wrapper_that_inflates_too_far_is_message_too_large(
 def _kafka_0_8_lz4(inner: bytes) -> bytes:
     """An LZ4 frame with Kafka 0.8's header checksum (over the magic too), as librdkafka
     writes it for a MsgVersion 0 producer."""
-    frame = bytearray(_compress(Compression.LZ4, memoryview(inner)))
+    frame = bytearray(compress(Compression.LZ4, inner))
     end = 6 + (8 if frame[4] & 0x08 else 0)
     frame[end] = (legacy_produce._xxh32(bytes(frame[:end])) >> 8) & 0xFF
     return bytes(frame)

@@ -20,14 +20,25 @@ from kclient.errors import (
     UnsupportedCodecError,
 )
 from kclient.records import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
     HEADER_SIZE,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
     BatchBuilder,
     BatchHeader,
     Compression,
     Record,
     TimestampType,
     check_batch,
+    compression,
     decode_batch,
     decode_batches,
     iter_headers,
@@ -83,15 +94,15 @@ def build_kafka_python(
 
 
 def recompute_crc(buf: bytearray, pos: int = 0) -> None:
-    (length,) = struct.unpack_from(">i", buf, pos + 8)
-    crc = crc32c(memoryview(buf)[pos + 21 : pos + length + LOG_OVERHEAD])
-    struct.pack_into(">I", buf, pos + 17, crc)
+    (length,) = struct.unpack_from(">i", buf, pos + LENGTH_OFFSET)
+    crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + length + LOG_OVERHEAD])
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc)
 
 
 def set_attributes(batch: bytes, extra: int) -> bytearray:
     buf = bytearray(batch)
-    (attributes,) = struct.unpack_from(">h", buf, 21)
-    struct.pack_into(">h", buf, 21, attributes | extra)
+    (attributes,) = struct.unpack_from(">h", buf, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attributes | extra)
     recompute_crc(buf)
     return buf
 
@@ -138,8 +149,33 @@ def test_constants() -> None:
     assert (rec.HEADER_SIZE, rec.LOG_OVERHEAD, rec.MAGIC) == (61, 12, 2)
     assert rec.NO_PRODUCER_ID == rec.NO_SEQUENCE == rec.NO_PARTITION_LEADER_EPOCH == -1
     assert DefaultRecordBatch.HEADER_STRUCT.size == HEADER_SIZE
+    assert DefaultRecordBatch.HEADER_STRUCT.format == rec.HEADER.format
     assert [int(c) for c in Compression] == [0, 1, 2, 3, 4]
     assert (TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME) == (0, 1)
+
+
+def test_layout_constants_are_kafkas() -> None:
+    """The field offsets and attribute bits every other test (and the broker) uses by name,
+    pinned to Kafka's DefaultRecordBatch: literally, and against kafka-python's."""
+    offsets = (
+        rec.BASE_OFFSET_OFFSET, rec.LENGTH_OFFSET, rec.PARTITION_LEADER_EPOCH_OFFSET, rec.MAGIC_OFFSET,
+        rec.CRC_OFFSET, rec.ATTRIBUTES_OFFSET, rec.LAST_OFFSET_DELTA_OFFSET, rec.BASE_TIMESTAMP_OFFSET,
+        rec.MAX_TIMESTAMP_OFFSET, rec.PRODUCER_ID_OFFSET, rec.PRODUCER_EPOCH_OFFSET, rec.BASE_SEQUENCE_OFFSET,
+        rec.RECORDS_COUNT_OFFSET, rec.HEADER_SIZE,
+    )  # fmt: skip
+    assert offsets == (0, 8, 12, 16, 17, 21, 23, 27, 35, 43, 51, 53, 57, 61)
+    fields = rec.HEADER.format.lstrip(">")
+    assert offsets == tuple(struct.calcsize(">" + fields[:i]) for i in range(len(fields) + 1))
+    assert rec.MIN_BATCH_LENGTH == 49
+    masks = (
+        rec.COMPRESSION_CODEC_MASK, rec.TIMESTAMP_TYPE_MASK, rec.TRANSACTIONAL_FLAG_MASK, rec.CONTROL_FLAG_MASK,
+        rec.DELETE_HORIZON_FLAG_MASK,
+    )  # fmt: skip
+    assert masks == (0x07, 0x08, 0x10, 0x20, 0x40)
+    kp = DefaultRecordBatch
+    assert (kp.CRC_OFFSET, kp.ATTRIBUTES_OFFSET, kp.AFTER_LEN_OFFSET) == (rec.CRC_OFFSET, rec.ATTRIBUTES_OFFSET, 12)
+    assert masks[:4] == (kp.CODEC_MASK, kp.TIMESTAMP_TYPE_MASK, kp.TRANSACTIONAL_MASK, kp.CONTROL_MASK)
+    assert rec.MAX_RECORD_OVERHEAD == DefaultRecordBatchBuilder.MAX_RECORD_OVERHEAD == 21
 
 
 @pytest.mark.parametrize(
@@ -190,7 +226,7 @@ def test_header_fields_and_properties() -> None:
     assert header.max_timestamp == max(ts for ts, *_ in MIXED[:3])
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (4242, 7, 100)
     assert header.last_sequence == 102
-    assert header.crc == crc32c(batch[21:])
+    assert header.crc == crc32c(batch[ATTRIBUTES_OFFSET:])
 
 
 def test_last_sequence_wraps() -> None:
@@ -235,7 +271,8 @@ def test_uncompressed_bytes_identical_to_kafka_python(inputs: list[Input]) -> No
     ours = build_kclient(inputs, partition_leader_epoch=0)
     assert ours == build_kafka_python(inputs)
     default = build_kclient(inputs)
-    assert default[:12] == ours[:12] and default[16:] == ours[16:]
+    assert default[:PARTITION_LEADER_EPOCH_OFFSET] == ours[:PARTITION_LEADER_EPOCH_OFFSET]
+    assert default[MAGIC_OFFSET:] == ours[MAGIC_OFFSET:]
     assert read_header(default).partition_leader_epoch == -1
 
 
@@ -395,7 +432,7 @@ def test_read_header_rejects_short_buffer() -> None:
 def test_batch_length_too_small_is_corrupt() -> None:
     log, _ = make_log(CODECS[:2])
     second = [pos for pos, _ in iter_headers(log)][1]
-    struct.pack_into(">i", log, second + 8, 10)
+    struct.pack_into(">i", log, second + LENGTH_OFFSET, 10)
     with pytest.raises(CorruptRecordError, match="batchLength 10"):
         list(iter_headers(log))
     with pytest.raises(CorruptRecordError, match="batchLength"):
@@ -419,7 +456,7 @@ def test_batch_past_end_of_buffer() -> None:
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
 def test_flipped_byte_fails_crc(codec: Compression) -> None:
     batch = build_kclient(MIXED, codec)
-    for where in (21, 30, HEADER_SIZE, HEADER_SIZE + 10, len(batch) // 2, len(batch) - 1):
+    for where in (ATTRIBUTES_OFFSET, 30, HEADER_SIZE, HEADER_SIZE + 10, len(batch) // 2, len(batch) - 1):
         buf = bytearray(batch)
         buf[where] ^= 0x01
         with pytest.raises(CorruptRecordError, match="CRC"):
@@ -430,7 +467,7 @@ def test_flipped_byte_fails_crc(codec: Compression) -> None:
             list(decode_batches(buf))
     # the stored CRC itself
     buf = bytearray(batch)
-    buf[17] ^= 0x80
+    buf[CRC_OFFSET] ^= 0x80
     with pytest.raises(CorruptRecordError, match="CRC"):
         decode_batch(buf)
 
@@ -452,7 +489,7 @@ def test_stamp_batch_keeps_crc_valid() -> None:
     assert header.partition_leader_epoch == 12
     assert header.crc == read_header(batch).crc
     check_batch(log, 5, header)
-    assert log[5 + 12 + 4 :] == batch[16:]
+    assert log[5 + MAGIC_OFFSET :] == batch[MAGIC_OFFSET:]
     assert log[:5] == b"\xaa" * 5
     _, records = decode_batch(log, 5)
     assert [r.offset for r in records] == list(range(2**40 + 17, 2**40 + 17 + len(MIXED)))
@@ -461,7 +498,7 @@ def test_stamp_batch_keeps_crc_valid() -> None:
 def test_bad_magic_rejected() -> None:
     buf = bytearray(build_kclient(MIXED))
     for magic in (0, 1, 3, -1):
-        buf[16] = magic & 0xFF
+        buf[MAGIC_OFFSET] = magic & 0xFF
         with pytest.raises(CorruptRecordError, match="magic"):
             check_batch(buf, 0, read_header(buf))
         with pytest.raises(CorruptRecordError, match="magic"):
@@ -469,7 +506,7 @@ def test_bad_magic_rejected() -> None:
 
 
 def test_unknown_codec_rejected() -> None:
-    buf = set_attributes(build_kclient(MIXED), 0x07)
+    buf = set_attributes(build_kclient(MIXED), COMPRESSION_CODEC_MASK)
     with pytest.raises(CorruptRecordError, match="codec"):
         check_batch(buf, 0, read_header(buf))
     with pytest.raises(CorruptRecordError, match="codec"):
@@ -478,7 +515,7 @@ def test_unknown_codec_rejected() -> None:
 
 def test_negative_record_count_rejected() -> None:
     buf = bytearray(build_kclient(MIXED))
-    struct.pack_into(">i", buf, 57, -1)
+    struct.pack_into(">i", buf, RECORDS_COUNT_OFFSET, -1)
     recompute_crc(buf)
     with pytest.raises(CorruptRecordError, match="record count"):
         check_batch(buf, 0, read_header(buf))
@@ -489,7 +526,7 @@ def test_inconsistent_record_structure_is_corrupt() -> None:
     # record count too high, too low
     for count in (3, 1, 100):
         buf = bytearray(batch)
-        struct.pack_into(">i", buf, 57, count)
+        struct.pack_into(">i", buf, RECORDS_COUNT_OFFSET, count)
         recompute_crc(buf)
         with pytest.raises(CorruptRecordError):
             decode_batch(buf)
@@ -505,8 +542,8 @@ def test_inconsistent_record_structure_is_corrupt() -> None:
 def test_garbage_compressed_payload_is_corrupt(codec: Compression) -> None:
     buf = bytearray(build_kclient(MIXED))
     buf[HEADER_SIZE:] = b"this is not compressed data at all" * 3
-    struct.pack_into(">i", buf, 8, len(buf) - LOG_OVERHEAD)
-    struct.pack_into(">h", buf, 21, int(codec))
+    struct.pack_into(">i", buf, LENGTH_OFFSET, len(buf) - LOG_OVERHEAD)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, int(codec))
     recompute_crc(buf)
     with pytest.raises(CorruptRecordError, match=r"decompress|truncated"):
         decode_batch(buf)
@@ -526,7 +563,7 @@ def test_control_batch_decodes() -> None:
         base_sequence=-1,
         is_transactional=True,
     )
-    buf = set_attributes(marker, 0x20)
+    buf = set_attributes(marker, CONTROL_FLAG_MASK)
     header, records = decode_batch(buf)
     assert header.is_control and header.is_transactional
     assert records == [Record(0, 1234, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05", [])]
@@ -538,8 +575,8 @@ def test_control_batch_decodes() -> None:
 
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4], ids=["none", "lz4"])
 def test_log_append_time(codec: Compression) -> None:
-    batch = set_attributes(build_kclient(MIXED, codec), 0x08)
-    struct.pack_into(">q", batch, 35, 1_800_000_000_000)
+    batch = set_attributes(build_kclient(MIXED, codec), TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", batch, MAX_TIMESTAMP_OFFSET, 1_800_000_000_000)
     recompute_crc(batch)
     header, records = decode_batch(batch)
     assert header.timestamp_type is TimestampType.LOG_APPEND_TIME
@@ -624,12 +661,12 @@ def test_builder_rejects_unknown_codec() -> None:
 
 
 def test_snappy_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rec, "_snappy_compress_raw", None)
-    monkeypatch.setattr(rec, "_snappy_decompress_raw", None)
+    monkeypatch.setattr(compression, "_snappy_compress_raw", None)
+    monkeypatch.setattr(compression, "_snappy_decompress_raw", None)
     with pytest.raises(UnsupportedCodecError, match="snappy"):
         BatchBuilder(Compression.SNAPPY)
     buf = bytearray(build_kclient(MIXED))
-    struct.pack_into(">h", buf, 21, int(Compression.SNAPPY))
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, int(Compression.SNAPPY))
     recompute_crc(buf)
     check_batch(buf, 0, read_header(buf))  # the broker can still store it
     with pytest.raises(UnsupportedCodecError, match="snappy"):
@@ -638,8 +675,8 @@ def test_snappy_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_snappy_xerial_framing(monkeypatch: pytest.MonkeyPatch) -> None:
     # a stand-in raw codec (reversal) to test the framing without a snappy library
-    monkeypatch.setattr(rec, "_snappy_compress_raw", lambda data: bytes(data)[::-1])
-    monkeypatch.setattr(rec, "_snappy_decompress_raw", lambda data: bytes(data)[::-1])
+    monkeypatch.setattr(compression, "_snappy_compress_raw", lambda data: bytes(data)[::-1])
+    monkeypatch.setattr(compression, "_snappy_decompress_raw", lambda data: bytes(data)[::-1])
     inputs: list[Input] = [(i, b"k", b"x" * 1000, []) for i in range(100)]  # > one 32 KiB block
     batch = build_kclient(inputs, Compression.SNAPPY)
     assert batch[HEADER_SIZE : HEADER_SIZE + 16] == b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
@@ -649,6 +686,6 @@ def test_snappy_xerial_framing(monkeypatch: pytest.MonkeyPatch) -> None:
     # a plain (unframed) snappy block decodes too
     raw = build_kclient(inputs)
     buf = bytearray(raw[:HEADER_SIZE]) + raw[HEADER_SIZE:][::-1]
-    struct.pack_into(">h", buf, 21, int(Compression.SNAPPY))
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, int(Compression.SNAPPY))
     recompute_crc(buf)
     assert decode_batch(buf)[1] == records

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import struct
 import tracemalloc
+from array import array
 
 import pytest
 from crc32c import crc32c
 
-from kclient import records as rec
 from kclient.errors import CorruptRecordError
-from kclient.records import ColumnBuffers, decode_buffers, encode_batch, stamp_batch
+from kclient.records import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    ColumnBuffers,
+    buffers,
+    decode_buffers,
+    encode_batch,
+    stamp_batch,
+    twins,
+)
 
 
 def log(n: int, base: int = 0, nulls: bool = False) -> bytes:
@@ -24,7 +34,7 @@ def log(n: int, base: int = 0, nulls: bool = False) -> bytes:
     return bytes(raw)
 
 
-CODECS = [c for c in (rec._PY_CODEC, rec._C_CODEC) if c is not None]
+CODECS = [c for c in (twins.PY_CODEC, twins.C_CODEC) if c is not None]
 
 
 def test_slices_are_views_and_refuse_steps_and_indexes() -> None:
@@ -48,7 +58,7 @@ def test_decode_appends_only_to_a_whole_column_buffers() -> None:
     with pytest.raises(ValueError, match="slice"):
         decode_buffers(log(2, base=7), out=cb[1:])
     before = cb.to_columns()
-    for part in (rec._OFFSETS, rec._KEY_DATA, rec._VALUE_OFFS):
+    for part in (buffers.OFFSETS, buffers.KEY_DATA, buffers.VALUE_OFFS):
         view = memoryview(cb._parts[part])  # a live view of a buffer: it must not move under it
         for codec in CODECS:
             with pytest.raises(BufferError):
@@ -58,21 +68,21 @@ def test_decode_appends_only_to_a_whole_column_buffers() -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
-def test_parts_that_do_not_agree_are_refused(codec: rec._Codec) -> None:
+def test_parts_that_do_not_agree_are_refused(codec: twins.Codec) -> None:
     parts = ColumnBuffers()._parts
-    parts[rec._OFFSETS] = bytearray(8)  # one offset, no timestamp
+    parts[buffers.OFFSETS] = bytearray(8)  # one offset, no timestamp
     with pytest.raises(ValueError, match="agree"):
         codec.decode_buffers(log(1), 0, parts)
     with pytest.raises(TypeError):
         codec.decode_buffers(log(1), 0, parts[:5])
     bad = ColumnBuffers()._parts
-    bad[rec._VALUE_DATA] = b""  # bytes cannot grow
+    bad[buffers.VALUE_DATA] = b""  # bytes cannot grow
     with pytest.raises(TypeError):
         codec.decode_buffers(log(1), 0, bad)
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
-def test_columns_of_reads_records_of_the_buffers(codec: rec._Codec) -> None:
+def test_columns_of_reads_records_of_the_buffers(codec: twins.Codec) -> None:
     cb = decode_buffers(log(9, nulls=True))
     offsets, _, types, keys, values, headers = codec.columns_of(cb._parts, 3, 4)
     assert (offsets, types, keys, headers) == ([3, 4, 5, 6], [0] * 4, [b"k3", b"k4", b"k5", b"k6"], [[]] * 4)
@@ -89,17 +99,17 @@ def test_arrow_arrays_are_the_buffers_themselves() -> None:
     batch = cb[10:20].to_arrow("t", 1)
     values = batch.column("value")
     assert values.offset == 10
-    assert values.buffers()[2].address == pa.py_buffer(cb._parts[rec._VALUE_DATA]).address
-    assert batch.column("offset").buffers()[1].address == pa.py_buffer(cb._parts[rec._OFFSETS]).address
+    assert values.buffers()[2].address == pa.py_buffer(cb._parts[buffers.VALUE_DATA]).address
+    assert batch.column("offset").buffers()[1].address == pa.py_buffer(cb._parts[buffers.OFFSETS]).address
     assert values.to_pylist() == [None if i % 2 else f"v{i}".encode() for i in range(10, 20)]
     assert values.null_count == 5
     batch.validate(full=True)
 
 
 def test_shifted_offsets_are_exact_at_the_int32_edges() -> None:
-    offsets = memoryview(bytearray(rec.array("i", [5, 5, 2**31 - 10, 2**31 - 2]))).cast("i")
-    assert memoryview(rec._shift_offsets(offsets, -5)).cast("i").tolist() == [0, 0, 2**31 - 15, 2**31 - 7]
-    assert memoryview(rec._shift_offsets(offsets[:3], 7)).cast("i").tolist() == [12, 12, 2**31 - 3]
+    offsets = memoryview(bytearray(array("i", [5, 5, 2**31 - 10, 2**31 - 2]))).cast("i")
+    assert memoryview(buffers._shift_offsets(offsets, -5)).cast("i").tolist() == [0, 0, 2**31 - 15, 2**31 - 7]
+    assert memoryview(buffers._shift_offsets(offsets[:3], 7)).cast("i").tolist() == [12, 12, 2**31 - 3]
 
 
 def test_concat_of_one_is_itself_and_of_none_nulls_keeps_no_bitmap() -> None:
@@ -107,18 +117,18 @@ def test_concat_of_one_is_itself_and_of_none_nulls_keeps_no_bitmap() -> None:
     assert ColumnBuffers.concat([cb]) is cb
     joined = ColumnBuffers.concat([cb[4:], cb[:2]])
     assert joined.offsets.tolist() == [4, 5, 0, 1]
-    assert joined._parts[rec._KEY_VALID] is None and joined.headers is None
+    assert joined._parts[buffers.KEY_VALID] is None and joined.headers is None
     with_nulls = decode_buffers(log(3, base=6, nulls=True))
     mixed = ColumnBuffers.concat([cb[:2], with_nulls])
     assert mixed.to_columns().values == [b"v0", b"v1", b"v6", None, b"v8"]
-    assert mixed._parts[rec._VALUE_VALID] == bytearray([0b10111])
+    assert mixed._parts[buffers.VALUE_VALID] == bytearray([0b10111])
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
-def test_a_record_count_the_batch_cannot_hold_is_corrupt_not_a_huge_allocation(codec: rec._Codec) -> None:
+def test_a_record_count_the_batch_cannot_hold_is_corrupt_not_a_huge_allocation(codec: twins.Codec) -> None:
     raw = bytearray(log(3))
-    struct.pack_into(">i", raw, 57, 2**31 - 1)  # recordCount, with a CRC that agrees
-    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    struct.pack_into(">i", raw, RECORDS_COUNT_OFFSET, 2**31 - 1)  # with a CRC that agrees
+    struct.pack_into(">I", raw, CRC_OFFSET, crc32c(bytes(raw[ATTRIBUTES_OFFSET:])))
     tracemalloc.start()
     try:
         with pytest.raises(CorruptRecordError):
@@ -129,4 +139,4 @@ def test_a_record_count_the_batch_cannot_hold_is_corrupt_not_a_huge_allocation(c
     parts = ColumnBuffers()._parts
     with pytest.raises(CorruptRecordError):
         codec.decode_buffers(log(2) + bytes(raw), 0, parts)
-    assert len(parts[rec._OFFSETS]) == 16  # the batch before it is kept
+    assert len(parts[buffers.OFFSETS]) == 16  # the batch before it is kept

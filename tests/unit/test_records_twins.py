@@ -23,7 +23,20 @@ from hypothesis import strategies as st
 
 from kclient import records as rec
 from kclient.errors import CorruptRecordError, KafkaError
-from kclient.records import HEADER_SIZE, CodecAPI, Compression, RecordColumns, stamp_batch
+from kclient.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    MAX_TIMESTAMP_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    CodecAPI,
+    Compression,
+    RecordColumns,
+    buffers,
+    stamp_batch,
+    twins,
+)
 from kclient.structs import ConsumerRecord
 
 IMPLS = rec.implementations()
@@ -99,10 +112,10 @@ def outcome(func: Callable[[], Any]) -> Any:
 def set_log_append_time(batch: bytes, max_ts: int) -> bytes:
     """The batch with the LOG_APPEND_TIME bit and maxTimestamp set, as a leader stamps it."""
     out = bytearray(batch)
-    (attributes,) = struct.unpack_from(">h", out, 21)
-    struct.pack_into(">h", out, 21, attributes | 0x08)
-    struct.pack_into(">q", out, 35, max_ts)
-    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    (attributes,) = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max_ts)
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
     return bytes(out)
 
 
@@ -191,9 +204,9 @@ def test_every_implementation_decodes_the_same_records(
         raw = bytearray(build(PY, records, codec, {"producer_id": 5} if control else {}))
         stamp_batch(raw, 0, offset, 3)
         if control:  # a control batch: attributes bit 5 (no real control records inside, ignored anyway)
-            (attributes,) = struct.unpack_from(">h", raw, 21)
-            struct.pack_into(">h", raw, 21, attributes | 0x20)
-            struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+            (attributes,) = struct.unpack_from(">h", raw, ATTRIBUTES_OFFSET)
+            struct.pack_into(">h", raw, ATTRIBUTES_OFFSET, attributes | CONTROL_FLAG_MASK)
+            struct.pack_into(">I", raw, CRC_OFFSET, crc32c(bytes(raw[ATTRIBUTES_OFFSET:])))
         batch = set_log_append_time(bytes(raw), 42) if log_append else bytes(raw)
         for i, (ts, key, value, headers) in enumerate(records):
             if not control and offset + i >= start:
@@ -271,11 +284,11 @@ def test_corrupt_input_raises_the_same_error_class(
 ) -> None:
     good = build(PY, records, codec, {})
     bad = bytearray(good)
-    pos = 21 + where % (len(bad) - 21) if fix_crc else where % len(bad)
+    pos = ATTRIBUTES_OFFSET + where % (len(bad) - ATTRIBUTES_OFFSET) if fix_crc else where % len(bad)
     assume(bad[pos] != byte)
     bad[pos] = byte
     if fix_crc:  # corrupt the records, not just the checksum
-        struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+        struct.pack_into(">I", bad, CRC_OFFSET, crc32c(bytes(bad[ATTRIBUTES_OFFSET:])))
     if cut >= 0:
         bad = bad[: cut % (len(bad) + 1)]
     data = bytes(bad)
@@ -333,9 +346,9 @@ def log_of(batches: list[tuple[list[Input], Compression, bool, bool]]) -> tuple[
         raw = bytearray(build(PY, records, codec, {"producer_id": 5} if control else {}))
         stamp_batch(raw, 0, offset, 3)
         if control:
-            (attributes,) = struct.unpack_from(">h", raw, 21)
-            struct.pack_into(">h", raw, 21, attributes | 0x20)
-            struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+            (attributes,) = struct.unpack_from(">h", raw, ATTRIBUTES_OFFSET)
+            struct.pack_into(">h", raw, ATTRIBUTES_OFFSET, attributes | CONTROL_FLAG_MASK)
+            struct.pack_into(">I", raw, CRC_OFFSET, crc32c(bytes(raw[ATTRIBUTES_OFFSET:])))
         buf += set_log_append_time(bytes(raw), 42) if log_append else raw
         bases.append(offset)
         offset += len(records)
@@ -363,7 +376,7 @@ def test_every_implementation_decodes_the_same_column_buffers(
             assert cb.key_bytes == sum(len(k or b"") for k in expected[3])
             assert cb.value_bytes == sum(len(v or b"") for v in expected[4])
             assert (cb.headers is None) == (not any(expected[5]))
-            keys, values = cb._parts[rec._KEY_VALID], cb._parts[rec._VALUE_VALID]
+            keys, values = cb._parts[buffers.KEY_VALID], cb._parts[buffers.VALUE_VALID]
             assert (keys is None) == (None not in expected[3])  # a bitmap only when there are nulls
             assert (values is None) == (None not in expected[4])
 
@@ -380,11 +393,11 @@ def test_column_buffers_append_batch_by_batch(
     for api in OTHERS:
         whole = api.decode_buffers(data, start)
         out = rec.ColumnBuffers()
-        codec = rec._C_CODEC if api.name == "c" else rec._PY_CODEC
+        codec = twins.C_CODEC if api.name == "c" else twins.PY_CODEC
         assert codec is not None
         for part in (data[:cut], data[cut:]):
             codec.decode_buffers(part, start, out._parts)
-        out._length = len(out._parts[rec._OFFSETS]) >> 3
+        out._length = len(out._parts[buffers.OFFSETS]) >> 3
         assert out._parts == whole._parts, api.name
 
 
@@ -410,17 +423,17 @@ def test_corrupt_column_buffers_keep_the_batches_before(
 ) -> None:
     good = build(PY, records, codec, {})
     bad = bytearray(good)
-    pos = 21 + where % (len(bad) - 21) if fix_crc else where % len(bad)
+    pos = ATTRIBUTES_OFFSET + where % (len(bad) - ATTRIBUTES_OFFSET) if fix_crc else where % len(bad)
     assume(bad[pos] != byte)
     bad[pos] = byte
     if fix_crc:
-        struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+        struct.pack_into(">I", bad, CRC_OFFSET, crc32c(bytes(bad[ATTRIBUTES_OFFSET:])))
     first = bytearray(build(PY, [(7, None, b"x", [("h", None)]), (8, b"k", None, [])], Compression.NONE, {}))
     stamp_batch(bad, 0, 2, 0)
     data = (bytes(first) if good_first else b"") + bytes(bad)
     results = []
     for api in OTHERS:
-        codec_impl = rec._C_CODEC if api.name == "c" else rec._PY_CODEC
+        codec_impl = twins.C_CODEC if api.name == "c" else twins.PY_CODEC
         assert codec_impl is not None
         out = rec.ColumnBuffers()
         error: type[Exception] | None = None
@@ -430,7 +443,7 @@ def test_corrupt_column_buffers_keep_the_batches_before(
             error = type(exc)
         columns = outcome(partial(api.decode_columns, data))
         assert (error is None) == (not isinstance(columns, type)), api.name
-        out._length = len(out._parts[rec._OFFSETS]) >> 3
+        out._length = len(out._parts[buffers.OFFSETS]) >> 3
         if error is not None:
             assert issubclass(error, KafkaError)  # CorruptRecordError, or a codec that is not installed
             partial_cols = RecordColumns([], [], [], [], [], [])

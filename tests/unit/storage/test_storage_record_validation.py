@@ -23,9 +23,19 @@ from storage_testutil import make_batch, small_config
 from kbroker.storage.log import Log
 from kbroker.storage.validator import validate_batches
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
-from kclient.records import BatchBuilder, Compression, decode_batch, decode_batches
+from kclient.records import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    BatchBuilder,
+    Compression,
+    available,
+    decode_batch,
+    decode_batches,
+)
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 MIB = 1 << 20
 
 
@@ -62,9 +72,9 @@ def record(
 def batch(body: bytes, count: int, last_offset_delta: int | None = None, codec: int = Compression.NONE) -> bytes:
     """A batch around ``body`` (already compressed if ``codec``), with a valid CRC."""
     delta = count - 1 if last_offset_delta is None else last_offset_delta
-    header = _HEADER.pack(0, 49 + len(body), -1, 2, 0, int(codec), delta, 1000, 1000, -1, -1, -1, count)
+    header = HEADER.pack(0, MIN_BATCH_LENGTH + len(body), -1, 2, 0, int(codec), delta, 1000, 1000, -1, -1, -1, count)
     data = bytearray(header + body)
-    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    struct.pack_into(">I", data, CRC_OFFSET, crc32c(bytes(data[ATTRIBUTES_OFFSET:])))
     return bytes(data)
 
 
@@ -222,7 +232,7 @@ def test_compressed_garbage_is_refused(codec: Compression) -> None:
         good.append(1000 + i, b"k", b"value %d" % i)
     built = good.build()
     validate(built)
-    compressed = built[61:]
+    compressed = built[HEADER_SIZE:]
     # A truncated body: gzip and lz4 say so; zstd yields what it has, too few records.
     with pytest.raises((CorruptRecordError, InvalidRecordError), match=r"cannot decompress|truncated|records"):
         validate(batch(compressed[: len(compressed) // 2], 10, codec=codec))
@@ -247,8 +257,8 @@ def test_accepted_batches_always_decode() -> None:
     for _ in range(3000):
         buf = bytearray(rng.choice(originals))
         for _ in range(rng.randrange(1, 4)):
-            buf[rng.randrange(61, len(buf))] = rng.randrange(256)
-        struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
+            buf[rng.randrange(HEADER_SIZE, len(buf))] = rng.randrange(256)
+        struct.pack_into(">I", buf, CRC_OFFSET, crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
         data = bytes(buf)
         try:
             validate(data)
@@ -272,9 +282,7 @@ def test_follower_appends_are_not_walked(tmp_path: Path) -> None:
 def test_snappy_without_a_library_is_checked_by_header_only() -> None:
     """The broker cannot read snappy without cramjam/python-snappy: such batches keep the
     header and CRC checks (as before), they are not refused."""
-    from kclient import records
-
-    if records._snappy_decompress_raw is not None:
+    if available(Compression.SNAPPY):
         pytest.skip("a snappy library is installed: snappy batches are walked like the others")
     validate(batch(b"not really snappy", 1, codec=Compression.SNAPPY))
     with pytest.raises(InvalidRecordError):
