@@ -1020,5 +1020,20 @@ default and valid values are the topic config's.
 
 
 def config_reference() -> str:
-    """``docs/config-reference.md``, generated from :data:`BROKER_CONFIGS`."""
-    return reference_markdown(BROKER_CONFIGS, title="Configuration reference", intro=REFERENCE_INTRO)
+    """``docs/config-reference.md``, generated from :data:`BROKER_CONFIGS` (and the per-topic
+    configs' names and defaults, :class:`LogConfig`)."""
+    by_topic = BROKER_CONFIGS.by_topic()
+    lines = [
+        "## Per-topic configs",
+        "",
+        "Set on a topic at creation or with `kctl configs --entity-type topics`; unset, a topic takes the "
+        "broker-wide default.",
+        "",
+        "| Topic config | Default | Broker-wide default |",
+        "|---|---|---|",
+    ]
+    for name, default in LogConfig().to_properties().items():
+        broker = f"`{by_topic[name].name}`" if name in by_topic else "none"
+        lines.append(f"| `{name}` | `{default}` | {broker} |" if default else f'| `{name}` | "" | {broker} |')
+    table = reference_markdown(BROKER_CONFIGS, title="Configuration reference", intro=REFERENCE_INTRO)
+    return table + "\n" + "\n".join(lines) + "\n"
