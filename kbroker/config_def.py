@@ -18,8 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kclient.errors import InvalidConfigError
 
@@ -74,32 +73,20 @@ NO_DEFAULT: Any = _Required()
 """The default of a setting that must be given (``broker.id``)."""
 
 
-class Validator(Protocol):
-    """Checks a parsed value; raises :class:`InvalidConfigError` naming ``key``."""
-
-    def __call__(self, key: str, raw: str, value: Any) -> None: ...
-
-    def __str__(self) -> str:
-        """Kafka's "Valid Values" text: ``[1,...]``, ``[a, b]``."""
-        ...
-
-
 @dataclass(frozen=True)
 class Range:
-    """``min <= value`` (and ``value <= max`` when given), Kafka's ConfigDef.Range."""
+    """``value >= min`` (Kafka's ConfigDef.Range.atLeast)."""
 
     min: int | float
-    max: int | float | None = None
 
     def __call__(self, key: str, raw: str, value: Any) -> None:
-        shown = value if isinstance(value, int) else repr(raw)
         if not value >= self.min:  # NaN too
+            shown = value if isinstance(value, int) else repr(raw)
             raise InvalidConfigError(f"{key}: {shown} is below the minimum {self.min}")
-        if self.max is not None and value > self.max:
-            raise InvalidConfigError(f"{key}: {shown} is above the maximum {self.max}")
 
     def __str__(self) -> str:
-        return f"[{self.min},...]" if self.max is None else f"[{self.min},...,{self.max}]"
+        """Kafka's "Valid Values" text."""
+        return f"[{self.min},...]"
 
 
 # --- parsing by type ----------------------------------------------------------------------
@@ -151,8 +138,6 @@ def format_value(value: Any) -> str | None:
         return JAVA_DOUBLE_MAX
     if isinstance(value, tuple | list):
         return ",".join(str(v) for v in value)
-    if isinstance(value, Path):
-        return str(value)
     return str(value)
 
 
@@ -176,7 +161,7 @@ class ConfigKey:
     importance: Importance
     doc: str
     group: str
-    validator: Validator | None = None
+    validator: Range | None = None
     parse: Callable[[str, str], Any] | None = None
     """Text -> checked value, raising InvalidConfigError; default: by ``type``, then ``validator``."""
     valid_values: str = ""
@@ -275,9 +260,6 @@ class ConfigDef:
 
     def __iter__(self) -> Iterator[ConfigKey]:
         return iter(self._keys.values())
-
-    def __len__(self) -> int:
-        return len(self._keys)
 
     def __contains__(self, name: object) -> bool:
         return name in self._names
