@@ -302,7 +302,9 @@ def test_unset_current_leader_epoch_is_not_fenced_after_a_leader_change(
     wait_for_cluster(survivor, 2)
     assert create_topic(survivor, "moving", {0: [0, 1]}).error_code == common_pb2.NONE
     old_epoch = wait_in_sync(survivor, "moving", 0, {0, 1}).leader_epoch
-    assert produce(connect(cluster, 0), "moving", 0, batch(b"kept")).error_code == common_pb2.NONE
+    leader = connect(cluster, 0)
+    wait_in_sync(leader, "moving", 0, {0, 1})  # its own view: the controller's LeaderAndIsr came first
+    assert produce(leader, "moving", 0, batch(b"kept")).error_code == common_pb2.NONE
     cluster.brokers[0].stop()  # controlled shutdown: broker 1 leads in a newer epoch
 
     def led_by_1() -> bool:

@@ -1,6 +1,6 @@
 """What the Kafka door advertises: every (API, version) in ApiVersions has schemas both
 ways, kio's or the door's own for the versions Kafka 4 dropped (else a request the door
-invited would fail to decode), and the README's table is the table the door serves."""
+invited would fail to decode), and the docs' table (docs/kafka-clients.md) is the table the door serves."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from kbroker.doors.kafka.codec import request_schema, response_class
 from kbroker.doors.kafka.door import api_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "kafka-clients.md"
 UNCALLED = SimpleNamespace(
     apis=SimpleNamespace(log=None, metadata=None, groups=None, admin=None, cluster=None, security=None, offload=None)
 )
@@ -31,14 +31,14 @@ def test_every_advertised_version_has_request_and_response_schemas() -> None:
     assert not missing
 
 
-def test_the_readme_table_is_what_api_versions_answers() -> None:
+def test_the_docs_table_is_what_api_versions_answers() -> None:
     table = api_table(UNCALLED.apis)  # type: ignore[arg-type]
-    dash = "\u2013"  # the README writes ranges with an en dash
+    dash = "\u2013"  # the docs write ranges with an en dash
     served = set()
     for a in table.apis.values():
         versions = f"{a.min_version}" if a.min_version == a.max_version else f"{a.min_version}{dash}{a.max_version}"
         served.add((a.name, a.key, versions))
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("**What the door serves.**") :]
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## What the door serves") :]
     rows = re.findall(r"^\| (\w+) \| (\d+) \| ([\d\u2013]+) \|", section, re.M)
     assert {(name, int(key), versions) for name, key, versions in rows} == served
