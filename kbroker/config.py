@@ -146,8 +146,8 @@ def _path(key: str, value: str) -> str:
     return value.strip()
 
 
-def _inline_pem(key: str, value: str) -> str:
-    """Kept as given: its line breaks matter."""
+def _as_given(key: str, value: str) -> str:
+    """Not checked nor stripped (an inline PEM's line breaks matter)."""
     return value
 
 
@@ -202,10 +202,6 @@ def _rate(key: str, value: str) -> int:
     if not 0 <= rate <= LONG_MAX:
         raise InvalidConfigError(f"{key}: must be at least 0")
     return rate
-
-
-def _unchecked(key: str, value: str) -> str:
-    return value
 
 
 def _retention_minutes(minutes: int) -> int:
@@ -280,7 +276,7 @@ def _kerberos(name: str, type_: Type, default: Any) -> ConfigKey:
         "Kafka's GSSAPI (Kerberos) setting: stored as Kafka stores it (Kafka's clients and tools set it); "
         "kbroker has no GSSAPI, so it changes nothing.",
         _KERBEROS,
-        parse=_unchecked,
+        parse=_as_given,
         update=_DYNAMIC,
         dynamic_only=True,
         has_effect=False,
@@ -358,15 +354,15 @@ BROKER_CONFIGS = ConfigDef(
                   "A PEM file with this broker's certificate chain and private key.", parse=_path),
         _security("ssl.keystore.certificate.chain", Type.PASSWORD,
                   "The certificate chain in PEM, inline (with ssl.keystore.key, instead of "
-                  "ssl.keystore.location).", parse=_inline_pem),
-        _security("ssl.keystore.key", Type.PASSWORD, "The private key in PEM, inline.", parse=_inline_pem),
+                  "ssl.keystore.location).", parse=_as_given),
+        _security("ssl.keystore.key", Type.PASSWORD, "The private key in PEM, inline.", parse=_as_given),
         _security("ssl.key.password", Type.PASSWORD, "The password of an encrypted private key."),
         _security("ssl.truststore.type", Type.STRING, "The trust store's format.", "PEM", parse=_pem_only,
                   valid="[PEM]"),
         _security("ssl.truststore.location", Type.STRING, "A PEM file of the CAs whose client certificates "
                   "are trusted.", parse=_path),
         _security("ssl.truststore.certificates", Type.PASSWORD, "The trusted CAs in PEM, inline.",
-                  parse=_inline_pem),
+                  parse=_as_given),
         _security("ssl.client.auth", Type.STRING, "Whether clients must present a certificate.", "none",
                   parse=_client_auth, valid="[" + ", ".join(SSL_CLIENT_AUTH) + "]"),
         _security("sasl.enabled.mechanisms", Type.LIST, "The SASL mechanisms a SASL listener offers.",
@@ -727,7 +723,7 @@ class BrokerConfig:
         return _jaas_credentials(self.security_props, inter, self.sasl_mechanism_inter_broker_protocol)
 
     def ssl_client_auth(self, listener: str) -> str:
-        return (self.listener_setting(listener, "ssl.client.auth") or "none").lower()
+        return (self.listener_setting(listener, "ssl.client.auth") or _default("ssl.client.auth")).lower()
 
     @property
     def authorizer_enabled(self) -> bool:
