@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from kbroker.api.access import Access
 from kbroker.api.log_dirs import LogDir, describe_log_dirs
 from kbroker.api.metadata_api import PartitionMetadata, partition_metadata
-from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, ConfigEntry, OpType, ResourceType, static_broker_configs
+from kbroker.cluster.config_admin import AlterOp, ConfigAdmin, OpType, ResourceType, static_broker_configs
+from kbroker.cluster.config_admin import ConfigEntry as ConfigEntry
 from kbroker.cluster.metadata_cache import ClusterSnapshot, MetadataCache
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.zk_client import ZkClient

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from kbroker.api.access import Access
 from kbroker.cluster.controller import Controller
-from kbroker.cluster.controller_channel import PartitionStateUpdate
+from kbroker.cluster.controller_channel import PartitionStateUpdate as PartitionStateUpdate
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.preferred_election import elect_preferred_leaders
 from kbroker.cluster.zk_client import ZkClient

@@ -24,9 +24,11 @@ from kbroker.api.access import Access
 from kbroker.api.call_context import Offload, current
 from kbroker.api.metadata_api import Node, advertised
 from kbroker.cluster.metadata_cache import MetadataCache
-from kbroker.cluster.zkdata import CommittedOffset
+from kbroker.cluster.zkdata import CommittedOffset as CommittedOffset
 from kbroker.group.coordinator import GroupCoordinator, TopicPartition
-from kbroker.group.group import JoinResult, Member
+from kbroker.group.group import JoinResult as JoinResult
+from kbroker.group.group import Member as Member
+from kbroker.group.group import MemberIdNeeded as MemberIdNeeded
 from kbroker.security.acl import AclOperation as Op
 from kclient.errors import BrokerResponseError, CoordinatorNotAvailableError, InvalidGroupIdError, as_response_error
 

@@ -10,7 +10,10 @@ Authorization (Kafka's rule per request, below), the broker's request metrics
 :class:`~kbroker.replication.replica_manager.ReplicaManager`'s, which also refuses a
 partition named twice in one Produce.
 
-Record batches pass through as bytes: the broker does not look inside them here.
+Record batches pass through as bytes: the broker does not look inside them here. The
+typed values of these requests (FetchSpec, FetchResult, ProduceResult, OffsetResult,
+DeleteRecordsResult) are the replica manager's, re-exported here so that a door imports
+nothing below the core.
 
 Thread safety: the coroutines run on the server's event loop (long polls park in the
 replica manager's purgatory and hold no thread); the plain methods block and run on a
@@ -28,15 +31,15 @@ from kbroker.api.metadata_api import MetadataApi, topic_name_error
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.metrics import BrokerMetrics, count_records, error_name
-from kbroker.replication.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSpec
-from kbroker.replication.replica_manager import (
-    DeleteRecordsResult,
-    FetchResult,
-    OffsetResult,
-    ProduceResult,
-    ReplicaManager,
-    TopicPartition,
-)
+from kbroker.replication.fetch_session import FINAL_EPOCH as FINAL_EPOCH
+from kbroker.replication.fetch_session import INVALID_SESSION_ID as INVALID_SESSION_ID
+from kbroker.replication.fetch_session import FetchSpec as FetchSpec
+from kbroker.replication.replica_manager import DeleteRecordsResult as DeleteRecordsResult
+from kbroker.replication.replica_manager import FetchResult as FetchResult
+from kbroker.replication.replica_manager import OffsetResult as OffsetResult
+from kbroker.replication.replica_manager import ProduceResult as ProduceResult
+from kbroker.replication.replica_manager import ReplicaManager
+from kbroker.replication.replica_manager import TopicPartition as TopicPartition
 from kbroker.security.acl import AclOperation as Op
 from kbroker.security.acl import ResourceType
 from kclient.errors import (

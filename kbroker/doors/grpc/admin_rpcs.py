@@ -21,9 +21,8 @@ from kbroker.api.admin_api import (
     NewTopic,
     Outcome,
 )
-from kbroker.api.cluster_api import ClusterApi
+from kbroker.api.cluster_api import ClusterApi, PartitionStateUpdate
 from kbroker.api.log_dirs import LogDirPartition
-from kbroker.cluster.controller_channel import PartitionStateUpdate
 from kbroker.doors.grpc.log_rpcs import partitions_pb
 from kbroker.doors.grpc.rpc import blocking, opt, set_error
 from kclient.errors import BrokerResponseError, ClusterAuthorizationFailedError, as_response_error

@@ -13,10 +13,8 @@ from typing import Any
 
 import grpc
 
-from kbroker.api.group_api import GroupApi, JoinGroup, MemberOf
-from kbroker.cluster.zkdata import CommittedOffset
+from kbroker.api.group_api import CommittedOffset, GroupApi, JoinGroup, MemberIdNeeded, MemberOf
 from kbroker.doors.grpc.rpc import blocking, opt, set_error
-from kbroker.group.group import MemberIdNeeded
 from kclient.errors import as_response_error
 from kclient.proto.kbroker.v1 import group_pb2
 

@@ -17,11 +17,20 @@ from typing import Any
 
 import grpc
 
-from kbroker.api.log_api import CONSUMER, EpochQuery, Fetch, FetchAnswer, LogApi, OffsetQuery
+from kbroker.api.log_api import (
+    CONSUMER,
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    EpochQuery,
+    Fetch,
+    FetchAnswer,
+    FetchResult,
+    FetchSpec,
+    LogApi,
+    OffsetQuery,
+)
 from kbroker.api.metadata_api import ClusterMetadata, MetadataApi, PartitionMetadata
 from kbroker.doors.grpc.rpc import abort, opt, set_error
-from kbroker.replication.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSpec
-from kbroker.replication.replica_manager import FetchResult
 from kclient.errors import BrokerResponseError, as_response_error
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2, metadata_pb2
 

@@ -28,12 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kbroker.api.admin_api import ConfigChange, ConfigChanges, ConfigResource, NewPartitions, NewTopic
+from kbroker.api.admin_api import ConfigChange, ConfigChanges, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 from kbroker.api.apis import BrokerApis
-from kbroker.cluster.config_admin import ConfigEntry
+from kbroker.api.log_api import DeleteRecordsResult
 from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.doors.kafka.server import Api, KafkaRequest
-from kbroker.replication.replica_manager import DeleteRecordsResult
 from kclient.errors import BrokerResponseError, ClusterAuthorizationFailedError, InvalidRequestError, as_response_error
 
 T = TypeVar("T")

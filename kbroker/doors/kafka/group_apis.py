@@ -42,9 +42,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kbroker.api.call_context import Offload
-from kbroker.api.group_api import GroupApi, GroupDescription, JoinGroup, MemberOf
+from kbroker.api.group_api import CommittedOffset, GroupApi, GroupDescription, JoinGroup, MemberIdNeeded, MemberOf
 from kbroker.api.log_api import NO_TRANSACTIONS
-from kbroker.cluster.zkdata import CommittedOffset
 from kbroker.doors.kafka.codec import build, millis, response_class
 from kbroker.doors.kafka.consumer_protocol import (
     CONSUMER,
@@ -55,7 +54,6 @@ from kbroker.doors.kafka.consumer_protocol import (
     subscription_to_proto,
 )
 from kbroker.doors.kafka.server import Api, KafkaRequest
-from kbroker.group.group import MemberIdNeeded
 from kclient.errors import (
     BrokerResponseError,
     InconsistentGroupProtocolError,

@@ -22,12 +22,19 @@ from dataclasses import replace
 from typing import Any
 
 from kbroker.api.apis import BrokerApis
-from kbroker.api.log_api import EpochEnd, EpochQuery, Fetch, OffsetQuery
+from kbroker.api.log_api import (
+    EpochEnd,
+    EpochQuery,
+    Fetch,
+    FetchSpec,
+    OffsetQuery,
+    OffsetResult,
+    ProduceResult,
+    TopicPartition,
+)
 from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.doors.kafka.legacy_produce import upconvert
 from kbroker.doors.kafka.server import Api, CloseConnection, KafkaRequest
-from kbroker.replication.fetch_session import FetchSpec
-from kbroker.replication.replica_manager import OffsetResult, ProduceResult, TopicPartition
 from kclient.errors import BrokerResponseError, InvalidRecordError, KafkaError, as_response_error, for_code
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
