@@ -1,7 +1,7 @@
 """A Spark Structured Streaming pipeline over a kbroker topic: counts per key per minute, to Parquet.
 
     scripts/run                                   # a local cluster; prints the bootstrap address
-    .venv/bin/python examples/spark_ingest.py --bootstrap-server 127.0.0.1:41235 --topic demo \\
+    .venv/bin/python examples/spark_ingest.py --bootstrap-server 127.0.0.1:9092 --topic demo \\
         --output /tmp/demo-counts [--produce 5000] [--available-now | --run-seconds 60]
 
 (``--bootstrap-server`` defaults to the address in ``.run/cluster.json``.) The pipeline:

@@ -266,7 +266,7 @@ class KafkaServer:
     def _trusted_broker(self, call: CallContext) -> bool:
         """Whether a gRPC caller may use the inter-broker budget: allowed ClusterAction on
         the cluster (super users are), or anyone without an authorizer (as Kafka trusts a
-        replica_id then; the README's "What an unsecured cluster trusts")."""
+        replica_id then; docs/grpc-contract.md, "What an unsecured cluster trusts")."""
         authorizer = self.authorizer
         if authorizer is None:
             return True

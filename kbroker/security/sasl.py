@@ -26,8 +26,8 @@ servicer neither the TLS exporter (RFC 5705/9266) nor the TLS session, only
 ``context.peer()`` (``ipv4:<client ip>:<client port>``, one TCP connection while it is
 open) and ``context.auth_context()`` (on TLS: the verified client certificate, if any).
 :func:`channel_binding` is therefore listener + peer address and port + a digest of the
-client certificate. What this does not stop is written in the README ("SASL: SCRAM users
-and session tokens").
+client certificate. What this does not stop is written in docs/security.md ("SASL: SCRAM
+users and session tokens").
 
 Listener rules: SASL is served on ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners only
 (elsewhere ILLEGAL_SASL_STATE, as Kafka answers a SaslHandshake on a non-SASL listener);

@@ -1,5 +1,5 @@
 """Topic auto-creation through the Kafka door. kbroker keeps ``auto.create.topics.enable``
-off by default (Kafka's default is on; see the README's Kafka -> kbroker table): a missing
+off by default (Kafka's default is on; see the Kafka -> kbroker table in docs/kafka-migration.md): a missing
 topic is answered UNKNOWN_TOPIC_OR_PARTITION at once, and creates nothing. librdkafka
 then fails the records after ``topic.metadata.propagation.max.ms`` (30 s by default), as
 against Kafka with auto-creation off. With the setting on, kcat's first record creates
