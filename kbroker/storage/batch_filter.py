@@ -4,7 +4,7 @@ The cleaner never re-encodes a record: a record's bytes hold its offset and time
 as deltas from the batch's base offset and first timestamp, and a rebuilt batch keeps
 both (and its lastOffsetDelta, producer id, epoch and base sequence), so the bytes of
 the records it keeps are copied as they are. Compressed bodies are decompressed and
-the kept records recompressed with the same codec (kclient's codec functions).
+the kept records recompressed with the same codec (kclient.records' compression).
 
 What a rebuilt batch changes: recordCount, batchLength and the CRC; a batch left with
 no record becomes an *empty batch*: header only, no codec, recordCount 0, its offsets
@@ -20,32 +20,26 @@ passed, a later cleaning drops the batch's tombstones.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from kclient.errors import CorruptRecordError
 from kclient.records import (
-    HEADER_SIZE,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
     LOG_OVERHEAD,
     BatchHeader,
     RecordColumns,
+    assemble_batch,
+    batch_body,
     compress,
     decode_columns,
-    decompress,
+    encode_varint,
     read_varint,
 )
 
 Buffer = bytes | bytearray | memoryview
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_ATTRIBUTES_POS = 21
-_CODEC_MASK = 0x07
-_CONTROL_MASK = 0x20
-DELETE_HORIZON_MASK = 0x40
-"""Attribute bit 6: firstTimestamp holds the batch's delete horizon (KIP-534)."""
 
 
 class RawRecord(NamedTuple):
@@ -61,17 +55,6 @@ class RawRecord(NamedTuple):
     key: bytes | None
     tombstone: bool
     """The value is null."""
-
-
-def batch_body(buf: Buffer, pos: int, header: BatchHeader) -> Buffer:
-    """The records of the batch at ``pos``, decompressed."""
-    start = pos + HEADER_SIZE
-    end = pos + header.batch_length + LOG_OVERHEAD
-    view = memoryview(buf)[start:end]
-    codec = header.attributes & _CODEC_MASK
-    if not codec:
-        return view
-    return decompress(codec, view)
 
 
 def parse_records(body: Buffer, count: int) -> list[RawRecord]:
@@ -117,23 +100,13 @@ def null_key_indices(buf: Buffer, pos: int, header: BatchHeader) -> list[int]:
     return [i for i, key in enumerate(batch_columns(buf, pos, header).keys) if key is None]
 
 
-def _zigzag(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def rebase_timestamps(body: Buffer, records: list[RawRecord], old_first: int, new_first: int) -> bytes:
     """``records`` of ``body`` re-encoded with timestamp deltas from ``new_first``."""
     view = memoryview(body)
     parts: list[bytes] = []
     for r in records:
-        inner = b"\x00" + _zigzag(old_first + r.timestamp_delta - new_first) + bytes(view[r.rest : r.end])
-        parts.append(_zigzag(len(inner)) + inner)
+        inner = b"\x00" + encode_varint(old_first + r.timestamp_delta - new_first) + bytes(view[r.rest : r.end])
+        parts.append(encode_varint(len(inner)) + inner)
     return b"".join(parts)
 
 
@@ -150,32 +123,16 @@ def build_batch(
     empty batch (no codec). ``first_timestamp`` / ``attributes`` override the header's."""
     attributes = header.attributes if attributes is None else attributes
     if count == 0:
-        attributes &= ~_CODEC_MASK
+        attributes &= ~COMPRESSION_CODEC_MASK
         body = b""
     else:
-        codec = attributes & _CODEC_MASK
+        codec = attributes & COMPRESSION_CODEC_MASK
         body = compress(codec, records) if codec else records
-    length = HEADER_SIZE - LOG_OVERHEAD + len(body)
-    head = bytearray(
-        _HEADER.pack(
-            header.base_offset,
-            length,
-            header.partition_leader_epoch,
-            header.magic,
-            0,
-            attributes,
-            header.last_offset_delta,
-            header.first_timestamp if first_timestamp is None else first_timestamp,
-            header.max_timestamp,
-            header.producer_id,
-            header.producer_epoch,
-            header.base_sequence,
-            count,
-        )
+    if first_timestamp is None:
+        first_timestamp = header.first_timestamp
+    return assemble_batch(
+        header._replace(attributes=attributes, first_timestamp=first_timestamp, record_count=count), body
     )
-    crc = crc32c(body, crc32c(memoryview(head)[_ATTRIBUTES_POS:]))
-    struct.pack_into(">I", head, 17, crc)
-    return bytes(head) + body
 
 
 class FilterResult(NamedTuple):
@@ -189,7 +146,7 @@ class FilterResult(NamedTuple):
 
 def delete_horizon(header: BatchHeader) -> int | None:
     """The batch's delete horizon (ms), None if it has none yet."""
-    return header.first_timestamp if header.attributes & DELETE_HORIZON_MASK else None
+    return header.first_timestamp if header.attributes & DELETE_HORIZON_FLAG_MASK else None
 
 
 def batch_columns(buf: Buffer, pos: int, header: BatchHeader) -> RecordColumns:
@@ -220,7 +177,7 @@ def filter_batch(
     ``keep_empty`` written as an empty batch. Control batches are kept whole.
     """
     size = header.batch_length + LOG_OVERHEAD
-    if header.attributes & _CONTROL_MASK:
+    if header.attributes & CONTROL_FLAG_MASK:
         return FilterResult(bytes(memoryview(buf)[pos : pos + size]), header.record_count)
     horizon = delete_horizon(header)
     if not (now_ms is None or horizon is None or now_ms < horizon):
@@ -243,7 +200,11 @@ def filter_batch(
         new_first = now_ms + delete_retention_ms
         records = rebase_timestamps(body, kept, header.first_timestamp, new_first)
         data = build_batch(
-            header, records, kept_count, first_timestamp=new_first, attributes=header.attributes | DELETE_HORIZON_MASK
+            header,
+            records,
+            kept_count,
+            first_timestamp=new_first,
+            attributes=header.attributes | DELETE_HORIZON_FLAG_MASK,
         )
         return FilterResult(data, kept_count, new_first)
     view = memoryview(body)

@@ -50,7 +50,7 @@ from kbroker.storage.log import Log
 from kbroker.storage.offset_map import OffsetMap, key_hash
 from kbroker.storage.segment import LogSegment
 from kclient.errors import KafkaStorageError
-from kclient.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header
+from kclient.records import CONTROL_FLAG_MASK, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,6 @@ PAUSE_STAGES = ("after-cleaned", "after-swap", "after-delete", "after-replace")
 _READ_CHUNK = 512 * 1024
 """Bytes read at once (Kafka's log.cleaner.io.buffer.size)."""
 _WRITE_CHUNK = 512 * 1024
-_CONTROL_MASK = 0x20
 _INT32_MAX = 2**31 - 1
 
 
@@ -262,7 +261,7 @@ class Cleaner:
                 size = header.batch_length + LOG_OVERHEAD
                 stats.bytes_read += size
                 self._throttler.maybe_throttle(size)
-                if header.attributes & _CONTROL_MASK or header.record_count == 0:
+                if header.attributes & CONTROL_FLAG_MASK or header.record_count == 0:
                     continue
                 if omap.free < header.record_count:
                     if len(omap) == 0:

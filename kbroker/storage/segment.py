@@ -16,6 +16,7 @@ from kclient.errors import CorruptRecordError, KafkaStorageError
 from kclient.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
     BatchHeader,
     check_batch,
     decode_batch,
@@ -29,7 +30,6 @@ Buffer = bytes | bytearray | memoryview
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 _INT32_MAX = 2**31 - 1
-_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _SCAN_CHUNK = 64 * 1024
 """Bytes read at once when scanning batch headers."""
 _RECOVER_CHUNK = 1024 * 1024
@@ -480,7 +480,7 @@ class LogSegment:
                 buf_start, off = pos, 0
             header = read_header(buf, off)
             size = header.batch_length + LOG_OVERHEAD
-            if header.batch_length < _MIN_BATCH_LENGTH or pos + size > file_size:
+            if header.batch_length < MIN_BATCH_LENGTH or pos + size > file_size:
                 problem = f"batch length {header.batch_length} at position {pos} runs past the end"
                 break
             if off + size > len(buf):
@@ -558,7 +558,7 @@ class LogSegment:
                 if len(buf) < HEADER_SIZE:
                     return
             header = read_header(buf, off)
-            if header.batch_length < _MIN_BATCH_LENGTH:
+            if header.batch_length < MIN_BATCH_LENGTH:
                 raise CorruptRecordError(
                     f"segment {self._log_path}: batch at position {pos} has length {header.batch_length}"
                 )

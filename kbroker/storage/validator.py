@@ -7,37 +7,27 @@ headers only (plus one CRC-32C when the topic uses LogAppendTime).
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
-from crc32c import crc32c
-
-from kbroker.storage.batch_filter import batch_body, build_batch, null_key_indices
+from kbroker.storage.batch_filter import build_batch, null_key_indices
 from kbroker.storage.record_checks import check_records
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 from kclient.records import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    MIN_BATCH_LENGTH,
     BatchHeader,
+    batch_body,
     check_batch,
     read_header,
+    set_log_append_time,
     stamp_batch,
 )
 
 Buffer = bytes | bytearray | memoryview
-
-_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-# Header field positions (see kclient.records): crc, attributes, maxTimestamp.
-_CRC_POS = 17
-_ATTRIBUTES_POS = 21
-_MAX_TIMESTAMP_POS = 35
-_TIMESTAMP_TYPE_MASK = 0x08
-_CONTROL_MASK = 0x20
-_CODEC_MASK = 0x07
-_U32 = struct.Struct(">I")
-_I16 = struct.Struct(">h")
-_I64 = struct.Struct(">q")
 
 
 NULL_KEY_MESSAGE = "Compacted topic cannot accept message without key."
@@ -131,10 +121,10 @@ def validate_batches(
             raise CorruptRecordError(
                 f"batch at position {pos} has magic {header.magic}, only magic {MAGIC} is supported"
             )
-        if header.batch_length < _MIN_BATCH_LENGTH:
+        if header.batch_length < MIN_BATCH_LENGTH:
             raise CorruptRecordError(
                 f"batch at position {pos} has batchLength {header.batch_length}, "
-                f"less than the minimum {_MIN_BATCH_LENGTH}"
+                f"less than the minimum {MIN_BATCH_LENGTH}"
             )
         size = header.batch_length + LOG_OVERHEAD
         if size > remaining:
@@ -156,7 +146,7 @@ def validate_batches(
                     f"batch at position {pos} holds {count} records but its offsets span "
                     f"{delta + 1} (lastOffsetDelta {delta})"
                 )
-            if header.attributes & _CONTROL_MASK:
+            if header.attributes & CONTROL_FLAG_MASK:
                 raise InvalidRecordError(f"batch at position {pos} is a control batch: clients cannot write those")
             check_records(records, pos, header, max_message_bytes)
             if require_keys:
@@ -195,7 +185,7 @@ def recompress(
     batches. A recompressed batch larger than ``max_message_bytes`` is a
     MessageSizeTooLargeError, as in Kafka.
     """
-    if all(h.attributes & _CODEC_MASK == codec for _, h in batches):
+    if all(h.attributes & COMPRESSION_CODEC_MASK == codec for _, h in batches):
         return records, batches
     view = memoryview(records)
     parts: list[bytes] = []
@@ -203,11 +193,11 @@ def recompress(
     at = 0
     for pos, header in batches:
         size = header.batch_length + LOG_OVERHEAD
-        if header.attributes & _CODEC_MASK == codec:
+        if header.attributes & COMPRESSION_CODEC_MASK == codec:
             data = bytes(view[pos : pos + size])
         else:
             body = bytes(batch_body(records, pos, header))
-            attributes = (header.attributes & ~_CODEC_MASK) | codec
+            attributes = (header.attributes & ~COMPRESSION_CODEC_MASK) | codec
             data = build_batch(header, body, header.record_count, attributes=attributes)
             if max_message_bytes is not None and len(data) > max_message_bytes:
                 raise MessageSizeTooLargeError(
@@ -248,12 +238,7 @@ def stamp_headers(
         stamp_batch(head, 0, offset, leader_epoch)
         h = header._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
         if append_time_ms is not None:
-            attributes = h.attributes | _TIMESTAMP_TYPE_MASK
-            _I16.pack_into(head, _ATTRIBUTES_POS, attributes)
-            _I64.pack_into(head, _MAX_TIMESTAMP_POS, append_time_ms)
-            crc = crc32c(body, crc32c(memoryview(head)[_ATTRIBUTES_POS:]))
-            _U32.pack_into(head, _CRC_POS, crc)
-            h = h._replace(attributes=attributes, max_timestamp=append_time_ms, crc=crc)
+            h = set_log_append_time(head, body, h, append_time_ms)
         pieces += (head, body)
         stamped.append((pos, h))
         offset += header.last_offset_delta + 1

@@ -23,12 +23,8 @@ thread that completes it).
 
 from __future__ import annotations
 
-import struct
-
-from crc32c import crc32c
-
 from kclient.producer.futures import ProduceResult
-from kclient.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder
+from kclient.records import HEADER_SIZE, NO_PRODUCER_ID, NO_SEQUENCE, BatchBuilder, assemble_batch, read_header
 from kclient.structs import TopicPartition
 
 Stamp = tuple[int, int, int]
@@ -36,22 +32,15 @@ Stamp = tuple[int, int, int]
 
 NO_STAMP: Stamp = (NO_PRODUCER_ID, -1, NO_SEQUENCE)
 
-# RecordBatch v2 header positions (see kclient.records): the producer fields lie inside
-# the CRC, which covers attributes (byte 21) to the end.
-_PRODUCER_FIELDS = struct.Struct(">qhi")
-_PRODUCER_POS = 43
-_CRC = struct.Struct(">I")
-_CRC_POS = 17
-_CRC_FROM = 21
-
 
 def restamp(payload: bytes, stamp: Stamp) -> bytes:
-    """``payload`` (one built batch) with other producer fields, CRC recomputed."""
-    out = bytearray(payload)
-    _PRODUCER_FIELDS.pack_into(out, _PRODUCER_POS, *stamp)
-    with memoryview(out) as view:
-        _CRC.pack_into(out, _CRC_POS, crc32c(view[_CRC_FROM:]))
-    return bytes(out)
+    """``payload`` (one built batch) with other producer fields, CRC recomputed (they lie inside it)."""
+    producer_id, producer_epoch, base_sequence = stamp
+    header = read_header(payload)._replace(
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
+    )
+    with memoryview(payload) as view:
+        return assemble_batch(header, view[HEADER_SIZE:])
 
 
 class ProducerBatch:

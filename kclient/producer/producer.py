@@ -42,7 +42,7 @@ from kclient.producer.accumulator import RecordAccumulator
 from kclient.producer.futures import FutureBatchMetadata, FutureRecordMetadata, Run
 from kclient.producer.sender import Sender
 from kclient.producer.sequences import MAX_IN_FLIGHT, Sequences, fetch_producer_id
-from kclient.records import HEADER_SIZE, Compression, encode_batch
+from kclient.records import HEADER_SIZE, MAX_RECORD_OVERHEAD, Compression, encode_batch
 from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
 from kclient.transport import Transport
 
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes | None]]
 
-_RECORD_BOUND = HEADER_SIZE + 21
+_RECORD_BOUND = HEADER_SIZE + MAX_RECORD_OVERHEAD
 """Bytes a record may need beyond its key, value and headers, batch header included."""
 _REQUEST_OVERHEAD = 1024
 """Room left in a request for everything but the batch (topic names, framing)."""
