@@ -375,6 +375,41 @@ class InvalidProducerEpochError(BrokerResponseError):
     description = "Producer attempted to produce with an old epoch."
 
 
+class InvalidTxnStateError(BrokerResponseError):
+    errno = 48
+    description = "The producer attempted a transactional operation in an invalid state."
+
+
+class InvalidProducerIdMappingError(BrokerResponseError):
+    errno = 49
+    description = "The producer attempted to use a producer id which is not currently assigned to its transactional id."
+
+
+class InvalidTransactionTimeoutError(BrokerResponseError):
+    errno = 50
+    description = (
+        "The transaction timeout is larger than the maximum value allowed by the broker "
+        "(as configured by transaction.max.timeout.ms)."
+    )
+
+
+class ConcurrentTransactionsError(BrokerResponseError):
+    errno = 51
+    retriable = True
+    description = (
+        "The producer attempted to update a transaction while another concurrent operation on the same "
+        "transaction was ongoing."
+    )
+
+
+class TransactionCoordinatorFencedError(BrokerResponseError):
+    errno = 52
+    description = (
+        "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer the current coordinator "
+        "for a given producer."
+    )
+
+
 class TransactionalIdAuthorizationFailedError(BrokerResponseError):
     errno = 53
     description = "Transactional Id authorization failed."
@@ -521,6 +556,11 @@ class UnstableOffsetCommitError(BrokerResponseError):
     errno = 88
     retriable = True
     description = "There are unstable offsets that need to be cleared."
+
+
+class ProducerFencedError(BrokerResponseError):
+    errno = 90
+    description = "There is a newer producer with the same transactionalId which fences the current one."
 
 
 class ResourceNotFoundError(BrokerResponseError):

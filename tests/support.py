@@ -305,6 +305,22 @@ class FakeKazoo:
         self.calls["transaction"] += 1
         return FakeKazooTransaction(self)
 
+    def create(self, path: str, data: bytes = b"", **_: Any) -> str:
+        self.calls["create"] += 1
+        if path in self.nodes:
+            raise NodeExistsError()
+        self.nodes[path] = (data, 0)
+        return path
+
+    def set(self, path: str, data: bytes, version: int = -1) -> KazooStat:
+        self.calls["set"] += 1
+        if path not in self.nodes:
+            raise NoNodeError()
+        if version != -1 and self.nodes[path][1] != version:
+            raise BadVersionError()
+        self.nodes[path] = (data, self.nodes[path][1] + 1)
+        return KazooStat(self.nodes[path][1], 7)
+
 
 class FakeMetadataCache:
     """The broker's metadata cache as the group coordinator and the core read it: a

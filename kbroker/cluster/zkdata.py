@@ -31,6 +31,11 @@ path                                            mode content
 /consumers/<g>/ids/<member>                     E    JSON member metadata
 /consumers/<g>/owners/<t>/<p>                   E    owning member id
 /consumers/<g>/offsets/<t>/<p>                  P    decimal offset (+ optional metadata)
+/transaction_state/<transactional id>           P    {"version":1,"producer_id","producer_epoch",
+                                                     "last_producer_epoch","timeout_ms","state",
+                                                     "partitions":{"t":[0]},"groups":["g"],
+                                                     "pending_offsets":{"g":{"t":{"0":[o,"m"]}}},
+                                                     "start_ms","update_ms"} (a kbroker path)
 =============================================== ==== =====================================
 
 **Names as path segments.** Every name that becomes a path segment (topic, group id,
@@ -60,6 +65,7 @@ import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from kbroker.security.listeners import SECURITY_PROTOCOLS, EndPoint, create_end_point
@@ -80,6 +86,9 @@ DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
+TRANSACTION_STATE = "/transaction_state"
+"""kbroker's home of transaction state (Kafka keeps it in the __transaction_state topic):
+one znode per transactional id, written compare-and-set by its coordinator."""
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 """Leaders announce ISR changes they wrote as sequential children
@@ -123,6 +132,8 @@ MAX_MEMBER_ID_LENGTH = 512
 MAX_TOPIC_SEGMENT_LENGTH = 255
 """Characters in a topic name used in a path (legal topic names have at most 249)."""
 
+MAX_TRANSACTIONAL_ID_LENGTH = 255
+"""Characters of a transactional id (a path segment)."""
 MAX_REQUEST_BYTES = 512 * 1024
 """Largest ZooKeeper write (one znode, or one multi) kbroker sends; jute.maxbuffer is 1 MiB."""
 
@@ -175,6 +186,10 @@ def member_segment(member_id: str) -> str:
 
 def topic_segment(topic: str) -> str:
     return name_segment(topic, "topic name", MAX_TOPIC_SEGMENT_LENGTH, InvalidTopicError)
+
+
+def transactional_id_segment(transactional_id: str) -> str:
+    return name_segment(transactional_id, "transactional id", MAX_TRANSACTIONAL_ID_LENGTH, InvalidRequestError)
 
 
 def request_bytes(path: str, data: bytes = b"") -> int:
@@ -763,6 +778,104 @@ def decode_offset(data: bytes) -> CommittedOffset:
     text = data.decode()
     offset, _, metadata = text.partition("\n")
     return CommittedOffset(int(offset), metadata)
+
+
+# --- /transaction_state/<transactional id> ---------------------------------------------
+
+
+class TxnState(StrEnum):
+    """A transaction's state (Kafka's TransactionState)."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+    @property
+    def preparing(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
+    def open(self) -> bool:
+        """No transaction under way: a new one may begin."""
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+@dataclass(frozen=True)
+class TransactionMetadata:
+    """One transactional id's state. ``partitions``: those the transaction wrote to;
+    ``groups``: those AddOffsetsToTxn named; ``pending_offsets``: group -> partition ->
+    offset, committed to the group exactly when the transaction commits."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: frozenset[tuple[str, int]] = frozenset()
+    groups: frozenset[str] = frozenset()
+    pending_offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    start_ms: int = -1
+    update_ms: int = -1
+    last_producer_epoch: int = -1
+
+
+def transaction_state_path(transactional_id: str) -> str:
+    return f"{TRANSACTION_STATE}/{transactional_id_segment(transactional_id)}"
+
+
+def encode_transaction(meta: TransactionMetadata) -> bytes:
+    partitions: dict[str, list[int]] = {}
+    for t, p in sorted(meta.partitions):
+        partitions.setdefault(t, []).append(p)
+    pending = {
+        g: _by_topic({tp: [c.offset, c.metadata] for tp, c in offsets.items()})
+        for g, offsets in sorted(meta.pending_offsets.items())
+    }
+    return _dumps(
+        {
+            "version": 1,
+            "producer_id": meta.producer_id,
+            "producer_epoch": meta.producer_epoch,
+            "last_producer_epoch": meta.last_producer_epoch,
+            "timeout_ms": meta.timeout_ms,
+            "state": meta.state.value,
+            "partitions": partitions,
+            "groups": sorted(meta.groups),
+            "pending_offsets": pending,
+            "start_ms": meta.start_ms,
+            "update_ms": meta.update_ms,
+        }
+    )
+
+
+def _by_topic(values: dict[tuple[str, int], Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for (t, p), v in sorted(values.items()):
+        out.setdefault(t, {})[str(p)] = v
+    return out
+
+
+def decode_transaction(transactional_id: str, data: bytes) -> TransactionMetadata:
+    body = _loads(data)
+    return TransactionMetadata(
+        transactional_id,
+        int(body["producer_id"]),
+        int(body["producer_epoch"]),
+        int(body["timeout_ms"]),
+        TxnState(body["state"]),
+        frozenset((t, int(p)) for t, ps in body.get("partitions", {}).items() for p in ps),
+        frozenset(body.get("groups", ())),
+        {
+            g: {(t, int(p)): CommittedOffset(int(v[0]), str(v[1])) for t, ps in topics.items() for p, v in ps.items()}
+            for g, topics in body.get("pending_offsets", {}).items()
+        },
+        int(body.get("start_ms", -1)),
+        int(body.get("update_ms", -1)),
+        int(body.get("last_producer_epoch", -1)),
+    )
 
 
 # --- ACLs: /kafka-acl, /kafka-acl-extended/prefixed, and their change notifications --------

@@ -53,6 +53,7 @@ def offending(package: str, forbidden: tuple[str, ...]) -> list[str]:
         ("kbroker/doors", ("kbroker.replication", "kbroker.cluster", "kbroker.group", "kbroker.storage", "kazoo")),
         ("kbroker/api", ("kbroker.doors", "kbroker.server", "kazoo", "grpc")),
         ("kbroker/group", ("kbroker.api", "kbroker.doors", "kbroker.server")),
+        ("kbroker/txn", ("kbroker.api", "kbroker.doors", "kbroker.server")),
         ("kbroker/replication", ("kbroker.api", "kbroker.doors", "kbroker.group", "kbroker.server")),
         ("kbroker/cluster", ("kbroker.api", "kbroker.doors", "kbroker.group", "kbroker.server")),
         ("kclient", ("kbroker",)),

@@ -1,0 +1,1 @@
+"""Transactions (KIP-98): the transaction coordinator and its state machine."""

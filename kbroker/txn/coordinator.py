@@ -1,0 +1,317 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator, KIP-98 and KIP-447): the
+state machine of each transactional id, kept in ZooKeeper by
+:class:`~kbroker.cluster.txn_store.TransactionStore`.
+
+States and moves (Kafka's)::
+
+    Empty / CompleteCommit / CompleteAbort --AddPartitionsToTxn/AddOffsetsToTxn--> Ongoing
+    Ongoing --EndTxn(commit)--> PrepareCommit --markers, offsets--> CompleteCommit
+    Ongoing --EndTxn(abort), timeout, a new InitProducerId--> PrepareAbort --markers--> CompleteAbort
+
+- **InitProducerId** with a transactional id: a new id gets a producer id and epoch 0;
+  an id whose transaction is done gets its epoch bumped, which fences every older
+  producer of it (PRODUCER_FENCED). One that is Ongoing is aborted first, with the epoch
+  bumped, and the caller is told CONCURRENT_TRANSACTIONS (retriable), as Kafka does; one
+  that is preparing answers CONCURRENT_TRANSACTIONS until it completes. The timeout must
+  not exceed ``transaction.max.timeout.ms`` (INVALID_TRANSACTION_TIMEOUT).
+- **Fencing.** Every request names its producer id and epoch: another producer id
+  answers INVALID_PRODUCER_ID_MAPPING, an older epoch PRODUCER_FENCED.
+- **EndTxn** answers once PrepareCommit or PrepareAbort is stored: from then on the
+  outcome is decided and survives a coordinator crash. Completing it (the markers on
+  every partition, then, for a commit, the pending offsets into the groups' committed
+  offsets, then CompleteCommit) is tried at once and, until it succeeds, again by
+  :meth:`complete_pending` (the coordinator's thread, and a new coordinator after it
+  loads). So ``send_offsets_to_transaction`` offsets reach the group exactly when the
+  transaction commits, and never when it aborts.
+- **Expiry.** An Ongoing transaction older than its timeout is aborted, its epoch bumped
+  (:meth:`abort_expired`).
+
+Markers go through a :class:`MarkerWriter` (WriteTxnMarkers to each partition's leader)
+and offsets through an :class:`OffsetSink` (the group store).
+
+Thread safety: requests for one transactional id are serialised by its lock; ids are
+independent. The store's compare-and-set fences a second coordinator of the same id.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
+from typing import Protocol
+
+from kbroker.cluster.txn_store import TransactionStore
+from kbroker.cluster.zkdata import CommittedOffset, TransactionMetadata, TxnState
+from kclient.errors import (
+    BrokerResponseError,
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+MAX_EPOCH = 32767
+"""Kafka's Short.MaxValue: an epoch that would pass it takes a new producer id."""
+DEFAULT_MAX_TIMEOUT_MS = 900000
+"""transaction.max.timeout.ms (Kafka's default, 15 minutes)."""
+
+
+class MarkerWriter(Protocol):
+    def write_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """Write a COMMIT or ABORT control batch on each partition (at its leader)."""
+        ...
+
+
+class OffsetSink(Protocol):
+    def commit(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None: ...
+
+
+class ProducerIds(Protocol):
+    def generate(self) -> tuple[int, int]: ...
+
+
+class TransactionCoordinator:
+    """The transactions of the ids this broker coordinates (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: TransactionStore,
+        producer_ids: ProducerIds,
+        markers: MarkerWriter,
+        offsets: OffsetSink,
+        *,
+        max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._producer_ids = producer_ids
+        self._markers = markers
+        self._offsets = offsets
+        self._max_timeout_ms = max_timeout_ms
+        self._clock = clock
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, transactional_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(transactional_id, threading.Lock())
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _load(self, transactional_id: str) -> tuple[TransactionMetadata, int]:
+        found = self._store.load(transactional_id)
+        if found is None:
+            raise InvalidProducerIdMappingError(f"transactional id {transactional_id!r} has no producer id")
+        return found
+
+    @staticmethod
+    def _check_producer(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> None:
+        if producer_id != meta.producer_id:
+            raise InvalidProducerIdMappingError(
+                f"producer id {producer_id} is not the one of transactional id {meta.transactional_id!r}"
+            )
+        if producer_epoch != meta.producer_epoch:
+            raise ProducerFencedError(
+                f"transactional id {meta.transactional_id!r}: epoch {producer_epoch} is fenced by epoch "
+                f"{meta.producer_epoch}"
+            )
+
+    # --- InitProducerId --------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+        """(producer id, epoch) for the id's newest producer (see the module docstring)."""
+        if not transactional_id:
+            raise InvalidRequestError("the transactional id is empty")
+        if not 0 < timeout_ms <= self._max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms {timeout_ms} is outside (0, transaction.max.timeout.ms={self._max_timeout_ms}]"
+            )
+        with self._lock(transactional_id):
+            found = self._store.load(transactional_id)
+            now = self._now_ms()
+            if found is None:
+                pid, epoch = self._producer_ids.generate()
+                meta = TransactionMetadata(transactional_id, pid, epoch, timeout_ms, update_ms=now)
+                self._store.write(meta, None)
+                return pid, epoch
+            meta, version = found
+            if meta.state.preparing:
+                raise ConcurrentTransactionsError(f"transaction {transactional_id!r} is completing")
+            if meta.state is TxnState.ONGOING:
+                # A new producer of the id: the old one's transaction is aborted first.
+                self._prepare(meta, version, commit=False, bump_epoch=True)
+                raise ConcurrentTransactionsError(
+                    f"transaction {transactional_id!r} was open: aborting it, retry InitProducerId"
+                )
+            pid, epoch = meta.producer_id, meta.producer_epoch + 1
+            if epoch > MAX_EPOCH:
+                pid, epoch = self._producer_ids.generate()
+            fresh = TransactionMetadata(
+                transactional_id, pid, epoch, timeout_ms, TxnState.EMPTY, update_ms=now, last_producer_epoch=-1
+            )
+            self._store.write(fresh, version)
+            log.info("transaction %s: producer id %d epoch %d", transactional_id, pid, epoch)
+            return pid, epoch
+
+    # --- the transaction ----------------------------------------------------------------
+
+    def _begin_or_extend(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
+        if meta.state.preparing:
+            raise ConcurrentTransactionsError(f"transaction {meta.transactional_id!r} is completing")
+        if meta.state.open:
+            return replace(
+                meta,
+                state=TxnState.ONGOING,
+                partitions=frozenset(),
+                groups=frozenset(),
+                pending_offsets={},
+                start_ms=now,
+                update_ms=now,
+            )
+        return replace(meta, update_ms=now)
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> None:
+        """AddPartitionsToTxn: the transaction writes to ``partitions`` (it begins here)."""
+        with self._lock(transactional_id):
+            meta, version = self._load(transactional_id)
+            self._check_producer(meta, producer_id, producer_epoch)
+            if meta.state is TxnState.ONGOING and set(partitions) <= meta.partitions:
+                return
+            meta = self._begin_or_extend(meta, self._now_ms())
+            self._store.write(replace(meta, partitions=meta.partitions | frozenset(partitions)), version)
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        """AddOffsetsToTxn: the transaction will commit offsets of ``group_id``."""
+        if not group_id:
+            raise InvalidRequestError("the group id is empty")
+        with self._lock(transactional_id):
+            meta, version = self._load(transactional_id)
+            self._check_producer(meta, producer_id, producer_epoch)
+            meta = self._begin_or_extend(meta, self._now_ms())
+            self._store.write(replace(meta, groups=meta.groups | {group_id}), version)
+
+    def commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> None:
+        """TxnOffsetCommit: offsets held with the transaction until it ends (the group was
+        added with AddOffsetsToTxn first, else INVALID_TXN_STATE)."""
+        with self._lock(transactional_id):
+            meta, version = self._load(transactional_id)
+            self._check_producer(meta, producer_id, producer_epoch)
+            if meta.state is not TxnState.ONGOING or group_id not in meta.groups:
+                raise InvalidTxnStateError(
+                    f"transaction {transactional_id!r} has not added group {group_id!r} (AddOffsetsToTxn first)"
+                )
+            pending = {g: dict(o) for g, o in meta.pending_offsets.items()}
+            pending.setdefault(group_id, {}).update(offsets)
+            self._store.write(replace(meta, pending_offsets=pending, update_ms=self._now_ms()), version)
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """EndTxn: decide the outcome (stored before this returns), then complete it."""
+        with self._lock(transactional_id):
+            meta, version = self._load(transactional_id)
+            self._check_producer(meta, producer_id, producer_epoch)
+            wanted = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            if meta.state in (wanted, preparing):
+                return  # a retry of the same EndTxn
+            if meta.state is not TxnState.ONGOING:
+                if meta.state is TxnState.EMPTY and not commit:
+                    return  # aborting nothing (Kafka's clients may)
+                raise InvalidTxnStateError(
+                    f"transaction {transactional_id!r} is {meta.state.value}: cannot {'commit' if commit else 'abort'}"
+                )
+            self._prepare(meta, version, commit=commit, bump_epoch=False)
+
+    def _prepare(self, meta: TransactionMetadata, version: int, *, commit: bool, bump_epoch: bool) -> None:
+        """Store PrepareCommit/PrepareAbort (the decision), then try to complete it."""
+        state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        epoch = meta.producer_epoch + 1 if bump_epoch and meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
+        prepared = replace(
+            meta,
+            state=state,
+            producer_epoch=epoch,
+            last_producer_epoch=meta.producer_epoch if epoch != meta.producer_epoch else meta.last_producer_epoch,
+            update_ms=self._now_ms(),
+        )
+        version = self._store.write(prepared, version)
+        log.info("transaction %s: %s (%d partition(s))", meta.transactional_id, state.value, len(meta.partitions))
+        self._try_complete(prepared, version)
+
+    def _try_complete(self, meta: TransactionMetadata, version: int) -> bool:
+        """Markers on every partition, then (a commit) the offsets, then Complete*; False,
+        and the transaction left preparing, if a step failed."""
+        commit = meta.state is TxnState.PREPARE_COMMIT
+        try:
+            partitions = sorted(meta.partitions)
+            written = self._markers.write_markers(meta.producer_id, meta.producer_epoch, commit, partitions)
+            failed = {tp: err for tp, err in written.items() if err is not None}
+            if failed:
+                log.warning("transaction %s: markers not written yet on %s", meta.transactional_id, sorted(failed))
+                return False
+            if commit:
+                for group, offsets in sorted(meta.pending_offsets.items()):
+                    self._offsets.commit(group, offsets)
+            done = replace(
+                meta,
+                state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                partitions=frozenset(),
+                groups=frozenset(),
+                pending_offsets={},
+                update_ms=self._now_ms(),
+            )
+            self._store.write(done, version)
+        except Exception as exc:
+            log.warning("transaction %s: completing %s failed: %s", meta.transactional_id, meta.state.value, exc)
+            return False
+        return True
+
+    # --- the coordinator's own work -----------------------------------------------------
+
+    def complete_pending(self, transactional_ids: Collection[str] | None = None) -> int:
+        """Complete every transaction left preparing (a crash, a marker that failed);
+        how many completed now."""
+        done = 0
+        for tid in self._store.transactional_ids() if transactional_ids is None else transactional_ids:
+            with self._lock(tid):
+                found = self._store.load(tid)
+                if found is not None and found[0].state.preparing and self._try_complete(*found):
+                    done += 1
+        return done
+
+    def abort_expired(self, transactional_ids: Collection[str] | None = None) -> list[str]:
+        """Abort, with the epoch bumped, every Ongoing transaction older than its timeout."""
+        aborted = []
+        now = self._now_ms()
+        for tid in self._store.transactional_ids() if transactional_ids is None else transactional_ids:
+            with self._lock(tid):
+                found = self._store.load(tid)
+                if found is None:
+                    continue
+                meta, version = found
+                if meta.state is TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
+                    log.info("transaction %s: timed out after %d ms, aborting", tid, now - meta.start_ms)
+                    self._prepare(meta, version, commit=False, bump_epoch=True)
+                    aborted.append(tid)
+        return aborted
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        found = self._store.load(transactional_id)
+        return found[0] if found is not None else None

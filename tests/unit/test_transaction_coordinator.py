@@ -1,0 +1,208 @@
+"""The transaction coordinator's state machine over its ZooKeeper store (an in-memory
+kazoo): fencing by producer id and epoch, the decision stored before EndTxn answers,
+offsets reaching the group exactly when a transaction commits, recovery of a transaction
+left preparing, and expiry."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from types import SimpleNamespace
+
+import pytest
+
+from kbroker.cluster import zkdata
+from kbroker.cluster.txn_store import TransactionStore
+from kbroker.cluster.zkdata import CommittedOffset, TransactionMetadata, TxnState
+from kbroker.txn.coordinator import TransactionCoordinator
+from kclient.errors import (
+    BrokerResponseError,
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    LeaderNotAvailableError,
+    ProducerFencedError,
+    TransactionCoordinatorFencedError,
+)
+from tests.support import FakeClock, FakeKazoo
+
+TP = tuple[str, int]
+
+
+class Markers:
+    """Records the markers written; ``failing`` partitions answer LEADER_NOT_AVAILABLE."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, bool, list[TP]]] = []
+        self.failing: set[TP] = set()
+
+    def write_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Collection[TP]
+    ) -> dict[TP, BrokerResponseError | None]:
+        self.written.append((producer_id, producer_epoch, commit, list(partitions)))
+        return {tp: LeaderNotAvailableError("no leader") if tp in self.failing else None for tp in partitions}
+
+
+class Offsets:
+    def __init__(self) -> None:
+        self.committed: dict[str, dict[TP, CommittedOffset]] = {}
+
+    def commit(self, group: str, offsets: Mapping[TP, CommittedOffset]) -> None:
+        self.committed.setdefault(group, {}).update(offsets)
+
+
+class ProducerIds:
+    def __init__(self) -> None:
+        self.next = 1000
+
+    def generate(self) -> tuple[int, int]:
+        self.next += 1
+        return self.next - 1, 0
+
+
+class Fixture:
+    def __init__(self) -> None:
+        self.kazoo = FakeKazoo()
+        self.store = TransactionStore(SimpleNamespace(kazoo=self.kazoo))  # type: ignore[arg-type]
+        self.markers, self.offsets, self.clock = Markers(), Offsets(), FakeClock(1000.0)
+        self.coordinator = self.new_coordinator()
+
+    def new_coordinator(self) -> TransactionCoordinator:
+        return TransactionCoordinator(
+            self.store, ProducerIds(), self.markers, self.offsets, max_timeout_ms=60000, clock=self.clock
+        )
+
+    def state(self, tid: str) -> TransactionMetadata:
+        found = self.store.load(tid)
+        assert found is not None
+        return found[0]
+
+
+@pytest.fixture
+def f() -> Fixture:
+    return Fixture()
+
+
+def test_a_committed_transaction_writes_markers_then_the_offsets_then_completes(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    assert (pid, epoch) == (1000, 0)
+    c.add_partitions("app", pid, epoch, [("out", 0), ("out", 1)])
+    c.add_offsets("app", pid, epoch, "readers")
+    c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(42, "m")})
+    assert f.offsets.committed == {}  # held with the transaction
+    assert f.state("app").state is TxnState.ONGOING
+    c.end_txn("app", pid, epoch, commit=True)
+    assert f.markers.written == [(pid, epoch, True, [("out", 0), ("out", 1)])]
+    assert f.offsets.committed == {"readers": {("in", 0): CommittedOffset(42, "m")}}
+    done = f.state("app")
+    assert done.state is TxnState.COMPLETE_COMMIT and done.partitions == frozenset() and done.pending_offsets == {}
+    c.end_txn("app", pid, epoch, commit=True)  # a retried EndTxn answers the same
+    with pytest.raises(InvalidTxnStateError):
+        c.end_txn("app", pid, epoch, commit=False)
+
+
+def test_an_aborted_transaction_never_commits_its_offsets(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_offsets("app", pid, epoch, "readers")
+    c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(7)})
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    c.end_txn("app", pid, epoch, commit=False)
+    assert f.markers.written == [(pid, epoch, False, [("out", 0)])]
+    assert f.offsets.committed == {} and f.state("app").state is TxnState.COMPLETE_ABORT
+
+
+def test_a_new_producer_fences_the_old_one(f: Fixture) -> None:
+    c = f.coordinator
+    pid, old = c.init_producer_id("app", 10000)
+    c.add_partitions("app", pid, old, [("out", 0)])
+    with pytest.raises(ConcurrentTransactionsError):  # the open transaction is aborted first
+        c.init_producer_id("app", 10000)
+    aborted = f.markers.written[-1]
+    assert aborted[2] is False and aborted[1] == old + 1  # the abort marker carries the new epoch
+    pid2, new = c.init_producer_id("app", 10000)  # the retry
+    assert pid2 == pid and new == old + 2
+    for call in (
+        lambda: c.add_partitions("app", pid, old, [("out", 1)]),
+        lambda: c.end_txn("app", pid, old, commit=True),
+        lambda: c.add_offsets("app", pid, old, "g"),
+    ):
+        with pytest.raises(ProducerFencedError):
+            call()
+    with pytest.raises(InvalidProducerIdMappingError):
+        c.add_partitions("app", pid + 1, new, [("out", 1)])
+    with pytest.raises(InvalidProducerIdMappingError):
+        c.add_partitions("nobody", pid, new, [("out", 1)])
+
+
+def test_offsets_need_their_group_added_first_and_timeouts_are_bounded(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    with pytest.raises(InvalidTxnStateError):
+        c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(1)})
+    for bad in (0, 60001):
+        with pytest.raises(InvalidTransactionTimeoutError):
+            c.init_producer_id("other", bad)
+    assert f.store.load("other") is None
+
+
+def test_a_decided_commit_is_finished_by_the_next_coordinator(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    c.add_offsets("app", pid, epoch, "readers")
+    c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(5)})
+    f.markers.failing = {("out", 0)}
+    c.end_txn("app", pid, epoch, commit=True)  # decided: answers although the marker failed
+    assert f.state("app").state is TxnState.PREPARE_COMMIT and f.offsets.committed == {}
+    with pytest.raises(ConcurrentTransactionsError):
+        c.add_partitions("app", pid, epoch, [("out", 1)])
+    f.markers.failing = set()
+    successor = f.new_coordinator()  # the first one died; its successor loads the znode
+    assert successor.complete_pending() == 1
+    assert f.state("app").state is TxnState.COMPLETE_COMMIT
+    assert f.offsets.committed == {"readers": {("in", 0): CommittedOffset(5)}}
+    assert successor.complete_pending() == 0
+
+
+def test_an_expired_transaction_is_aborted_with_a_new_epoch(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 5000)
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    f.clock.now += 4.0
+    assert c.abort_expired() == []
+    f.clock.now += 2.0
+    assert c.abort_expired() == ["app"]
+    state = f.state("app")
+    assert state.state is TxnState.COMPLETE_ABORT and state.producer_epoch == epoch + 1
+    with pytest.raises(ProducerFencedError):
+        c.end_txn("app", pid, epoch, commit=True)
+
+
+def test_a_stale_coordinator_cannot_overwrite_a_newer_state(f: Fixture) -> None:
+    f.coordinator.init_producer_id("app", 10000)
+    meta, version = f.store.load("app") or (None, 0)
+    assert meta is not None
+    f.store.write(meta, version)  # someone else moved it on
+    with pytest.raises(TransactionCoordinatorFencedError):
+        f.store.write(meta, version)
+
+
+def test_the_znode_reads_back_what_was_written() -> None:
+    meta = TransactionMetadata(
+        "a/b%c",
+        7,
+        3,
+        60000,
+        TxnState.PREPARE_COMMIT,
+        frozenset({("t", 0), ("t", 2), ("u", 1)}),
+        frozenset({"g"}),
+        {"g": {("in", 4): CommittedOffset(10, "meta")}},
+        5,
+        6,
+        2,
+    )
+    assert zkdata.decode_transaction("a/b%c", zkdata.encode_transaction(meta)) == meta
+    assert zkdata.transaction_state_path("a/b%c") == "/transaction_state/a%2Fb%25c"
