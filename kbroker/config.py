@@ -693,7 +693,7 @@ class BrokerConfig:
         """The inter-broker listener is for brokers only: named by configuration
         (inter.broker.listener.name / security.inter.broker.protocol) beside other
         listeners for clients. Then every call a trusted broker makes there uses the
-        inter-broker budget, marked or not (kbroker.api.grpc_server)."""
+        inter-broker budget, marked or not (kbroker.doors.grpc.server)."""
         return self.inter_broker_listener_named and len(self.listeners) > 1
 
     def listener(self, name: str) -> EndPoint | None:

@@ -14,7 +14,9 @@ import grpc
 import pytest
 from kio.index import load_request_schema
 
+from kbroker.api.admin_api import ConfigEntry, DescribedConfigs
 from kbroker.api.log_api import Fetch, FetchAnswer
+from kbroker.cluster.config_admin import ConfigSource
 from kbroker.doors.grpc.servicer import BrokerService
 from kbroker.doors.kafka.codec import Header, build
 from kbroker.doors.kafka.log_apis import LogApis
@@ -27,7 +29,7 @@ from kclient.errors import (
     NotLeaderForPartitionError,
     UnknownTopicOrPartitionError,
 )
-from kclient.proto.kbroker.v1 import group_pb2, log_pb2
+from kclient.proto.kbroker.v1 import config_pb2, group_pb2, log_pb2
 from kclient.transport import ERROR_CODE_METADATA_KEY
 
 
@@ -74,6 +76,14 @@ class FakeLog:
         return FetchAnswer([(s, FetchResult(NotLeaderForPartitionError("moved"))) for s in fetch.partitions])
 
 
+class FakeAdmin:
+    def describe_configs(self, resources: list[Any]) -> list[DescribedConfigs]:
+        entry = ConfigEntry(
+            "ssl.key.password", None, ConfigSource.STATIC_BROKER_CONFIG, True, (), True, "The key's password.", 9
+        )
+        return [DescribedConfigs(r.resource_type, r.name, None, [entry]) for r in resources]
+
+
 class FakeGroups:
     def find_coordinator(self, group_id: str) -> Any:
         raise GroupAuthorizationFailedError(f"not {group_id}")
@@ -88,7 +98,7 @@ def _core(log: FakeLog) -> Any:
         log=log,
         metadata=None,
         groups=FakeGroups(),
-        admin=None,
+        admin=FakeAdmin(),
         cluster=None,
         security=None,
         offload=_offload,
@@ -144,6 +154,17 @@ def test_grpc_a_refused_group_request_is_the_response_error_code() -> None:
     request = group_pb2.FindCoordinatorRequest(group_id="g")
     resp = asyncio.run(service.FindCoordinator(request, FakeContext()))  # type: ignore[arg-type]
     assert resp.error_code == 30 and resp.node_id == -1 and "not g" in resp.error_message
+
+
+def test_grpc_describe_configs_carries_type_sensitivity_and_documentation_when_asked() -> None:
+    service = BrokerService(_core(FakeLog()))
+    for asked in (False, True):
+        request = config_pb2.DescribeConfigsRequest(include_documentation=asked)
+        request.resources.add(resource_type=config_pb2.BROKER, resource_name="1")
+        resp = asyncio.run(service.DescribeConfigs(request, FakeContext()))  # type: ignore[arg-type]
+        [entry] = resp.results[0].configs
+        assert entry.is_sensitive and entry.config_type == 9 and not entry.HasField("value")
+        assert entry.HasField("documentation") is asked
 
 
 # --- the Kafka door -----------------------------------------------------------------------

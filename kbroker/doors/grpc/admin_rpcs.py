@@ -166,7 +166,10 @@ class AdminRpcs:
                     is_default=e.is_default,
                     config_source=int(e.source),  # type: ignore[arg-type]
                     is_sensitive=e.sensitive,
+                    config_type=e.config_type,
                 )
+                if request.include_documentation and e.documentation is not None:
+                    entry.documentation = e.documentation
                 if e.value is not None:
                     entry.value = e.value
                 for syn in e.synonyms if request.include_synonyms else ():

@@ -25,39 +25,39 @@ _sym_db = _symbol_database.Default()
 from kclient.proto.kbroker.v1 import common_pb2 as kbroker_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kbroker/v1/config.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"j\n\x16\x44\x65scribeConfigsRequest\x12\x36\n\tresources\x18\x01 \x03(\x0b\x32#.kbroker.v1.DescribeConfigsResource\x12\x18\n\x10include_synonyms\x18\x02 \x01(\x08\"\x83\x01\n\x17\x44\x65scribeConfigsResource\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x1a\n\x12\x63onfiguration_keys\x18\x03 \x03(\t\"M\n\x17\x44\x65scribeConfigsResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.kbroker.v1.DescribeConfigsResult\"\xe3\x01\n\x15\x44\x65scribeConfigsResult\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x35\n\rresource_type\x18\x03 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x04 \x01(\t\x12:\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32).kbroker.v1.DescribeConfigsResourceResult\"\xef\x01\n\x1d\x44\x65scribeConfigsResourceResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05value\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x12\n\nis_default\x18\x04 \x01(\x08\x12/\n\rconfig_source\x18\x05 \x01(\x0e\x32\x18.kbroker.v1.ConfigSource\x12\x14\n\x0cis_sensitive\x18\x06 \x01(\x08\x12\x34\n\x08synonyms\x18\x07 \x03(\x0b\x32\".kbroker.v1.DescribeConfigsSynonymB\x08\n\x06_value\"n\n\x16\x44\x65scribeConfigsSynonym\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05value\x18\x02 \x01(\tH\x00\x88\x01\x01\x12(\n\x06source\x18\x03 \x01(\x0e\x32\x18.kbroker.v1.ConfigSourceB\x08\n\x06_value\"l\n\x1eIncrementalAlterConfigsRequest\x12\x33\n\tresources\x18\x01 \x03(\x0b\x32 .kbroker.v1.AlterConfigsResource\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"\x92\x01\n\x14\x41lterConfigsResource\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12,\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\x1b.kbroker.v1.AlterableConfig\"t\n\x0f\x41lterableConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\x10\x63onfig_operation\x18\x02 \x01(\x0e\x32\x1b.kbroker.v1.ConfigOperation\x12\x12\n\x05value\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"^\n\x1fIncrementalAlterConfigsResponse\x12;\n\tresponses\x18\x01 \x03(\x0b\x32(.kbroker.v1.AlterConfigsResourceResponse\"\xae\x01\n\x1c\x41lterConfigsResourceResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x35\n\rresource_type\x18\x03 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x04 \x01(\t*A\n\x12\x43onfigResourceType\x12\x14\n\x10RESOURCE_UNKNOWN\x10\x00\x12\t\n\x05TOPIC\x10\x02\x12\n\n\x06\x42ROKER\x10\x04*\xa7\x01\n\x0c\x43onfigSource\x12\x19\n\x15\x43ONFIG_SOURCE_UNKNOWN\x10\x00\x12\x10\n\x0cTOPIC_CONFIG\x10\x01\x12\x19\n\x15\x44YNAMIC_BROKER_CONFIG\x10\x02\x12!\n\x1d\x44YNAMIC_DEFAULT_BROKER_CONFIG\x10\x03\x12\x18\n\x14STATIC_BROKER_CONFIG\x10\x04\x12\x12\n\x0e\x44\x45\x46\x41ULT_CONFIG\x10\x05*@\n\x0f\x43onfigOperation\x12\x07\n\x03SET\x10\x00\x12\n\n\x06\x44\x45LETE\x10\x01\x12\n\n\x06\x41PPEND\x10\x02\x12\x0c\n\x08SUBTRACT\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kbroker/v1/config.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"\x89\x01\n\x16\x44\x65scribeConfigsRequest\x12\x36\n\tresources\x18\x01 \x03(\x0b\x32#.kbroker.v1.DescribeConfigsResource\x12\x18\n\x10include_synonyms\x18\x02 \x01(\x08\x12\x1d\n\x15include_documentation\x18\x03 \x01(\x08\"\x83\x01\n\x17\x44\x65scribeConfigsResource\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x1a\n\x12\x63onfiguration_keys\x18\x03 \x03(\t\"M\n\x17\x44\x65scribeConfigsResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.kbroker.v1.DescribeConfigsResult\"\xe3\x01\n\x15\x44\x65scribeConfigsResult\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x35\n\rresource_type\x18\x03 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x04 \x01(\t\x12:\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32).kbroker.v1.DescribeConfigsResourceResult\"\xb2\x02\n\x1d\x44\x65scribeConfigsResourceResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05value\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x12\n\nis_default\x18\x04 \x01(\x08\x12/\n\rconfig_source\x18\x05 \x01(\x0e\x32\x18.kbroker.v1.ConfigSource\x12\x14\n\x0cis_sensitive\x18\x06 \x01(\x08\x12\x34\n\x08synonyms\x18\x07 \x03(\x0b\x32\".kbroker.v1.DescribeConfigsSynonym\x12\x1a\n\rdocumentation\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x13\n\x0b\x63onfig_type\x18\t \x01(\x05\x42\x08\n\x06_valueB\x10\n\x0e_documentation\"n\n\x16\x44\x65scribeConfigsSynonym\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05value\x18\x02 \x01(\tH\x00\x88\x01\x01\x12(\n\x06source\x18\x03 \x01(\x0e\x32\x18.kbroker.v1.ConfigSourceB\x08\n\x06_value\"l\n\x1eIncrementalAlterConfigsRequest\x12\x33\n\tresources\x18\x01 \x03(\x0b\x32 .kbroker.v1.AlterConfigsResource\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"\x92\x01\n\x14\x41lterConfigsResource\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12,\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\x1b.kbroker.v1.AlterableConfig\"t\n\x0f\x41lterableConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\x10\x63onfig_operation\x18\x02 \x01(\x0e\x32\x1b.kbroker.v1.ConfigOperation\x12\x12\n\x05value\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"^\n\x1fIncrementalAlterConfigsResponse\x12;\n\tresponses\x18\x01 \x03(\x0b\x32(.kbroker.v1.AlterConfigsResourceResponse\"\xae\x01\n\x1c\x41lterConfigsResourceResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x35\n\rresource_type\x18\x03 \x01(\x0e\x32\x1e.kbroker.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x04 \x01(\t*A\n\x12\x43onfigResourceType\x12\x14\n\x10RESOURCE_UNKNOWN\x10\x00\x12\t\n\x05TOPIC\x10\x02\x12\n\n\x06\x42ROKER\x10\x04*\xa7\x01\n\x0c\x43onfigSource\x12\x19\n\x15\x43ONFIG_SOURCE_UNKNOWN\x10\x00\x12\x10\n\x0cTOPIC_CONFIG\x10\x01\x12\x19\n\x15\x44YNAMIC_BROKER_CONFIG\x10\x02\x12!\n\x1d\x44YNAMIC_DEFAULT_BROKER_CONFIG\x10\x03\x12\x18\n\x14STATIC_BROKER_CONFIG\x10\x04\x12\x12\n\x0e\x44\x45\x46\x41ULT_CONFIG\x10\x05*@\n\x0f\x43onfigOperation\x12\x07\n\x03SET\x10\x00\x12\n\n\x06\x44\x45LETE\x10\x01\x12\n\n\x06\x41PPEND\x10\x02\x12\x0c\n\x08SUBTRACT\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kbroker.v1.config_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=1619
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=1684
-  _globals['_CONFIGSOURCE']._serialized_start=1687
-  _globals['_CONFIGSOURCE']._serialized_end=1854
-  _globals['_CONFIGOPERATION']._serialized_start=1856
-  _globals['_CONFIGOPERATION']._serialized_end=1920
-  _globals['_DESCRIBECONFIGSREQUEST']._serialized_start=64
-  _globals['_DESCRIBECONFIGSREQUEST']._serialized_end=170
-  _globals['_DESCRIBECONFIGSRESOURCE']._serialized_start=173
-  _globals['_DESCRIBECONFIGSRESOURCE']._serialized_end=304
-  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_start=306
-  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_end=383
-  _globals['_DESCRIBECONFIGSRESULT']._serialized_start=386
-  _globals['_DESCRIBECONFIGSRESULT']._serialized_end=613
-  _globals['_DESCRIBECONFIGSRESOURCERESULT']._serialized_start=616
-  _globals['_DESCRIBECONFIGSRESOURCERESULT']._serialized_end=855
-  _globals['_DESCRIBECONFIGSSYNONYM']._serialized_start=857
-  _globals['_DESCRIBECONFIGSSYNONYM']._serialized_end=967
-  _globals['_INCREMENTALALTERCONFIGSREQUEST']._serialized_start=969
-  _globals['_INCREMENTALALTERCONFIGSREQUEST']._serialized_end=1077
-  _globals['_ALTERCONFIGSRESOURCE']._serialized_start=1080
-  _globals['_ALTERCONFIGSRESOURCE']._serialized_end=1226
-  _globals['_ALTERABLECONFIG']._serialized_start=1228
-  _globals['_ALTERABLECONFIG']._serialized_end=1344
-  _globals['_INCREMENTALALTERCONFIGSRESPONSE']._serialized_start=1346
-  _globals['_INCREMENTALALTERCONFIGSRESPONSE']._serialized_end=1440
-  _globals['_ALTERCONFIGSRESOURCERESPONSE']._serialized_start=1443
-  _globals['_ALTERCONFIGSRESOURCERESPONSE']._serialized_end=1617
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=1718
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=1783
+  _globals['_CONFIGSOURCE']._serialized_start=1786
+  _globals['_CONFIGSOURCE']._serialized_end=1953
+  _globals['_CONFIGOPERATION']._serialized_start=1955
+  _globals['_CONFIGOPERATION']._serialized_end=2019
+  _globals['_DESCRIBECONFIGSREQUEST']._serialized_start=65
+  _globals['_DESCRIBECONFIGSREQUEST']._serialized_end=202
+  _globals['_DESCRIBECONFIGSRESOURCE']._serialized_start=205
+  _globals['_DESCRIBECONFIGSRESOURCE']._serialized_end=336
+  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_start=338
+  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_end=415
+  _globals['_DESCRIBECONFIGSRESULT']._serialized_start=418
+  _globals['_DESCRIBECONFIGSRESULT']._serialized_end=645
+  _globals['_DESCRIBECONFIGSRESOURCERESULT']._serialized_start=648
+  _globals['_DESCRIBECONFIGSRESOURCERESULT']._serialized_end=954
+  _globals['_DESCRIBECONFIGSSYNONYM']._serialized_start=956
+  _globals['_DESCRIBECONFIGSSYNONYM']._serialized_end=1066
+  _globals['_INCREMENTALALTERCONFIGSREQUEST']._serialized_start=1068
+  _globals['_INCREMENTALALTERCONFIGSREQUEST']._serialized_end=1176
+  _globals['_ALTERCONFIGSRESOURCE']._serialized_start=1179
+  _globals['_ALTERCONFIGSRESOURCE']._serialized_end=1325
+  _globals['_ALTERABLECONFIG']._serialized_start=1327
+  _globals['_ALTERABLECONFIG']._serialized_end=1443
+  _globals['_INCREMENTALALTERCONFIGSRESPONSE']._serialized_start=1445
+  _globals['_INCREMENTALALTERCONFIGSRESPONSE']._serialized_end=1539
+  _globals['_ALTERCONFIGSRESOURCERESPONSE']._serialized_start=1542
+  _globals['_ALTERCONFIGSRESOURCERESPONSE']._serialized_end=1716
 # @@protoc_insertion_point(module_scope)

@@ -44,12 +44,14 @@ APPEND: ConfigOperation
 SUBTRACT: ConfigOperation
 
 class DescribeConfigsRequest(_message.Message):
-    __slots__ = ("resources", "include_synonyms")
+    __slots__ = ("resources", "include_synonyms", "include_documentation")
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_SYNONYMS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DOCUMENTATION_FIELD_NUMBER: _ClassVar[int]
     resources: _containers.RepeatedCompositeFieldContainer[DescribeConfigsResource]
     include_synonyms: bool
-    def __init__(self, resources: _Optional[_Iterable[_Union[DescribeConfigsResource, _Mapping]]] = ..., include_synonyms: _Optional[bool] = ...) -> None: ...
+    include_documentation: bool
+    def __init__(self, resources: _Optional[_Iterable[_Union[DescribeConfigsResource, _Mapping]]] = ..., include_synonyms: _Optional[bool] = ..., include_documentation: _Optional[bool] = ...) -> None: ...
 
 class DescribeConfigsResource(_message.Message):
     __slots__ = ("resource_type", "resource_name", "configuration_keys")
@@ -82,7 +84,7 @@ class DescribeConfigsResult(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., resource_type: _Optional[_Union[ConfigResourceType, str]] = ..., resource_name: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[DescribeConfigsResourceResult, _Mapping]]] = ...) -> None: ...
 
 class DescribeConfigsResourceResult(_message.Message):
-    __slots__ = ("name", "value", "read_only", "is_default", "config_source", "is_sensitive", "synonyms")
+    __slots__ = ("name", "value", "read_only", "is_default", "config_source", "is_sensitive", "synonyms", "documentation", "config_type")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     READ_ONLY_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +92,8 @@ class DescribeConfigsResourceResult(_message.Message):
     CONFIG_SOURCE_FIELD_NUMBER: _ClassVar[int]
     IS_SENSITIVE_FIELD_NUMBER: _ClassVar[int]
     SYNONYMS_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTATION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_TYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     value: str
     read_only: bool
@@ -97,7 +101,9 @@ class DescribeConfigsResourceResult(_message.Message):
     config_source: ConfigSource
     is_sensitive: bool
     synonyms: _containers.RepeatedCompositeFieldContainer[DescribeConfigsSynonym]
-    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., read_only: _Optional[bool] = ..., is_default: _Optional[bool] = ..., config_source: _Optional[_Union[ConfigSource, str]] = ..., is_sensitive: _Optional[bool] = ..., synonyms: _Optional[_Iterable[_Union[DescribeConfigsSynonym, _Mapping]]] = ...) -> None: ...
+    documentation: str
+    config_type: int
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., read_only: _Optional[bool] = ..., is_default: _Optional[bool] = ..., config_source: _Optional[_Union[ConfigSource, str]] = ..., is_sensitive: _Optional[bool] = ..., synonyms: _Optional[_Iterable[_Union[DescribeConfigsSynonym, _Mapping]]] = ..., documentation: _Optional[str] = ..., config_type: _Optional[int] = ...) -> None: ...
 
 class DescribeConfigsSynonym(_message.Message):
     __slots__ = ("name", "value", "source")
