@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -316,24 +316,7 @@ class GroupApis:
             for part in t.partitions
         ]
         results = await self._call(self._groups.commit_offsets, member, offsets)
-        return build(
-            response_class(OFFSET_COMMIT, req.version),
-            {
-                "topics": [
-                    {
-                        "name": t.name,
-                        "partitions": [
-                            {
-                                "partition_index": int(part.partition_index),
-                                "error_code": _code(results.get((t.name, int(part.partition_index)))),
-                            }
-                            for part in t.partitions
-                        ],
-                    }
-                    for t in p.topics
-                ]
-            },
-        )
+        return build(response_class(OFFSET_COMMIT, req.version), {"topics": _partition_codes(p.topics, results)})
 
     async def offset_fetch(self, req: KafkaRequest) -> Any:
         p = req.payload
@@ -374,25 +357,7 @@ class GroupApis:
             results = await self._call(self._groups.delete_offsets, p.group_id, wanted)
         except Exception as exc:
             return build(cls, {"error_code": _code(exc)})
-        return build(
-            cls,
-            {
-                "error_code": 0,
-                "topics": [
-                    {
-                        "name": t.name,
-                        "partitions": [
-                            {
-                                "partition_index": int(part.partition_index),
-                                "error_code": _code(results.get((t.name, int(part.partition_index)))),
-                            }
-                            for part in t.partitions
-                        ],
-                    }
-                    for t in p.topics
-                ],
-            },
-        )
+        return build(cls, {"error_code": 0, "topics": _partition_codes(p.topics, results)})
 
     # --- administration ---------------------------------------------------------------
 
@@ -464,6 +429,23 @@ def _code(exc: BaseException | None) -> int:
 def _error(exc: Exception) -> dict[str, Any]:
     err = as_response_error(exc)
     return {"error_code": err.errno, "error_message": err.message}
+
+
+def _partition_codes(topics: Any, results: Mapping[tuple[str, int], BrokerResponseError | None]) -> list[Any]:
+    """OffsetCommit's and OffsetDelete's answer: each partition asked, with its code."""
+    return [
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": int(x.partition_index),
+                    "error_code": _code(results.get((t.name, int(x.partition_index)))),
+                }
+                for x in t.partitions
+            ],
+        }
+        for t in topics
+    ]
 
 
 def _member_of(payload: Any) -> MemberOf:
