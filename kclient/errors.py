@@ -420,6 +420,11 @@ class SecurityDisabledError(BrokerResponseError):
     description = "Security features are disabled."
 
 
+class OperationNotAttemptedError(BrokerResponseError):
+    errno = 55
+    description = "The broker did not attempt to execute this operation."
+
+
 class KafkaStorageError(BrokerResponseError):
     errno = 56
     retriable = True

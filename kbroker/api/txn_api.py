@@ -1,0 +1,158 @@
+"""The transaction requests, protocol-neutral (Kafka's ``handleFindCoordinatorRequest``
+for key type TRANSACTION, ``handleInitProducerIdRequest`` with a transactional id,
+``handleAddPartitionToTxnRequest``, ``handleAddOffsetsToTxnRequest``,
+``handleTxnOffsetCommitRequest``, ``handleEndTxnRequest``): plain values in, typed results
+out, a refusal of the whole request raised as the error table's exception.
+
+Authorization, as Kafka's: WRITE on the TransactionalId for every request that changes a
+transaction (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), DESCRIBE on it to find its
+coordinator; AddPartitionsToTxn also WRITE on each topic, and when any partition is
+refused or unknown the others are not added and answer OPERATION_NOT_ATTEMPTED;
+AddOffsetsToTxn and TxnOffsetCommit READ on the group (GROUP_AUTHORIZATION_FAILED), the
+latter READ on each topic.
+
+A transactional id is coordinated by one live broker, chosen as a group's is
+(rendezvous hashing over the live brokers); a request for an id this broker does not
+coordinate answers NOT_COORDINATOR. The state machine is
+:class:`~kbroker.txn.coordinator.TransactionCoordinator`'s.
+
+Thread safety: every method blocks (ZooKeeper) and runs on a door's request pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from kbroker.api.access import Access
+from kbroker.api.call_context import current
+from kbroker.api.metadata_api import Node, advertised
+from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.zkdata import CommittedOffset as CommittedOffset
+from kbroker.cluster.zkdata import TransactionMetadata as TransactionMetadata
+from kbroker.group.coordinator import coordinator_for
+from kbroker.security.acl import AclOperation as Op
+from kbroker.security.acl import ResourceType
+from kbroker.txn.coordinator import TransactionCoordinator
+from kclient.errors import (
+    BrokerResponseError,
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    NotCoordinatorError,
+    OperationNotAttemptedError,
+    TransactionalIdAuthorizationFailedError,
+)
+
+TopicPartition = tuple[str, int]
+
+
+class TransactionApi:
+    """The transaction requests of one broker (see the module docstring)."""
+
+    def __init__(
+        self, broker_id: int, coordinator: TransactionCoordinator, metadata: MetadataCache, access: Access
+    ) -> None:
+        self._broker_id = broker_id
+        self._coordinator = coordinator
+        self._metadata = metadata
+        self._access = access
+
+    def _check_id(self, operation: Op, transactional_id: str) -> None:
+        if not transactional_id:
+            raise InvalidRequestError("the transactional id is empty")
+        if not self._access.allows(operation, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            raise TransactionalIdAuthorizationFailedError(
+                self._access.denied(operation, f"transactional id {transactional_id!r}")
+            )
+
+    def coordinator_of(self, transactional_id: str) -> int:
+        return coordinator_for(transactional_id, sorted(self._metadata.snapshot().brokers))
+
+    def _check_coordinator(self, transactional_id: str) -> None:
+        node = self.coordinator_of(transactional_id)
+        if node != self._broker_id:
+            raise NotCoordinatorError(
+                f"broker {self._broker_id} does not coordinate transactional id {transactional_id!r} "
+                f"(broker {node} does)"
+            )
+
+    def find_coordinator(self, transactional_id: str) -> Node:
+        """DESCRIBE on the TransactionalId; its coordinator as the caller reaches it."""
+        self._check_id(Op.DESCRIBE, transactional_id)
+        info = self._metadata.snapshot().brokers.get(self.coordinator_of(transactional_id))
+        if info is None:
+            raise CoordinatorNotAvailableError("no live broker can coordinate transactions")
+        where = advertised(info)
+        if where is None:
+            raise CoordinatorNotAvailableError(f"broker {info.broker_id} has no listener {current().listener}")
+        return Node(info.broker_id, where[0], where[1])
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+        self._check_id(Op.WRITE, transactional_id)
+        self._check_coordinator(transactional_id)
+        return self._coordinator.init_producer_id(transactional_id, timeout_ms)
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """Per partition None (added) or why not; all or nothing."""
+        self._check_id(Op.WRITE, transactional_id)
+        self._check_coordinator(transactional_id)
+        refused = self._access.refused_topics(Op.WRITE, (t for t, _ in partitions))
+        failed: dict[TopicPartition, BrokerResponseError | None] = {
+            tp: refused[tp[0]] for tp in partitions if tp[0] in refused
+        }
+        failed.update(self._metadata.snapshot().unknown_partitions(tp for tp in partitions if tp not in failed))
+        if failed:
+            skipped = OperationNotAttemptedError("another partition of the request was refused")
+            return {tp: failed.get(tp, skipped) for tp in partitions}
+        self._coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        return dict.fromkeys(partitions)
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        self._check_id(Op.WRITE, transactional_id)
+        self._access.check_group(Op.READ, group_id)
+        self._check_coordinator(transactional_id)
+        self._coordinator.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
+
+    def commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """TxnOffsetCommit (sent to the transaction's coordinator here, where Kafka sends
+        it to the group's): the offsets are held until the transaction ends."""
+        self._check_id(Op.WRITE, transactional_id)
+        self._access.check_group(Op.READ, group_id)
+        self._check_coordinator(transactional_id)
+        refused = self._access.refused_topics(Op.READ, (t for t, _ in offsets))
+        results: dict[TopicPartition, BrokerResponseError | None] = {
+            tp: refused[tp[0]] for tp in offsets if tp[0] in refused
+        }
+        results.update(self._metadata.snapshot().unknown_partitions(tp for tp in offsets if tp not in results))
+        valid = {tp: c for tp, c in offsets.items() if tp not in results}
+        if valid:
+            self._coordinator.commit_offsets(transactional_id, producer_id, producer_epoch, group_id, valid)
+        results.update(dict.fromkeys(valid))
+        return results
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        self._check_id(Op.WRITE, transactional_id)
+        self._check_coordinator(transactional_id)
+        self._coordinator.end_txn(transactional_id, producer_id, producer_epoch, commit)
+
+    def describe(
+        self, transactional_ids: Sequence[str]
+    ) -> list[tuple[str, BrokerResponseError | None, TransactionMetadata | None]]:
+        """DescribeTransactions (KIP-664): DESCRIBE on each id; each answers its own error."""
+        out: list[tuple[str, BrokerResponseError | None, TransactionMetadata | None]] = []
+        for tid in transactional_ids:
+            try:
+                self._check_id(Op.DESCRIBE, tid)
+                self._check_coordinator(tid)
+                out.append((tid, None, self._coordinator.describe(tid)))
+            except BrokerResponseError as exc:
+                out.append((tid, exc, None))
+        return out
