@@ -254,65 +254,46 @@ class BatchBuilder:
         self._buf = bytearray()
         return built
 
+    @classmethod
+    def encode(
+        cls,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Sequence[Header]] | None = None,
+        timestamps: Sequence[int] | None = None,
+        *,
+        base_timestamp: int | None = None,
+        compression: Compression = Compression.NONE,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+        is_transactional: bool = False,
+        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+        base_offset: int = 0,
+    ) -> bytes:
+        """One whole batch from parallel sequences, in one call (the producer's ``send_batch``;
+        :func:`encode_batch` is this method of BatchBuilder).
 
-def encode_batch(
-    values: Sequence[bytes | None],
-    keys: Sequence[bytes | None] | None = None,
-    headers: Sequence[Sequence[Header]] | None = None,
-    timestamps: Sequence[int] | None = None,
-    *,
-    base_timestamp: int | None = None,
-    compression: Compression = Compression.NONE,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = NO_PRODUCER_EPOCH,
-    base_sequence: int = NO_SEQUENCE,
-    is_transactional: bool = False,
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-    base_offset: int = 0,
-) -> bytes:
-    """One whole batch from parallel sequences, in one call (the producer's ``send_batch``).
-
-    Record ``i`` has value ``values[i]``, key ``keys[i]`` (all null without keys),
-    headers ``headers[i]`` (none without headers) and timestamp ``timestamps[i]``
-    (``base_timestamp`` for every record without timestamps; that defaults to now).
-    The bytes equal those of a BatchBuilder fed the same records. Raises
-    IllegalStateError for no values, ValueError for sequences of different lengths.
-    """
-    return encode_batch_with(
-        BatchBuilder, values, keys, headers, timestamps, base_timestamp, compression,
-        producer_id, producer_epoch, base_sequence, is_transactional, partition_leader_epoch, base_offset,
-    )  # fmt: skip
-
-
-def encode_batch_with(
-    builder_type: type[BatchBuilder],
-    values: Sequence[bytes | None],
-    keys: Sequence[bytes | None] | None,
-    headers: Sequence[Sequence[Header]] | None,
-    timestamps: Sequence[int] | None,
-    base_timestamp: int | None,
-    compression: Compression,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    is_transactional: bool,
-    partition_leader_epoch: int,
-    base_offset: int,
-) -> bytes:
-    n = check_lengths(values, keys, headers, timestamps)
-    builder = builder_type(
-        compression,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-        partition_leader_epoch=partition_leader_epoch,
-        base_offset=base_offset,
-    )
-    if not n:
-        raise IllegalStateError("cannot build an empty record batch")
-    builder._extend(values, keys, headers, timestamps, _now_ms() if base_timestamp is None else base_timestamp)
-    return builder.build()
+        Record ``i`` has value ``values[i]``, key ``keys[i]`` (all null without keys),
+        headers ``headers[i]`` (none without headers) and timestamp ``timestamps[i]``
+        (``base_timestamp`` for every record without timestamps; that defaults to now).
+        The bytes equal those of a BatchBuilder fed the same records. Raises
+        IllegalStateError for no values, ValueError for sequences of different lengths.
+        """
+        n = check_lengths(values, keys, headers, timestamps)
+        builder = cls(
+            compression,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            is_transactional=is_transactional,
+            partition_leader_epoch=partition_leader_epoch,
+            base_offset=base_offset,
+        )
+        if not n:
+            raise IllegalStateError("cannot build an empty record batch")
+        builder._extend(values, keys, headers, timestamps, _now_ms() if base_timestamp is None else base_timestamp)
+        return builder.build()
 
 
 def check_lengths(
@@ -326,3 +307,6 @@ def check_lengths(
         if seq is not None and len(seq) != n:
             raise ValueError(f"{name} has {len(seq)} entries for {n} values")
     return n
+
+
+encode_batch = BatchBuilder.encode

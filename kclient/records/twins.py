@@ -23,17 +23,13 @@ from typing import Any, NamedTuple
 import kclient.records.pyrecords as pyrecords
 from kclient.errors import CorruptRecordError
 from kclient.records.buffers import OFFSETS, ColumnBuffers
-from kclient.records.builder import BatchBuilder, encode_batch_with
-from kclient.records.compression import Compression, decompress
+from kclient.records.builder import BatchBuilder
+from kclient.records.compression import decompress
 from kclient.records.header import BatchHeader, check_batch, check_shape, iter_headers, read_header
 from kclient.records.layout import (
     COMPRESSION_CODEC_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
-    NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
     TIMESTAMP_TYPE_MASK,
     Buffer,
 )
@@ -145,31 +141,11 @@ class CodecAPI(NamedTuple):
 
 
 def _api(codec: Codec) -> CodecAPI:
-    builder_type = type(
+    builder_type: type[BatchBuilder] = type(
         "BatchBuilder",
         (BatchBuilder,),
         {"__slots__": (), "_codec": codec, "_append_record": staticmethod(codec.append_record)},
     )
-
-    def encode(
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[Sequence[Header]] | None = None,
-        timestamps: Sequence[int] | None = None,
-        *,
-        base_timestamp: int | None = None,
-        compression: Compression = Compression.NONE,
-        producer_id: int = NO_PRODUCER_ID,
-        producer_epoch: int = NO_PRODUCER_EPOCH,
-        base_sequence: int = NO_SEQUENCE,
-        is_transactional: bool = False,
-        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-        base_offset: int = 0,
-    ) -> bytes:
-        return encode_batch_with(
-            builder_type, values, keys, headers, timestamps, base_timestamp, compression,
-            producer_id, producer_epoch, base_sequence, is_transactional, partition_leader_epoch, base_offset,
-        )  # fmt: skip
 
     def consumer_records(
         buf: Buffer,
@@ -203,7 +179,7 @@ def _api(codec: Codec) -> CodecAPI:
     return CodecAPI(
         codec.name,
         builder_type,
-        encode,
+        builder_type.encode,
         partial(decode_batch_with, codec),
         partial(decode_batches_with, codec),
         consumer_records,
