@@ -1,6 +1,6 @@
 """Build the compiled record codec, kclient._crecords (everything else is in pyproject.toml).
 
-kclient/records.py falls back to pure Python when the module is missing or when
+kclient.records (kclient/records/twins.py) falls back to pure Python when the module is missing or when
 KBROKER_NO_EXTENSIONS=1; the build itself needs only a C compiler and the Python headers.
 """
 

@@ -82,9 +82,6 @@ from kclient.records.record import (
 from kclient.records.twins import IMPLEMENTATION, CodecAPI, implementations
 from kclient.records.varint import encode_varint, read_varint
 
-_decompress = decompress
-"""The old private name, still imported by kbroker/doors/kafka/legacy_produce.py: use decompress."""
-
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "BASE_OFFSET_OFFSET",

@@ -146,7 +146,7 @@ def decompress(codec: int, data: Buffer, max_size: int | None = None) -> bytes:
 
     With ``max_size``, no more than ``max_size + 1`` bytes are ever inflated, and a body
     that holds more than ``max_size`` raises MessageSizeTooLargeError; snappy, whose
-    blocks expand at most ~21 times, is decoded whole and then measured. Raises
+    blocks state their lengths up front, is measured by those before it is decoded. Raises
     CorruptRecordError for a body that does not decompress (the codec library's own
     error is the cause), UnsupportedCodecError for snappy without a library.
     """
@@ -170,6 +170,8 @@ def decompress(codec: int, data: Buffer, max_size: int | None = None) -> bytes:
             elif codec == Compression.GZIP:
                 out = _gzip_inflate(data, cap)
             elif codec == Compression.SNAPPY:
+                if _snappy_declared_length(data) > max_size:  # measured before anything is inflated
+                    raise MessageSizeTooLargeError(f"the snappy records decompress to more than {max_size} bytes")
                 out = _snappy_decode(data)
             else:
                 raise CorruptRecordError(f"unknown compression codec id {codec}")
@@ -226,6 +228,39 @@ def _snappy_decode(data: Buffer) -> bytes:
         out += decompress_block(raw[p : p + block_len])
         p += block_len
     return bytes(out)
+
+
+def _snappy_declared_length(data: Buffer) -> int:
+    """The uncompressed length snappy ``data`` declares (xerial framing, or one plain
+    block); CorruptRecordError if that cannot be read."""
+    raw = bytes(data)
+    try:
+        if not raw.startswith(_XERIAL_MAGIC) or len(raw) < len(_XERIAL_HEADER):
+            return _uvarint(raw, 0)
+        total, p = 0, len(_XERIAL_HEADER)
+        while p < len(raw):
+            (n,) = _I32.unpack_from(raw, p)
+            if n < 0 or p + 4 + n > len(raw):
+                raise CorruptRecordError("truncated xerial snappy block")
+            total += _uvarint(raw, p + 4)
+            p += 4 + n
+        return total
+    except (struct.error, IndexError, ValueError) as exc:
+        raise CorruptRecordError(f"cannot decompress snappy record batch: {exc}") from None
+
+
+def _uvarint(data: bytes, p: int) -> int:
+    """The unsigned varint at ``p`` (a snappy block's length prefix)."""
+    value = shift = 0
+    while True:
+        if p >= len(data) or shift > 63:
+            raise ValueError("a truncated varint")
+        b = data[p]
+        p += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value
+        shift += 7
 
 
 # The bounded readers: each reads as the unbounded one above and stops at ``cap`` bytes.

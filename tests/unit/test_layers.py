@@ -80,3 +80,18 @@ def test_the_check_sees_an_import_that_runs_back_up(tmp_path: Path, monkeypatch:
     (tmp_path / "kbroker" / "storage" / "bad.py").write_text("from kbroker.cluster import zkdata\n")
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     assert offending("kbroker/storage", ("kbroker.cluster",)) == ["kbroker/storage/bad.py:1 imports kbroker.cluster"]
+
+
+def test_the_broker_uses_the_records_package_through_its_public_names() -> None:
+    private = []
+    for package in ("kbroker",):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kclient.records"):
+                    private += [
+                        f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}.{a.name}"
+                        for a in node.names
+                        if a.name.startswith("_") or node.module != "kclient.records"
+                    ]
+    assert private == []

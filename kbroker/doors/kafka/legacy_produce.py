@@ -41,7 +41,6 @@ import zlib
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import lz4.frame as _lz4f
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader
@@ -50,7 +49,14 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records, TZAware, i16, i32, i32Timedelta, i64
 
 from kclient.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
-from kclient.records import Compression, _decompress, encode_batch
+from kclient.records import (
+    COMPRESSION_CODEC_MASK,
+    MAGIC_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    Compression,
+    decompress,
+    encode_batch,
+)
 
 PRODUCE_KEY = 0
 
@@ -64,8 +70,7 @@ _MESSAGE_HEAD = struct.Struct(">qi")  # offset, message size
 _CRC_MAGIC_ATTRS = struct.Struct(">Ibb")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_MAGIC_POS = 16  # offset (8) + size (4) + crc (4) in a v0/v1 message; the same byte of a v2 batch
-_TIMESTAMP_TYPE_BIT = 0x08
+_MAGIC_POS = MAGIC_OFFSET  # offset (8) + size (4) + crc (4) in a v0/v1 message: a v2 batch's magic byte
 
 
 # --- schemas ---------------------------------------------------------------------------
@@ -273,7 +278,7 @@ def _read_message(msg: memoryview, out: _Converted, wrapper: tuple[int, int | No
     value, p = _bytes(msg, p)
     if p != len(msg):
         raise CorruptRecordError(f"a message of magic {magic} has {len(msg) - p} bytes after its value")
-    codec_id = attributes & 0x07
+    codec_id = attributes & COMPRESSION_CODEC_MASK
     if codec_id == Compression.NONE:
         if wrapper is not None:
             wrapper_magic, log_append_time = wrapper
@@ -296,7 +301,7 @@ def _read_message(msg: memoryview, out: _Converted, wrapper: tuple[int, int | No
     inner = _inflate(Compression(codec_id), value, MAX_INFLATED_BYTES - out.inflated)
     out.inflated += len(inner)
     out.codec = Compression(codec_id)
-    log_append = magic == 1 and bool(attributes & _TIMESTAMP_TYPE_BIT)
+    log_append = magic == 1 and bool(attributes & TIMESTAMP_TYPE_MASK)
     _read_set(memoryview(inner), out, (magic, timestamp if log_append else None))
 
 
@@ -318,81 +323,14 @@ def _too_large() -> MessageSizeTooLargeError:
 
 def _inflate(codec: Compression, data: bytes, budget: int) -> bytes:
     """``data`` decompressed, at most ``budget`` bytes (MessageSizeTooLargeError past it,
-    CorruptRecordError when it does not decompress)."""
+    CorruptRecordError when it does not decompress): the records package's bounded
+    decompression, with this door's words."""
     try:
-        if codec == Compression.GZIP:
-            return _gzip(data, budget)
-        if codec == Compression.LZ4:
-            d = _lz4f.LZ4FrameDecompressor()
-            out: bytes = d.decompress(data, max_length=budget + 1)
-            if len(out) > budget:
-                raise _too_large()
-            if not d.eof:
-                raise CorruptRecordError("a truncated lz4 wrapper")
-            return out
-    except (zlib.error, RuntimeError, ValueError, EOFError) as exc:
+        return decompress(codec, data, max_size=budget)
+    except MessageSizeTooLargeError:
+        raise _too_large() from None
+    except CorruptRecordError as exc:
         raise CorruptRecordError(f"a {codec.name.lower()} wrapper does not decompress: {exc}") from None
-    # snappy: each block states its length up front (xerial framing, or one plain block)
-    if _snappy_length(data) > budget:
-        raise _too_large()
-    return _decompress(codec, memoryview(data))
-
-
-def _gzip(data: bytes, budget: int) -> bytes:
-    """Concatenated gzip members, as Java's GZIPInputStream reads them."""
-    parts: list[bytes] = []
-    total = 0
-    rest = data
-    while rest:
-        d = zlib.decompressobj(31)
-        chunk = d.decompress(rest, budget + 1 - total)
-        while True:
-            parts.append(chunk)
-            total += len(chunk)
-            if total > budget:
-                raise _too_large()
-            if not d.unconsumed_tail:
-                break
-            chunk = d.decompress(d.unconsumed_tail, budget + 1 - total)
-        if not d.eof:
-            raise EOFError("truncated gzip data")
-        rest = d.unused_data
-    return b"".join(parts)
-
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE = len(_XERIAL_MAGIC) + 8
-
-
-def _snappy_length(data: bytes) -> int:
-    """The uncompressed length snappy ``data`` declares (CorruptRecordError if unreadable)."""
-    try:
-        if not data.startswith(_XERIAL_MAGIC):
-            return _uvarint(data, 0)
-        total, p = 0, _XERIAL_HEADER_SIZE
-        while p < len(data):
-            (n,) = _I32.unpack_from(data, p)
-            if n < 0 or p + 4 + n > len(data):
-                raise CorruptRecordError("a truncated xerial snappy block")
-            total += _uvarint(data, p + 4)
-            p += 4 + n
-        return total
-    except (struct.error, IndexError, ValueError) as exc:
-        raise CorruptRecordError(f"a snappy wrapper does not decompress: {exc}") from None
-
-
-def _uvarint(data: bytes, p: int) -> int:
-    """The unsigned varint at ``p`` (snappy's length prefix)."""
-    value = shift = 0
-    while True:
-        if p >= len(data) or shift > 63:
-            raise ValueError("a truncated varint")
-        b = data[p]
-        p += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value
-        shift += 7
 
 
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
