@@ -26,6 +26,7 @@ from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, NewTopic
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2, metadata_pb2
 from kclient.records import BatchBuilder
+from tests.integration.test_acks_all_with_a_stopped_follower import stop_fully
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -182,9 +183,13 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
     wait_until(lambda: cluster.brokers[1].running(), 5)
     stub = stub_of(cluster.brokers[0].address)
     assert stub.Produce(produce("t", records(100)), timeout=20).topics[0].partitions[0].error_code == 0
-    cluster.brokers[1].pause()  # the follower stops: an acks=all write waits for it
+    # The follower stops: an acks=all write waits for it. Only once every thread of it has
+    # stopped, though: SIGSTOP takes milliseconds to stop a process, and a follower still
+    # running then takes the write (and the leader rightly acknowledges it).
+    stopping = stop_fully(cluster.brokers[1])
     try:
         waiting = produce("t", records(100), timeout_ms=40000)
+        sent = time.monotonic()
         pending = stub.Produce.future(waiting, timeout=60)
         time.sleep(0.5)
         # Clients now hold all of the client budget the write left, with bytes really sent
@@ -196,7 +201,12 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
             data = size.to_bytes(4, "big") + b"\0" * (size - 1)
             threading.Thread(target=_send_quietly, args=(s, data), daemon=True).start()
         time.sleep(2.0)
-        assert not pending.done(), f"answered while the follower was stopped: {pending.result()}"
+        if pending.done():
+            raise AssertionError(
+                f"answered within {time.monotonic() - sent:.1f} s while the follower was stopped (all its "
+                f"threads stopped {stopping * 1000:.1f} ms after SIGSTOP, before the write was sent); "
+                f"ISR {isr_of(stub, 't')}: {pending.result()}"
+            )
     finally:
         cluster.brokers[1].resume()
     resumed = time.monotonic()
@@ -208,6 +218,15 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
     assert time.monotonic() - resumed < 10, (
         f"acknowledged {time.monotonic() - resumed:.1f} s after the follower resumed"
     )
+
+
+def isr_of(stub: broker_pb2_grpc.BrokerStub, topic: str) -> str:
+    """The leader's ISR of ``topic``-0, or why it could not be read (the budget is full)."""
+    try:
+        md = stub.Metadata(metadata_pb2.MetadataRequest(topics=[topic]), timeout=5)
+        return str(list(md.topics[0].partitions[0].isr_nodes))
+    except grpc.RpcError as exc:
+        return f"unknown ({exc.code().name})"
 
 
 def _send_quietly(s: socket.socket, data: bytes) -> None:
