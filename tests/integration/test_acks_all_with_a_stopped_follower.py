@@ -10,23 +10,22 @@ and the last stopped 1.5-6 ms later; a loaded machine makes that longer. That is
 for the follower to take a write sent just after the signal: the leader answers the
 follower's parked fetch with it, the follower appends it and fetches from past it, and
 the leader acknowledges it, correctly, since the follower has it. (Beside an
-integration run, 7 of 80 such writes were acknowledged, 0 of 80 with :func:`stop_fully`;
+integration run, 7 of 80 such writes were acknowledged, 0 of 80 once the stop was waited for;
 in one, the follower appended the write 1.8 ms after ``kill()`` returned, the leader
 acknowledged it 0.7 ms later, and the follower's threads were all stopped 3.8 ms after
 ``kill()``.) So a test that means "the follower cannot have this write" must wait for
-the stop first: :func:`stop_fully`.
+the stop first, as :meth:`BrokerProcess.pause` does.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 import pytest
 
-from kbroker.local.cluster import BrokerProcess, LocalCluster
+from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, NewTopic
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, common_pb2, config_pb2, log_pb2
 from kclient.records import BatchBuilder
@@ -43,38 +42,6 @@ REFUSALS = (
 )
 """What an acks=all write may get while the follower is stopped: it times out waiting for
 the follower, or (the ISR shrank, e.g. the follower's ZooKeeper session expired) is refused."""
-
-
-def thread_states(pid: int) -> dict[int, str]:
-    """Each live thread of ``pid`` and its state letter (``/proc/<pid>/task/*/stat``)."""
-    states: dict[int, str] = {}
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # the thread ended meanwhile
-        state = text[text.rindex(")") + 2]
-        if state not in "ZX":
-            states[int(stat.parent.name)] = state
-    return states
-
-
-def stop_fully(broker: BrokerProcess, timeout_s: float = 10.0) -> float:
-    """SIGSTOP ``broker`` and wait until every one of its threads has stopped; returns
-    how long that took after ``kill()`` returned (seconds)."""
-    assert broker.proc is not None
-    broker.pause()
-    sent = time.monotonic()
-    while True:
-        states = thread_states(broker.proc.pid)
-        if states and all(s in "Tt" for s in states.values()):
-            return time.monotonic() - sent
-        if time.monotonic() - sent > timeout_s:
-            running = {tid: s for tid, s in states.items() if s not in "Tt"}
-            raise AssertionError(
-                f"broker {broker.broker_id}: threads not stopped {timeout_s} s after SIGSTOP: {running}"
-            )
-        time.sleep(0.001)
 
 
 def produce(topic: str, acks: int = -1, timeout_ms: int = 10000) -> log_pb2.ProduceRequest:
@@ -109,7 +76,7 @@ def test_acks_all_is_never_acknowledged_while_the_in_sync_follower_is_stopped(
             "a first acks=all write",
         )
         for i in range(ROUNDS):
-            stopping = stop_fully(follower)
+            stopping = follower.pause()
             try:
                 sent = time.monotonic()
                 answer = stub.Produce(produce("t", timeout_ms=1000), timeout=20).topics[0].partitions[0]

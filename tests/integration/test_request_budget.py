@@ -26,7 +26,6 @@ from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, NewTopic
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2, metadata_pb2
 from kclient.records import BatchBuilder
-from tests.integration.test_acks_all_with_a_stopped_follower import stop_fully
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -186,7 +185,7 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
     # The follower stops: an acks=all write waits for it. Only once every thread of it has
     # stopped, though: SIGSTOP takes milliseconds to stop a process, and a follower still
     # running then takes the write (and the leader rightly acknowledges it).
-    stopping = stop_fully(cluster.brokers[1])
+    stopping = cluster.brokers[1].pause()
     try:
         waiting = produce("t", records(100), timeout_ms=40000)
         sent = time.monotonic()
