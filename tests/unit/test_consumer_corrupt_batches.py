@@ -19,7 +19,7 @@ from crc32c import crc32c
 from kclient.consumer import Consumer, Fetcher, SubscriptionState
 from kclient.errors import CorruptRecordError
 from kclient.proto.kbroker.v1 import log_pb2
-from kclient.records import BatchBuilder
+from kclient.records import ATTRIBUTES_OFFSET, CONTROL_FLAG_MASK, CRC_OFFSET, BatchBuilder
 from kclient.structs import TopicPartition
 from tests.support import FakeMetadata, FakeTransport
 from tests.unit.test_consumer_fetcher import CFG, LEADER, T0, T1, TP, ManualFuture, batch, consumer_for, fetcher_for
@@ -30,8 +30,10 @@ def control_batch(base_offset: int) -> bytes:
     b = BatchBuilder(base_offset=base_offset, producer_id=7, producer_epoch=0, is_transactional=True)
     b.append(1000, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", [])
     data = bytearray(b.build())
-    struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 0x20)
-    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    struct.pack_into(
+        ">h", data, ATTRIBUTES_OFFSET, struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)[0] | CONTROL_FLAG_MASK
+    )
+    struct.pack_into(">I", data, CRC_OFFSET, crc32c(bytes(data[ATTRIBUTES_OFFSET:])))
     return bytes(data)
 
 

@@ -18,7 +18,7 @@ from kclient.compat import KAFKA_PYTHON_CONFIGS, check_configs
 from kclient.consumer import Consumer
 from kclient.errors import InvalidConfigError, KafkaTimeoutError, NotLeaderForPartitionError
 from kclient.producer import Producer
-from kclient.records import HEADER_SIZE, Compression, decode_batch
+from kclient.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, HEADER_SIZE, Compression, decode_batch
 from kclient.structs import OffsetAndMetadata, TopicPartition
 from kclient.transport import map_rpc_error
 from tests.unit.test_coordinator import commit_ok, joined, make
@@ -273,7 +273,7 @@ def test_snappy_batches_interoperate_with_kafka_python_both_ways(monkeypatch: py
     theirs = build_kafka_python(inputs, Compression.SNAPPY)
     assert decode_batch(theirs)[1] == expected_records(inputs)
     ours = build_kclient(inputs, Compression.SNAPPY)
-    assert struct.unpack_from(">h", ours, 21)[0] & 0x7 == int(Compression.SNAPPY)
+    assert struct.unpack_from(">h", ours, ATTRIBUTES_OFFSET)[0] & COMPRESSION_CODEC_MASK == int(Compression.SNAPPY)
     kbatch, got = kafka_python_decode(ours)
     assert kbatch.compression_type == int(Compression.SNAPPY) and got == inputs
 

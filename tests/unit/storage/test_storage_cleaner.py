@@ -18,7 +18,7 @@ from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.offset_map import BYTES_PER_ENTRY, OffsetMap
 from kclient.errors import InvalidConfigurationError, InvalidRecordError
-from kclient.records import BatchBuilder, Compression, Record, decode_batches, iter_headers, read_header
+from kclient.records import HEADER_SIZE, BatchBuilder, Compression, Record, decode_batches, iter_headers, read_header
 
 
 def compact_config(**changes: object) -> LogConfig:
@@ -268,7 +268,7 @@ def test_filter_batch_keeps_offsets_and_sequence_fields() -> None:
     assert (new.base_offset, new.last_offset_delta, new.base_sequence, new.producer_id) == (0, 2, 10, 7)
     ((_, records),) = decode_batches(result.data)  # the CRC checks out
     assert [(r.offset, r.key, r.value) for r in records] == [(0, b"a", b"1"), (2, b"c", b"3")]
-    raw = parse_records(data[61:], 3)
+    raw = parse_records(data[HEADER_SIZE:], 3)
     assert [r.tombstone for r in raw] == [False, True, False]
     assert filter_batch(data, 0, header, [False] * 3, tombstones, keep_empty=False).data is None
     empty = filter_batch(data, 0, header, [False] * 3, tombstones, keep_empty=True).data

@@ -26,7 +26,17 @@ from kclient.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
-from kclient.records import BatchBuilder, Compression, iter_headers, read_header
+from kclient.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    RECORDS_COUNT_OFFSET,
+    BatchBuilder,
+    Compression,
+    iter_headers,
+    read_header,
+)
 
 
 @pytest.fixture
@@ -182,17 +192,17 @@ def test_leader_append_validation(tmp_path: Path, make, error) -> None:  # type:
 
 
 def with_crc(buf: bytearray) -> bytes:
-    buf[17:21] = crc32c(bytes(buf[21:])).to_bytes(4, "big")
+    buf[CRC_OFFSET:ATTRIBUTES_OFFSET] = crc32c(bytes(buf[ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
     return bytes(buf)
 
 
 def test_leader_append_rejects_inconsistent_batches(log: Log) -> None:
     bad_count = bytearray(make_batch(3))
-    bad_count[57:61] = (5).to_bytes(4, "big")
+    bad_count[RECORDS_COUNT_OFFSET:HEADER_SIZE] = (5).to_bytes(4, "big")
     with pytest.raises(InvalidRecordError, match="holds 5 records"):
         log.append_as_leader(with_crc(bad_count), 0)
     control = bytearray(make_batch(1))
-    control[21:23] = (0x20).to_bytes(2, "big")
+    control[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = CONTROL_FLAG_MASK.to_bytes(2, "big")
     with pytest.raises(InvalidRecordError, match="control batch"):
         log.append_as_leader(with_crc(control), 0)
     bad_magic = bytearray(make_batch(1))

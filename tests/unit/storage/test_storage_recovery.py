@@ -19,7 +19,7 @@ from storage_testutil import (
 from kbroker.storage import files
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
-from kclient.records import iter_headers
+from kclient.records import LENGTH_OFFSET, iter_headers
 
 CONFIG = small_config(segment_bytes=2000, index_interval_bytes=100)
 
@@ -115,7 +115,7 @@ def test_garbage_that_looks_like_a_huge_batch(tmp_path: Path) -> None:
     last = log_files(dir)[-1]
     end = batch_positions(last)[-1][2]
     header = bytearray(make_batch(1))
-    header[8:12] = (2**31 - 1).to_bytes(4, "big")
+    header[LENGTH_OFFSET : LENGTH_OFFSET + 4] = (2**31 - 1).to_bytes(4, "big")
     append_garbage(last, bytes(header))
     log = reopen(dir)
     check_usable(log, end)
