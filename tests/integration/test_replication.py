@@ -6,6 +6,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import grpc
 import pytest
@@ -42,6 +43,24 @@ def read_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout
             for recs in c.poll(timeout_ms=500).values():
                 out.extend(recs)
         return out
+
+
+def _outcome(future: Any) -> int | str:
+    """A produced record's offset, or the error it failed with."""
+    try:
+        return int(future.get(0).offset)
+    except Exception as exc:
+        return repr(exc)
+
+
+def _offsets(bootstrap: str, topic: str) -> str:
+    """Partition 0's log start offset and high watermark, as a consumer gets them."""
+    tp = TopicPartition(topic, 0)
+    try:
+        with Consumer(bootstrap_servers=bootstrap) as c:
+            return f"log start {c.beginning_offsets([tp], 10000)[tp]}, high watermark {c.end_offsets([tp], 10000)[tp]}"
+    except Exception as exc:
+        return f"no offsets ({exc!r})"
 
 
 def test_rf3_replicates_to_every_broker(cluster_factory: Callable[..., LocalCluster]) -> None:
@@ -242,17 +261,26 @@ def test_recreated_topic_replaces_a_stale_replica_log(cluster_factory: Callable[
     finally:
         zk.stop()
     wait_until(lambda: describe(b0, "again")[0].leader == 0, what="the new topic's leader")
+    # Every write is checked: an unacknowledged one (its batch expired after the producer's
+    # delivery_timeout_ms) leaves nothing for broker 1 to refetch, and the test would only
+    # see an empty read at its end.
+    started = time.monotonic()
     with Producer(bootstrap_servers=b0, acks=1) as p:
-        for i in range(10):
-            p.send("again", f"new-{i}".encode())
+        futures = [p.send("again", f"new-{i}".encode()) for i in range(10)]
         p.flush()
+    outcomes = [_outcome(f) for f in futures]
+    assert outcomes == list(range(10)), (
+        f"the new incarnation's writes to broker 0 (acks=1, {time.monotonic() - started:.1f} s): {outcomes}"
+    )
     cluster.brokers[1].start()
+    # Broker 1 has the ten records once it is back in the ISR: they were committed on broker
+    # 0 alone (high watermark 10), and a follower joins the ISR only at the high watermark.
     wait_until(lambda: full_isr(b0, "again"), what="broker 1 back in the ISR")
     cluster.brokers[0].kill()
     b1 = cluster.brokers[1].address
     wait_until(lambda: describe(b1, "again")[0].leader == 1, what="broker 1 leads")
     values = [r.value.decode() for r in read_all(b1, "again", 1, 10, timeout_s=20)]
-    assert values == [f"new-{i}" for i in range(10)]
+    assert values == [f"new-{i}" for i in range(10)], f"read {values} from broker 1: {_offsets(b1, 'again')}"
 
 
 def test_a_replica_removed_while_its_broker_was_down_deletes_its_log(
