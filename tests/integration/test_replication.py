@@ -53,6 +53,12 @@ def _outcome(future: Any) -> int | str:
         return repr(exc)
 
 
+def _high_watermark(bootstrap: str, topic: str) -> int:
+    tp = TopicPartition(topic, 0)
+    with Consumer(bootstrap_servers=bootstrap) as c:
+        return int(c.end_offsets([tp], 10000)[tp])
+
+
 def _offsets(bootstrap: str, topic: str) -> str:
     """Partition 0's log start offset and high watermark, as a consumer gets them."""
     tp = TopicPartition(topic, 0)
@@ -273,9 +279,17 @@ def test_recreated_topic_replaces_a_stale_replica_log(cluster_factory: Callable[
         f"the new incarnation's writes to broker 0 (acks=1, {time.monotonic() - started:.1f} s): {outcomes}"
     )
     cluster.brokers[1].start()
-    # Broker 1 has the ten records once it is back in the ISR: they were committed on broker
-    # 0 alone (high watermark 10), and a follower joins the ISR only at the high watermark.
-    wait_until(lambda: full_isr(b0, "again"), what="broker 1 back in the ISR")
+    # Broker 1 has the ten records once it is in the ISR and broker 0's high watermark (the
+    # smallest log end over the ISR) is 10. The ISR alone does not say it: a broker 1 whose
+    # registration outlived the kill is in the new incarnation's first ISR, with nothing.
+    try:
+        wait_until(
+            lambda: full_isr(b0, "again") and _high_watermark(b0, "again") == 10,
+            what="broker 1 in the ISR with the 10 new records",
+        )
+    except AssertionError as exc:
+        isr = describe(b0, "again")[0].isr
+        raise AssertionError(f"{exc}; broker 0 says ISR {isr}, {_offsets(b0, 'again')}") from None
     cluster.brokers[0].kill()
     b1 = cluster.brokers[1].address
     wait_until(lambda: describe(b1, "again")[0].leader == 1, what="broker 1 leads")
