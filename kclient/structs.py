@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import NamedTuple
 
 
@@ -65,3 +66,21 @@ class PartitionMetadata(NamedTuple):
     isr: list[int]
     offline_replicas: list[int]
     error: int
+
+
+class IsolationLevel(IntEnum):
+    """What a consumer's Fetch and ListOffsets may see (Kafka's IsolationLevel, KIP-98):
+    every record below the high watermark, or only those below the last stable offset,
+    without the records of aborted transactions."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+class AbortedTransaction(NamedTuple):
+    """A Fetch answer's aborted transaction: the producer and the first offset of its
+    aborted transaction; a read_committed consumer drops that producer's transactional
+    batches from there up to its ABORT marker."""
+
+    producer_id: int
+    first_offset: int

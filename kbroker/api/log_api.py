@@ -49,6 +49,8 @@ from kclient.errors import (
     TransactionalIdAuthorizationFailedError,
     as_response_error,
 )
+from kclient.structs import AbortedTransaction as AbortedTransaction
+from kclient.structs import IsolationLevel as IsolationLevel
 
 CONSUMER = -1
 """replica_id of a consumer (and of any client that leaves the field unset)."""
@@ -69,6 +71,7 @@ class Fetch:
     session_id: int = INVALID_SESSION_ID
     session_epoch: int = FINAL_EPOCH
     forgotten: list[TopicPartition] = field(default_factory=list)
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,8 @@ class OffsetQuery:
     timestamp: int = -1
     """-1 latest, -2 earliest, else the first offset at or after this time."""
     current_leader_epoch: int = -1
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    """READ_COMMITTED: "latest" is the last stable offset, and no answer passes it."""
 
 
 @dataclass(frozen=True, slots=True)

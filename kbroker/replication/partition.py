@@ -43,6 +43,7 @@ from kclient.errors import (
     PolicyViolationError,
     UnknownLeaderEpochError,
 )
+from kclient.structs import AbortedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,10 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    """The first offset a read_committed consumer may not read yet (-1: not known)."""
+    aborted_transactions: list[AbortedTransaction] | None = None
+    """For a read_committed read, the aborted transactions overlapping its records."""
 
 
 @dataclass
