@@ -136,13 +136,24 @@ class LogApi:
     # --- Produce ------------------------------------------------------------------------
 
     async def produce(
-        self, acks: int, timeout_ms: int, partitions: Sequence[tuple[TopicPartition, bytes]]
+        self,
+        acks: int,
+        timeout_ms: int,
+        partitions: Sequence[tuple[TopicPartition, bytes]],
+        *,
+        transactional_id: str | None = None,
     ) -> dict[TopicPartition, ProduceResult]:
         """WRITE on each topic (refused: its partitions answer TOPIC_AUTHORIZATION_FAILED);
-        unknown topics are created first when ``auto.create.topics.enable`` (and the
-        caller may). Appends are queued in the order requests arrive (no await before)."""
+        with a ``transactional_id``, WRITE on it too (refused: the whole request raises
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED); unknown topics are created first when
+        ``auto.create.topics.enable`` (and the caller may). Appends are queued in the
+        order requests arrive (no await before)."""
         if timeout_ms < 0:
             raise InvalidRequestError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        if transactional_id and not self._access.allows(Op.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            raise TransactionalIdAuthorizationFailedError(
+                self._access.denied(Op.WRITE, f"transactional id {transactional_id!r}")
+            )
         refused = self._access.refused_topics(Op.WRITE, (tp[0] for tp, _ in partitions))
         results: dict[TopicPartition, ProduceResult] = {}
         entries = []
