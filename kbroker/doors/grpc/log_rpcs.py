@@ -26,12 +26,13 @@ from kbroker.api.log_api import (
     FetchAnswer,
     FetchResult,
     FetchSpec,
+    IsolationLevel,
     LogApi,
     OffsetQuery,
 )
 from kbroker.api.metadata_api import ClusterMetadata, MetadataApi, PartitionMetadata
 from kbroker.doors.grpc.rpc import abort, opt, set_error
-from kclient.errors import BrokerResponseError, as_response_error
+from kclient.errors import BrokerResponseError, InvalidRequestError, as_response_error
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2, metadata_pb2
 
 DEFAULT_ACKS = -1
@@ -44,6 +45,16 @@ DEFAULT_PARTITION_MAX_BYTES = 1048576
 
 def _code(err: BrokerResponseError | None) -> tuple[int, str]:
     return (0, "") if err is None else (err.errno, err.message)
+
+
+def isolation_level(request: Any) -> IsolationLevel:
+    """A request's ``optional IsolationLevel isolation_level``: unset = READ_UNCOMMITTED;
+    a value outside the enum raises INVALID_REQUEST."""
+    value = opt(request, "isolation_level", IsolationLevel.READ_UNCOMMITTED)
+    try:
+        return IsolationLevel(value)
+    except ValueError:
+        raise InvalidRequestError(f"isolation_level must be 0 or 1, got {value}") from None
 
 
 def partitions_pb(partitions: Iterable[PartitionMetadata]) -> list[metadata_pb2.PartitionMetadata]:
@@ -88,9 +99,14 @@ class LogRpcs:
         self, request: log_pb2.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> log_pb2.ProduceResponse:
         wanted = [((t.name, p.index), p.records) for t in request.topics for p in t.partitions]
+        # Named only when set: a plain or idempotent producer's call is unchanged.
+        txn = {"transactional_id": request.transactional_id} if request.transactional_id else {}
         try:
             results = await self.log_api.produce(
-                opt(request, "acks", DEFAULT_ACKS), opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS), wanted
+                opt(request, "acks", DEFAULT_ACKS),
+                opt(request, "timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS),
+                wanted,
+                **txn,
             )
         except BrokerResponseError as exc:
             await abort(context, exc)
@@ -125,6 +141,10 @@ class LogRpcs:
             for t in request.topics
             for p in t.partitions
         ]
+        try:
+            isolation = isolation_level(request)
+        except BrokerResponseError as exc:
+            await abort(context, exc)
         fetch = Fetch(
             specs,
             opt(request, "replica_id", CONSUMER),
@@ -134,6 +154,7 @@ class LogRpcs:
             opt(request, "session_id", INVALID_SESSION_ID),
             opt(request, "session_epoch", FINAL_EPOCH),
             [(t.name, p) for t in request.forgotten_topics_data for p in t.partitions],
+            isolation,
         )
         try:
             answer = await self.log_api.fetch(fetch)
@@ -144,8 +165,12 @@ class LogRpcs:
     async def ListOffsets(
         self, request: log_pb2.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> log_pb2.ListOffsetsResponse:
+        try:
+            isolation = isolation_level(request)
+        except BrokerResponseError as exc:
+            await abort(context, exc)
         queries = [
-            OffsetQuery(t.name, p.index, opt(p, "timestamp", -1), opt(p, "current_leader_epoch", -1))
+            OffsetQuery(t.name, p.index, opt(p, "timestamp", -1), opt(p, "current_leader_epoch", -1), isolation)
             for t in request.topics
             for p in t.partitions
         ]
@@ -260,5 +285,9 @@ def _fill_fetch(resp: log_pb2.FetchResponse, entries: Iterable[tuple[FetchSpec, 
             pr.log_start_offset = r.read.log_start_offset
             pr.log_end_offset = r.read.log_end_offset
             pr.records = r.read.records
+            lso = r.read.last_stable_offset
+            pr.last_stable_offset = r.read.high_watermark if lso < 0 else lso
+            for a in r.read.aborted_transactions or ():
+                pr.aborted_transactions.add(producer_id=a.producer_id, first_offset=a.first_offset)
         else:
-            pr.high_watermark = pr.log_start_offset = pr.log_end_offset = -1
+            pr.high_watermark = pr.log_start_offset = pr.log_end_offset = pr.last_stable_offset = -1

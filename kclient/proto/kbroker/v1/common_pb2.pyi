@@ -86,6 +86,11 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESOURCE_NOT_FOUND: _ClassVar[ErrorCode]
     DUPLICATE_RESOURCE: _ClassVar[ErrorCode]
     UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
+
+class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    READ_UNCOMMITTED: _ClassVar[IsolationLevel]
+    READ_COMMITTED: _ClassVar[IsolationLevel]
 NONE: ErrorCode
 UNKNOWN_SERVER_ERROR: ErrorCode
 OFFSET_OUT_OF_RANGE: ErrorCode
@@ -166,3 +171,5 @@ PRODUCER_FENCED: ErrorCode
 RESOURCE_NOT_FOUND: ErrorCode
 DUPLICATE_RESOURCE: ErrorCode
 UNACCEPTABLE_CREDENTIAL: ErrorCode
+READ_UNCOMMITTED: IsolationLevel
+READ_COMMITTED: IsolationLevel
