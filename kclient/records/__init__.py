@@ -11,6 +11,8 @@ aiokafka's ``record/``:
 - :mod:`~kclient.records.compression`: gzip, snappy, lz4, zstd; bounded inflation;
 - :mod:`~kclient.records.header`: :class:`BatchHeader`, header reads, CRC checks, stamps;
 - :mod:`~kclient.records.builder`: :class:`BatchBuilder`, :func:`encode_batch`;
+- :mod:`~kclient.records.control`: transaction markers (control records) and
+  :func:`drop_aborted`, a read_committed consumer's filter;
 - :mod:`~kclient.records.decoder`: records, columns and Arrow buffers out of batches;
 - :mod:`~kclient.records.buffers`: :class:`ColumnBuffers` (Arrow's memory layout);
 - :mod:`~kclient.records.pyrecords`: the pure-Python twin of the compiled hot loops;
@@ -21,8 +23,9 @@ Everything a caller needs is exported here; ``kbroker.storage`` uses nothing els
 """
 
 from kclient.records.buffers import ColumnBuffers, arrow_schema
-from kclient.records.builder import BatchBuilder, encode_batch
+from kclient.records.builder import BatchBuilder, build_control_batch, encode_batch
 from kclient.records.compression import Compression, available, compress, decompress
+from kclient.records.control import ControlRecord, control_type, drop_aborted, read_control_record
 from kclient.records.decoder import (
     decode_batch,
     decode_batches,
@@ -49,8 +52,12 @@ from kclient.records.layout import (
     BASE_TIMESTAMP_OFFSET,
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
+    CONTROL_KEY_VERSION,
+    CONTROL_TYPE_ABORT,
+    CONTROL_TYPE_COMMIT,
     CRC_OFFSET,
     DELETE_HORIZON_FLAG_MASK,
+    END_TXN_MARKER_VERSION,
     HEADER,
     HEADER_SIZE,
     LAST_OFFSET_DELTA_OFFSET,
@@ -89,8 +96,12 @@ __all__ = [
     "BASE_TIMESTAMP_OFFSET",
     "COMPRESSION_CODEC_MASK",
     "CONTROL_FLAG_MASK",
+    "CONTROL_KEY_VERSION",
+    "CONTROL_TYPE_ABORT",
+    "CONTROL_TYPE_COMMIT",
     "CRC_OFFSET",
     "DELETE_HORIZON_FLAG_MASK",
+    "END_TXN_MARKER_VERSION",
     "HEADER",
     "HEADER_SIZE",
     "IMPLEMENTATION",
@@ -118,6 +129,7 @@ __all__ = [
     "CodecAPI",
     "ColumnBuffers",
     "Compression",
+    "ControlRecord",
     "Record",
     "RecordColumns",
     "TimestampType",
@@ -125,19 +137,23 @@ __all__ = [
     "assemble_batch",
     "available",
     "batch_body",
+    "build_control_batch",
     "check_batch",
     "check_shape",
     "compress",
+    "control_type",
     "decode_batch",
     "decode_batches",
     "decode_buffers",
     "decode_columns",
     "decode_consumer_records",
     "decompress",
+    "drop_aborted",
     "encode_batch",
     "encode_varint",
     "implementations",
     "iter_headers",
+    "read_control_record",
     "read_header",
     "read_varint",
     "record_size_in_bytes",

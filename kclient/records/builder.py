@@ -19,7 +19,12 @@ from kclient.errors import IllegalStateError, InvalidConfigError
 from kclient.records.compression import Compression, compress, require
 from kclient.records.layout import (
     ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    CONTROL_KEY_VERSION,
+    CONTROL_TYPE_ABORT,
+    CONTROL_TYPE_COMMIT,
     CRC_OFFSET,
+    END_TXN_MARKER_VERSION,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -34,6 +39,11 @@ from kclient.records.native import Codec, crc32c
 from kclient.records.record import Header
 
 _U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_CONTROL_KEY = struct.Struct(">hh")
+"""A control record's key: version, ControlRecordType."""
+_END_TXN_MARKER = struct.Struct(">hi")
+"""A transaction marker's value: version, coordinator epoch."""
 
 
 def _now_ms() -> int:
@@ -310,3 +320,47 @@ def check_lengths(
 
 
 encode_batch = BatchBuilder.encode
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int | None = None,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A transaction marker: the control batch a WriteTxnMarkers writes to end a producer's
+    transaction on a partition (Kafka's ``MemoryRecords.withEndTransactionMarker``).
+
+    One RecordBatch v2, uncompressed, attributes CONTROL | TRANSACTIONAL, baseSequence
+    NO_SEQUENCE, holding one record at offset delta 0 and ``timestamp_ms`` (now when None)
+    whose key is the ControlRecordType (int16 version 0, int16 type: 0 ABORT, 1 COMMIT) and
+    whose value is the EndTransactionMarker (int16 version 0, int32 coordinator epoch).
+    ``base_offset`` and ``partition_leader_epoch`` are outside the CRC; the leader stamps
+    them as for any batch. Raises InvalidConfigError for no producer id or a field out of range.
+    """
+    if producer_id < 0:
+        raise InvalidConfigError(f"a transaction marker needs a producer id, not {producer_id}")
+    try:
+        key = _CONTROL_KEY.pack(CONTROL_KEY_VERSION, CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT)
+        value = _END_TXN_MARKER.pack(END_TXN_MARKER_VERSION, coordinator_epoch)
+    except struct.error as exc:
+        raise InvalidConfigError(f"transaction marker field out of range: {exc}") from None
+    builder = BatchBuilder(
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        partition_leader_epoch=partition_leader_epoch,
+        base_offset=base_offset,
+    )
+    builder.append(_now_ms() if timestamp_ms is None else timestamp_ms, key, value)
+    out = bytearray(builder.build())
+    attributes = _I16.unpack_from(out, ATTRIBUTES_OFFSET)[0] | CONTROL_FLAG_MASK
+    _I16.pack_into(out, ATTRIBUTES_OFFSET, attributes)
+    with memoryview(out) as view:
+        crc = crc32c(view[ATTRIBUTES_OFFSET:])
+    _U32.pack_into(out, CRC_OFFSET, crc)
+    return bytes(out)

@@ -87,6 +87,16 @@ CONTROL_FLAG_MASK = 0x20
 DELETE_HORIZON_FLAG_MASK = 0x40
 """Bit 6: firstTimestamp holds the batch's delete horizon (KIP-534)."""
 
+# control records (a control batch holds one; Kafka's ControlRecordType, EndTransactionMarker)
+CONTROL_KEY_VERSION = 0
+"""The version (int16) that starts a control record's key: int16 version, int16 type."""
+CONTROL_TYPE_ABORT = 0
+"""ControlRecordType ABORT: the marker that ends an aborted transaction."""
+CONTROL_TYPE_COMMIT = 1
+"""ControlRecordType COMMIT: the marker that ends a committed transaction."""
+END_TXN_MARKER_VERSION = 0
+"""The version (int16) that starts a transaction marker's value: int16 version, int32 coordinator epoch."""
+
 
 class TimestampType(IntEnum):
     """Attribute bit 3: who set the record timestamps."""
