@@ -1,6 +1,9 @@
 """The gRPC door's codec of the transaction work (issue 24) alone, over a fake core: the
 isolation level of Fetch and ListOffsets reaches the core, the last stable offset and the
-aborted transactions come out, and a transactional Produce names its transactional id."""
+aborted transactions come out, a transactional Produce names its transactional id, and the
+transaction RPCs (txn.proto, FindCoordinator key type TRANSACTION, InitProducerId with a
+transactional id) make their one call of the TransactionApi and encode its answer or
+refusal."""
 
 from __future__ import annotations
 
@@ -12,11 +15,19 @@ import grpc
 import pytest
 
 from kbroker.api.log_api import Fetch, FetchAnswer, OffsetQuery
+from kbroker.api.metadata_api import Node
+from kbroker.cluster.zkdata import TxnState
 from kbroker.doors.grpc.servicer import BrokerService
 from kbroker.replication.partition import ReadResult
 from kbroker.replication.replica_manager import FetchResult, OffsetResult, ProduceResult
-from kclient.errors import NotLeaderForPartitionError
-from kclient.proto.kbroker.v1 import common_pb2, log_pb2
+from kclient.errors import (
+    ConcurrentTransactionsError,
+    NotCoordinatorError,
+    NotLeaderForPartitionError,
+    ProducerFencedError,
+    TopicAuthorizationFailedError,
+)
+from kclient.proto.kbroker.v1 import cluster_pb2, common_pb2, group_pb2, log_pb2, txn_pb2
 from kclient.structs import AbortedTransaction, IsolationLevel
 from kclient.transport import ERROR_CODE_METADATA_KEY
 
@@ -169,3 +180,184 @@ def test_produce_names_the_transactional_id_only_when_set() -> None:
     asyncio.run(_service(log).Produce(plain, FakeContext()))  # type: ignore[arg-type]
     asyncio.run(_service(log).Produce(txn, FakeContext()))  # type: ignore[arg-type]
     assert [kw for *_, kw in log.asked] == [{}, {"transactional_id": "tx-1"}]
+
+
+# --- the transaction RPCs -----------------------------------------------------------------
+
+
+class FakeTxn:
+    """The core's TransactionApi: records each call; ``refusal`` is raised by every call."""
+
+    def __init__(self, refusal: Exception | None = None) -> None:
+        self.refusal = refusal
+        self.asked: list[tuple[str, tuple[Any, ...]]] = []
+
+    def _call(self, name: str, *args: Any) -> None:
+        self.asked.append((name, args))
+        if self.refusal is not None:
+            raise self.refusal
+
+    def find_coordinator(self, tid: str) -> Node:
+        self._call("find_coordinator", tid)
+        return Node(3, "h3", 9093)
+
+    def init_producer_id(self, tid: str, timeout_ms: int, pid: int = -1, epoch: int = -1) -> tuple[int, int]:
+        self._call("init_producer_id", tid, timeout_ms, pid, epoch)
+        return 77, 4
+
+    def add_partitions(self, tid: str, pid: int, epoch: int, partitions: list[Any]) -> dict[Any, Any]:
+        self._call("add_partitions", tid, pid, epoch, partitions)
+        return {tp: (TopicAuthorizationFailedError("no") if tp[0] == "secret" else None) for tp in partitions}
+
+    def add_offsets(self, tid: str, pid: int, epoch: int, group: str) -> None:
+        self._call("add_offsets", tid, pid, epoch, group)
+
+    def commit_offsets(self, tid: str, pid: int, epoch: int, group: str, offsets: dict[Any, Any]) -> dict[Any, Any]:
+        self._call("commit_offsets", tid, pid, epoch, group, offsets)
+        return dict.fromkeys(offsets)
+
+    def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> None:
+        self._call("end_txn", tid, pid, epoch, commit)
+
+    def describe(self, ids: list[str]) -> list[Any]:
+        self._call("describe", ids)
+        meta = SimpleNamespace(
+            state=TxnState.ONGOING,
+            timeout_ms=60000,
+            producer_id=77,
+            producer_epoch=4,
+            start_ms=1000,
+            partitions=frozenset({("t", 1), ("t", 0), ("u", 2)}),
+        )
+        return [("a", None, meta), ("b", None, None), ("c", NotCoordinatorError("elsewhere"), None)]
+
+    def list_transactions(self, states: list[str], pids: list[int]) -> tuple[list[str], list[Any]]:
+        self._call("list_transactions", states, pids)
+        return ["Bogus"], [SimpleNamespace(transactional_id="a", producer_id=77, state=TxnState.ONGOING)]
+
+
+def _run(service: BrokerService, method: str, request: Any) -> Any:
+    return asyncio.run(getattr(service, method)(request, FakeContext()))
+
+
+def test_find_coordinator_key_type_transaction_asks_the_transaction_api() -> None:
+    txn = FakeTxn()
+    resp = _run(
+        _service(FakeLog(), txn_api=txn),
+        "FindCoordinator",
+        group_pb2.FindCoordinatorRequest(group_id="tx", key_type=group_pb2.TRANSACTION),
+    )
+    assert txn.asked == [("find_coordinator", ("tx",))]
+    assert (resp.error_code, resp.node_id, resp.host, resp.port) == (0, 3, "h3", 9093)
+
+
+def test_find_coordinator_unknown_key_type_is_invalid_request() -> None:
+    request = group_pb2.FindCoordinatorRequest(group_id="tx")
+    request.key_type = 5  # type: ignore[assignment]
+    resp = _run(_service(FakeLog(), txn_api=FakeTxn()), "FindCoordinator", request)
+    assert resp.error_code == 42 and resp.node_id == -1
+
+
+def test_a_core_without_transactions_answers_coordinator_not_available() -> None:
+    service = _service(FakeLog())
+    resp = _run(
+        service, "FindCoordinator", group_pb2.FindCoordinatorRequest(group_id="tx", key_type=group_pb2.TRANSACTION)
+    )
+    assert resp.error_code == 15
+    resp = _run(service, "EndTxn", txn_pb2.EndTxnRequest(transactional_id="tx"))
+    assert resp.error_code == 15
+
+
+def test_init_producer_id_with_a_transactional_id_goes_to_the_coordinator() -> None:
+    txn = FakeTxn()
+    service = _service(FakeLog(), txn_api=txn)
+    resp = _run(service, "InitProducerId", cluster_pb2.InitProducerIdRequest(transactional_id="tx"))
+    assert (resp.error_code, resp.producer_id, resp.producer_epoch) == (0, 77, 4)
+    bump = cluster_pb2.InitProducerIdRequest(
+        transactional_id="tx", transaction_timeout_ms=5000, producer_id=77, producer_epoch=4
+    )
+    _run(service, "InitProducerId", bump)
+    assert txn.asked == [
+        ("init_producer_id", ("tx", 60000, -1, -1)),  # unset timeout: 60000
+        ("init_producer_id", ("tx", 5000, 77, 4)),
+    ]
+
+
+def test_init_producer_id_fenced_is_the_response_error() -> None:
+    service = _service(FakeLog(), txn_api=FakeTxn(ProducerFencedError("newer")))
+    resp = _run(service, "InitProducerId", cluster_pb2.InitProducerIdRequest(transactional_id="tx"))
+    assert (resp.error_code, resp.producer_id, resp.producer_epoch) == (90, -1, -1)
+
+
+def test_add_partitions_answers_each_partition() -> None:
+    txn = FakeTxn()
+    request = txn_pb2.AddPartitionsToTxnRequest(transactional_id="tx", producer_id=77, producer_epoch=4)
+    request.topics.add(name="t", partitions=[0, 1])
+    request.topics.add(name="secret", partitions=[0])
+    resp = _run(_service(FakeLog(), txn_api=txn), "AddPartitionsToTxn", request)
+    assert txn.asked == [("add_partitions", ("tx", 77, 4, [("t", 0), ("t", 1), ("secret", 0)]))]
+    assert resp.error_code == 0
+    got = {(t.name, p.index): p.error_code for t in resp.topics for p in t.partitions}
+    assert got == {("t", 0): 0, ("t", 1): 0, ("secret", 0): 29}
+
+
+def test_a_refused_add_partitions_carries_the_error_at_the_top_and_on_every_partition() -> None:
+    request = txn_pb2.AddPartitionsToTxnRequest(transactional_id="tx")
+    request.topics.add(name="t", partitions=[0, 1])
+    resp = _run(
+        _service(FakeLog(), txn_api=FakeTxn(ConcurrentTransactionsError("busy"))), "AddPartitionsToTxn", request
+    )
+    assert resp.error_code == 51 and resp.error_message == "busy"
+    assert [p.error_code for p in resp.topics[0].partitions] == [51, 51]
+
+
+def test_add_offsets_end_txn_and_txn_offset_commit_reach_the_core() -> None:
+    txn = FakeTxn()
+    service = _service(FakeLog(), txn_api=txn)
+    _run(service, "AddOffsetsToTxn", txn_pb2.AddOffsetsToTxnRequest(transactional_id="tx", producer_id=7, group_id="g"))
+    commit = txn_pb2.TxnOffsetCommitRequest(transactional_id="tx", group_id="g", producer_id=7, producer_epoch=1)
+    commit.topics.add(name="in").partitions.add(index=2, offset=10, metadata="m")
+    resp = _run(service, "TxnOffsetCommit", commit)
+    _run(
+        service, "EndTxn", txn_pb2.EndTxnRequest(transactional_id="tx", producer_id=7, producer_epoch=1, committed=True)
+    )
+    names = [name for name, _ in txn.asked]
+    assert names == ["add_offsets", "commit_offsets", "end_txn"]
+    assert txn.asked[0][1] == ("tx", 7, 0, "g")
+    assert txn.asked[1][1][:4] == ("tx", 7, 1, "g")
+    [(tp, committed)] = txn.asked[1][1][4].items()
+    assert tp == ("in", 2) and (committed.offset, committed.metadata) == (10, "m")
+    assert txn.asked[2][1] == ("tx", 7, 1, True)
+    assert resp.error_code == 0 and resp.topics[0].partitions[0].index == 2
+
+
+def test_a_fenced_end_txn_is_the_response_error() -> None:
+    service = _service(FakeLog(), txn_api=FakeTxn(ProducerFencedError("fenced")))
+    resp = _run(service, "EndTxn", txn_pb2.EndTxnRequest(transactional_id="tx", committed=False))
+    assert resp.error_code == 90 and resp.error_message == "fenced"
+
+
+def test_describe_transactions_encodes_state_partitions_and_per_id_errors() -> None:
+    request = txn_pb2.DescribeTransactionsRequest(transactional_ids=["a", "b", "c"])
+    resp = _run(_service(FakeLog(), txn_api=FakeTxn()), "DescribeTransactions", request)
+    a, b, c = resp.transaction_states
+    assert (a.transactional_id, a.error_code, a.transaction_state) == ("a", 0, "Ongoing")
+    assert (a.producer_id, a.producer_epoch, a.transaction_timeout_ms, a.transaction_start_time_ms) == (
+        77,
+        4,
+        60000,
+        1000,
+    )
+    assert [(t.name, list(t.partitions)) for t in a.topics] == [("t", [0, 1]), ("u", [2])]
+    assert (b.transactional_id, b.error_code) == ("b", 105)  # TRANSACTIONAL_ID_NOT_FOUND
+    assert (c.transactional_id, c.error_code, c.error_message) == ("c", 16, "elsewhere")
+
+
+def test_list_transactions_passes_the_filters_and_answers_unknown_states() -> None:
+    txn = FakeTxn()
+    request = txn_pb2.ListTransactionsRequest(state_filters=["Ongoing", "Bogus"], producer_id_filters=[77])
+    resp = _run(_service(FakeLog(), txn_api=txn), "ListTransactions", request)
+    assert txn.asked == [("list_transactions", (["Ongoing", "Bogus"], [77]))]
+    assert list(resp.unknown_state_filters) == ["Bogus"]
+    [listed] = resp.transaction_states
+    assert (listed.transactional_id, listed.producer_id, listed.transaction_state) == ("a", 77, "Ongoing")

@@ -15,7 +15,7 @@ import grpc
 
 from kbroker.api.group_api import CommittedOffset, GroupApi, JoinGroup, MemberIdNeeded, MemberOf
 from kbroker.doors.grpc.rpc import blocking, opt, set_error
-from kclient.errors import as_response_error
+from kclient.errors import CoordinatorNotAvailableError, InvalidRequestError, as_response_error
 from kclient.proto.kbroker.v1 import group_pb2
 
 DEFAULT_SESSION_TIMEOUT_MS = 45000
@@ -34,8 +34,17 @@ class GroupRpcs:
     @blocking
     def FindCoordinator(self, request: group_pb2.FindCoordinatorRequest) -> group_pb2.FindCoordinatorResponse:
         resp = group_pb2.FindCoordinatorResponse(node_id=-1)
+        key_type = opt(request, "key_type", group_pb2.GROUP)
         try:
-            node = self.groups_api.find_coordinator(request.group_id)
+            if key_type == group_pb2.GROUP:
+                node = self.groups_api.find_coordinator(request.group_id)
+            elif key_type == group_pb2.TRANSACTION:
+                txn = getattr(self, "txn_api", None)
+                if txn is None:
+                    raise CoordinatorNotAvailableError("this broker does not serve transactions")
+                node = txn.find_coordinator(request.group_id)
+            else:
+                raise InvalidRequestError(f"key_type must be 0 (GROUP) or 1 (TRANSACTION), got {key_type}")
         except Exception as exc:
             set_error(resp, as_response_error(exc))
             return resp

@@ -32,7 +32,7 @@ from kbroker.api.log_api import (
 )
 from kbroker.api.metadata_api import ClusterMetadata, MetadataApi, PartitionMetadata
 from kbroker.doors.grpc.rpc import abort, opt, set_error
-from kclient.errors import BrokerResponseError, InvalidRequestError, as_response_error
+from kclient.errors import BrokerResponseError, CoordinatorNotAvailableError, InvalidRequestError, as_response_error
 from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2, metadata_pb2
 
 DEFAULT_ACKS = -1
@@ -41,6 +41,7 @@ DEFAULT_FETCH_MAX_WAIT_MS = 500
 DEFAULT_FETCH_MIN_BYTES = 1
 DEFAULT_FETCH_MAX_BYTES = 52428800
 DEFAULT_PARTITION_MAX_BYTES = 1048576
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60000
 
 
 def _code(err: BrokerResponseError | None) -> tuple[int, str]:
@@ -249,7 +250,10 @@ class LogRpcs:
         self, request: cluster_pb2.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> cluster_pb2.InitProducerIdResponse:
         try:
-            pid, epoch = await self._offload(self.log_api.init_producer_id, request.transactional_id)
+            if request.transactional_id:
+                pid, epoch = await self._offload(self._init_transactional_producer, request)
+            else:
+                pid, epoch = await self._offload(self.log_api.init_producer_id, None)
         except Exception as exc:
             err = as_response_error(exc)
             return cluster_pb2.InitProducerIdResponse(
@@ -259,6 +263,20 @@ class LogRpcs:
                 producer_epoch=-1,
             )
         return cluster_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
+
+    def _init_transactional_producer(self, request: cluster_pb2.InitProducerIdRequest) -> tuple[int, int]:
+        """The transaction coordinator's InitProducerId (KIP-98; KIP-360 when the caller
+        names the producer id and epoch it holds)."""
+        txn = getattr(self, "txn_api", None)
+        if txn is None:
+            raise CoordinatorNotAvailableError("this broker does not serve transactions")
+        timeout_ms = opt(request, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        return txn.init_producer_id(  # type: ignore[no-any-return]
+            request.transactional_id,
+            timeout_ms,
+            opt(request, "producer_id", -1),
+            opt(request, "producer_epoch", -1),
+        )
 
 
 def fetch_response(answer: FetchAnswer) -> log_pb2.FetchResponse:

@@ -2,7 +2,8 @@
 (:class:`~kbroker.api.apis.BrokerApis`). Each RPC decodes its protobuf request into the
 core's plain values, makes one call and encodes the answer; the handlers live in one
 mixin per area (:mod:`~kbroker.doors.grpc.log_rpcs`, :mod:`~kbroker.doors.grpc.group_rpcs`,
-:mod:`~kbroker.doors.grpc.admin_rpcs`, :mod:`~kbroker.doors.grpc.security_rpcs`).
+:mod:`~kbroker.doors.grpc.admin_rpcs`, :mod:`~kbroker.doors.grpc.security_rpcs`,
+:mod:`~kbroker.doors.grpc.txn_rpcs`).
 
 Handlers are coroutines on the server's event loop (:mod:`kbroker.doors.grpc.server`):
 blocking core calls go through ``offload`` (a bounded thread pool); long polls
@@ -24,11 +25,12 @@ from kbroker.doors.grpc.admin_rpcs import AdminRpcs
 from kbroker.doors.grpc.group_rpcs import GroupRpcs
 from kbroker.doors.grpc.log_rpcs import LogRpcs
 from kbroker.doors.grpc.security_rpcs import SecurityRpcs
+from kbroker.doors.grpc.txn_rpcs import TxnRpcs
 from kbroker.security.sasl import SaslAuthenticator
 from kclient.proto.kbroker.v1 import broker_pb2_grpc
 
 
-class BrokerService(LogRpcs, GroupRpcs, AdminRpcs, SecurityRpcs, broker_pb2_grpc.BrokerServicer):
+class BrokerService(LogRpcs, GroupRpcs, AdminRpcs, SecurityRpcs, TxnRpcs, broker_pb2_grpc.BrokerServicer):
     """The servicer of one gRPC server over ``apis`` (the mixins read the areas below);
     ``sasl`` gives each gRPC listener's SASL authenticator (None: SASL not served)."""
 
@@ -36,6 +38,7 @@ class BrokerService(LogRpcs, GroupRpcs, AdminRpcs, SecurityRpcs, broker_pb2_grpc
         self.apis = apis
         self.log_api, self.metadata_api, self.groups_api = apis.log, apis.metadata, apis.groups
         self.admin_api, self.cluster_api, self.security_api = apis.admin, apis.cluster, apis.security
+        self.txn_api = getattr(apis, "txn_api", None)  # None: a core without transactions
         self._broker_id = apis.broker_id
         self._offload = apis.offload
         self._sasl = sasl

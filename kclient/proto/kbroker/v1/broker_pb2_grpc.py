@@ -11,6 +11,7 @@ from kclient.proto.kbroker.v1 import log_pb2 as kbroker_dot_v1_dot_log__pb2
 from kclient.proto.kbroker.v1 import metadata_pb2 as kbroker_dot_v1_dot_metadata__pb2
 from kclient.proto.kbroker.v1 import reassignment_pb2 as kbroker_dot_v1_dot_reassignment__pb2
 from kclient.proto.kbroker.v1 import security_pb2 as kbroker_dot_v1_dot_security__pb2
+from kclient.proto.kbroker.v1 import txn_pb2 as kbroker_dot_v1_dot_txn__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -170,6 +171,36 @@ class BrokerStub:
                 '/kbroker.v1.Broker/OffsetDelete',
                 request_serializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/kbroker.v1.Broker/AddPartitionsToTxn',
+                request_serializer=kbroker_dot_v1_dot_txn__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_txn__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/kbroker.v1.Broker/AddOffsetsToTxn',
+                request_serializer=kbroker_dot_v1_dot_txn__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_txn__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/kbroker.v1.Broker/TxnOffsetCommit',
+                request_serializer=kbroker_dot_v1_dot_txn__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_txn__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/kbroker.v1.Broker/EndTxn',
+                request_serializer=kbroker_dot_v1_dot_txn__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_txn__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/kbroker.v1.Broker/DescribeTransactions',
+                request_serializer=kbroker_dot_v1_dot_txn__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_txn__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/kbroker.v1.Broker/ListTransactions',
+                request_serializer=kbroker_dot_v1_dot_txn__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_txn__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
         self.ControlledShutdown = channel.unary_unary(
                 '/kbroker.v1.Broker/ControlledShutdown',
@@ -394,6 +425,43 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitionsToTxn(self, request, context):
+        """Transactions (txn.proto; KIP-98, KIP-447, KIP-664).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ControlledShutdown(self, request, context):
         """Served by the controller only (NOT_CONTROLLER elsewhere).
         """
@@ -601,6 +669,36 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.OffsetDelete,
                     request_deserializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_group__pb2.OffsetDeleteResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=kbroker_dot_v1_dot_txn__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_txn__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=kbroker_dot_v1_dot_txn__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_txn__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=kbroker_dot_v1_dot_txn__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_txn__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=kbroker_dot_v1_dot_txn__pb2.EndTxnRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_txn__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=kbroker_dot_v1_dot_txn__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_txn__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=kbroker_dot_v1_dot_txn__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_txn__pb2.ListTransactionsResponse.SerializeToString,
             ),
             'ControlledShutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.ControlledShutdown,
@@ -1365,6 +1463,168 @@ class Broker:
             '/kbroker.v1.Broker/OffsetDelete',
             kbroker_dot_v1_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
             kbroker_dot_v1_dot_group__pb2.OffsetDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/AddPartitionsToTxn',
+            kbroker_dot_v1_dot_txn__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            kbroker_dot_v1_dot_txn__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/AddOffsetsToTxn',
+            kbroker_dot_v1_dot_txn__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            kbroker_dot_v1_dot_txn__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/TxnOffsetCommit',
+            kbroker_dot_v1_dot_txn__pb2.TxnOffsetCommitRequest.SerializeToString,
+            kbroker_dot_v1_dot_txn__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/EndTxn',
+            kbroker_dot_v1_dot_txn__pb2.EndTxnRequest.SerializeToString,
+            kbroker_dot_v1_dot_txn__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/DescribeTransactions',
+            kbroker_dot_v1_dot_txn__pb2.DescribeTransactionsRequest.SerializeToString,
+            kbroker_dot_v1_dot_txn__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/ListTransactions',
+            kbroker_dot_v1_dot_txn__pb2.ListTransactionsRequest.SerializeToString,
+            kbroker_dot_v1_dot_txn__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,37 +25,37 @@ _sym_db = _symbol_database.Default()
 from kclient.proto.kbroker.v1 import common_pb2 as kbroker_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18kbroker/v1/cluster.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"Q\n\x15InitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x02 \x01(\x05\"\x87\x01\n\x16InitProducerIdResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\"Z\n\x19\x43ontrolledShutdownRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x19\n\x0c\x62roker_epoch\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x0f\n\r_broker_epoch\"\x8b\x01\n\x1a\x43ontrolledShutdownResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12+\n\tremaining\x18\x03 \x03(\x0b\x32\x18.kbroker.v1.PartitionRef\"0\n\x0cPartitionRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\xa5\x01\n\x0ePartitionState\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08topic_id\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x0b\n\x03isr\x18\x06 \x03(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x07 \x01(\x05\x12\x12\n\nzk_version\x18\x08 \x01(\x05\"\x92\x01\n\x13LeaderAndIsrRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x34\n\x10partition_states\x18\x04 \x03(\x0b\x32\x1a.kbroker.v1.PartitionState\"X\n\x14LeaderAndIsrResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\"\x94\x01\n\x15UpdateMetadataRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x34\n\x10partition_states\x18\x04 \x03(\x0b\x32\x1a.kbroker.v1.PartitionState\"Z\n\x16UpdateMetadataResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\"k\n\x13\x45lectLeadersRequest\x12,\n\npartitions\x18\x01 \x03(\x0b\x32\x18.kbroker.v1.PartitionRef\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\r\n\x0b_timeout_ms\"G\n\x14\x45lectLeadersResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.kbroker.v1.ElectLeadersResult\"x\n\x12\x45lectLeadersResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12)\n\nerror_code\x18\x03 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18kbroker/v1/cluster.proto\x12\nkbroker.v1\x1a\x17kbroker/v1/common.proto\"\xcb\x01\n\x15InitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12#\n\x16transaction_timeout_ms\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0bproducer_id\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0eproducer_epoch\x18\x04 \x01(\x05H\x02\x88\x01\x01\x42\x19\n\x17_transaction_timeout_msB\x0e\n\x0c_producer_idB\x11\n\x0f_producer_epoch\"\x87\x01\n\x16InitProducerIdResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\"Z\n\x19\x43ontrolledShutdownRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x19\n\x0c\x62roker_epoch\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x0f\n\r_broker_epoch\"\x8b\x01\n\x1a\x43ontrolledShutdownResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12+\n\tremaining\x18\x03 \x03(\x0b\x32\x18.kbroker.v1.PartitionRef\"0\n\x0cPartitionRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\xa5\x01\n\x0ePartitionState\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08topic_id\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x0b\n\x03isr\x18\x06 \x03(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x07 \x01(\x05\x12\x12\n\nzk_version\x18\x08 \x01(\x05\"\x92\x01\n\x13LeaderAndIsrRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x34\n\x10partition_states\x18\x04 \x03(\x0b\x32\x1a.kbroker.v1.PartitionState\"X\n\x14LeaderAndIsrResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\"\x94\x01\n\x15UpdateMetadataRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x34\n\x10partition_states\x18\x04 \x03(\x0b\x32\x1a.kbroker.v1.PartitionState\"Z\n\x16UpdateMetadataResponse\x12)\n\nerror_code\x18\x01 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\"k\n\x13\x45lectLeadersRequest\x12,\n\npartitions\x18\x01 \x03(\x0b\x32\x18.kbroker.v1.PartitionRef\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\r\n\x0b_timeout_ms\"G\n\x14\x45lectLeadersResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.kbroker.v1.ElectLeadersResult\"x\n\x12\x45lectLeadersResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12)\n\nerror_code\x18\x03 \x01(\x0e\x32\x15.kbroker.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kbroker.v1.cluster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INITPRODUCERIDREQUEST']._serialized_start=65
-  _globals['_INITPRODUCERIDREQUEST']._serialized_end=146
-  _globals['_INITPRODUCERIDRESPONSE']._serialized_start=149
-  _globals['_INITPRODUCERIDRESPONSE']._serialized_end=284
-  _globals['_CONTROLLEDSHUTDOWNREQUEST']._serialized_start=286
-  _globals['_CONTROLLEDSHUTDOWNREQUEST']._serialized_end=376
-  _globals['_CONTROLLEDSHUTDOWNRESPONSE']._serialized_start=379
-  _globals['_CONTROLLEDSHUTDOWNRESPONSE']._serialized_end=518
-  _globals['_PARTITIONREF']._serialized_start=520
-  _globals['_PARTITIONREF']._serialized_end=568
-  _globals['_PARTITIONSTATE']._serialized_start=571
-  _globals['_PARTITIONSTATE']._serialized_end=736
-  _globals['_LEADERANDISRREQUEST']._serialized_start=739
-  _globals['_LEADERANDISRREQUEST']._serialized_end=885
-  _globals['_LEADERANDISRRESPONSE']._serialized_start=887
-  _globals['_LEADERANDISRRESPONSE']._serialized_end=975
-  _globals['_UPDATEMETADATAREQUEST']._serialized_start=978
-  _globals['_UPDATEMETADATAREQUEST']._serialized_end=1126
-  _globals['_UPDATEMETADATARESPONSE']._serialized_start=1128
-  _globals['_UPDATEMETADATARESPONSE']._serialized_end=1218
-  _globals['_ELECTLEADERSREQUEST']._serialized_start=1220
-  _globals['_ELECTLEADERSREQUEST']._serialized_end=1327
-  _globals['_ELECTLEADERSRESPONSE']._serialized_start=1329
-  _globals['_ELECTLEADERSRESPONSE']._serialized_end=1400
-  _globals['_ELECTLEADERSRESULT']._serialized_start=1402
-  _globals['_ELECTLEADERSRESULT']._serialized_end=1522
+  _globals['_INITPRODUCERIDREQUEST']._serialized_start=66
+  _globals['_INITPRODUCERIDREQUEST']._serialized_end=269
+  _globals['_INITPRODUCERIDRESPONSE']._serialized_start=272
+  _globals['_INITPRODUCERIDRESPONSE']._serialized_end=407
+  _globals['_CONTROLLEDSHUTDOWNREQUEST']._serialized_start=409
+  _globals['_CONTROLLEDSHUTDOWNREQUEST']._serialized_end=499
+  _globals['_CONTROLLEDSHUTDOWNRESPONSE']._serialized_start=502
+  _globals['_CONTROLLEDSHUTDOWNRESPONSE']._serialized_end=641
+  _globals['_PARTITIONREF']._serialized_start=643
+  _globals['_PARTITIONREF']._serialized_end=691
+  _globals['_PARTITIONSTATE']._serialized_start=694
+  _globals['_PARTITIONSTATE']._serialized_end=859
+  _globals['_LEADERANDISRREQUEST']._serialized_start=862
+  _globals['_LEADERANDISRREQUEST']._serialized_end=1008
+  _globals['_LEADERANDISRRESPONSE']._serialized_start=1010
+  _globals['_LEADERANDISRRESPONSE']._serialized_end=1098
+  _globals['_UPDATEMETADATAREQUEST']._serialized_start=1101
+  _globals['_UPDATEMETADATAREQUEST']._serialized_end=1249
+  _globals['_UPDATEMETADATARESPONSE']._serialized_start=1251
+  _globals['_UPDATEMETADATARESPONSE']._serialized_end=1341
+  _globals['_ELECTLEADERSREQUEST']._serialized_start=1343
+  _globals['_ELECTLEADERSREQUEST']._serialized_end=1450
+  _globals['_ELECTLEADERSRESPONSE']._serialized_start=1452
+  _globals['_ELECTLEADERSRESPONSE']._serialized_end=1523
+  _globals['_ELECTLEADERSRESULT']._serialized_start=1525
+  _globals['_ELECTLEADERSRESULT']._serialized_end=1645
 # @@protoc_insertion_point(module_scope)

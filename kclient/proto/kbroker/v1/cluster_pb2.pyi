@@ -8,12 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InitProducerIdRequest(_message.Message):
-    __slots__ = ("transactional_id", "transaction_timeout_ms")
+    __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     transaction_timeout_ms: int
-    def __init__(self, transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ...) -> None: ...
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
 class InitProducerIdResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch")

@@ -1,5 +1,6 @@
 from kclient.proto.kbroker.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -7,11 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CoordinatorType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GROUP: _ClassVar[CoordinatorType]
+    TRANSACTION: _ClassVar[CoordinatorType]
+GROUP: CoordinatorType
+TRANSACTION: CoordinatorType
+
 class FindCoordinatorRequest(_message.Message):
-    __slots__ = ("group_id",)
+    __slots__ = ("group_id", "key_type")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_TYPE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
-    def __init__(self, group_id: _Optional[str] = ...) -> None: ...
+    key_type: CoordinatorType
+    def __init__(self, group_id: _Optional[str] = ..., key_type: _Optional[_Union[CoordinatorType, str]] = ...) -> None: ...
 
 class FindCoordinatorResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "node_id", "host", "port")
