@@ -127,7 +127,6 @@ KAFKA_PYTHON_CONFIGS["admin"] = KAFKA_PYTHON_CONFIGS["producer"] | KAFKA_PYTHON_
 
 _WHY: dict[str, str] = {
     "retries": "failed sends are retried until delivery_timeout_ms",
-    "isolation_level": "kbroker has no transactions: every record is committed",
     "group_instance_id": "no static membership: the member joins as a dynamic one",
     "allow_auto_create_topics": "topics are created by the broker's settings or an admin",
     "check_crcs": "CRCs are always checked",

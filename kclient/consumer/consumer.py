@@ -14,6 +14,11 @@ Two ways to get partitions, mutually exclusive as in Kafka: ``assign()`` (the
 application picks them; a ``group_id`` is optional and only used for offsets) and
 ``subscribe()`` (topics or a regex pattern; the group spreads partitions over its members).
 
+``isolation_level='read_committed'`` (kafka-python's and Kafka's setting; default
+``'read_uncommitted'``) reads only below each partition's last stable offset, without the
+records of aborted transactions; its "latest" (``seek_to_end``, ``end_offsets``,
+``auto_offset_reset='latest'``) and its lag are the last stable offset's.
+
 Thread safety: like Kafka's consumer, not thread-safe; use it from one thread (``close``
 may be called from another). A group consumer runs one background heartbeat thread.
 """
@@ -29,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from kclient.compat import check_configs
 from kclient.consumer.fetcher import Fetcher
 from kclient.consumer.group import ConsumerCoordinator
+from kclient.consumer.isolation import parse_isolation_level, to_proto
 from kclient.consumer.listener import ConsumerRebalanceListener
 from kclient.consumer.offsets import CommitCallback
 from kclient.consumer.subscription_state import EARLIEST, LATEST, SubscriptionState
@@ -45,7 +51,7 @@ from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import ColumnBuffers, RecordColumns, arrow_schema
 from kclient.retry import retry
 from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
-from kclient.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from kclient.structs import ConsumerRecord, IsolationLevel, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kclient.transport import Transport
 
 if TYPE_CHECKING:
@@ -67,6 +73,7 @@ class Consumer:
         "client_id": "kclient-consumer",
         "group_id": None,
         "auto_offset_reset": "latest",
+        "isolation_level": "read_uncommitted",
         "fetch_min_bytes": 1,
         "fetch_max_wait_ms": 500,
         "fetch_max_bytes": 52428800,
@@ -92,6 +99,7 @@ class Consumer:
     def __init__(self, *topics: str, **configs: Any) -> None:
         check_configs("consumer", configs, self.DEFAULT_CONFIG)  # kafka-python's extras: logged, ignored
         self.config = cfg = {**self.DEFAULT_CONFIG, **configs}
+        self._isolation = parse_isolation_level(cfg["isolation_level"])
         security = SecurityConfig.from_configs(cfg)
         self._transport = Transport(
             cfg["bootstrap_servers"], cfg["request_timeout_ms"], **({"security": security} if security else {})
@@ -311,8 +319,29 @@ class Consumer:
         return st.position
 
     def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's high watermark from the last Fetch answer (``None`` before one),
+        whatever the isolation level (see :meth:`current_lag`)."""
         hw = self._subs.state(TopicPartition(*partition)).high_watermark
         return hw if hw >= 0 else None
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        """The partition's last stable offset from the last Fetch answer: the first offset
+        of its oldest open transaction, or the high watermark when none is open (``None``
+        before a Fetch answered)."""
+        lso = self._subs.state(TopicPartition(*partition)).last_stable_offset
+        return lso if lso >= 0 else None
+
+    def current_lag(self, partition: TopicPartition) -> int | None:
+        """Records between the position and the end a ``poll`` may reach (Java's
+        ``currentLag``, KIP-695): the high watermark, or for ``read_committed`` the last
+        stable offset. ``None`` without a position or before a Fetch answered."""
+        return self._lag(self._subs.state(TopicPartition(*partition)))
+
+    def _lag(self, st: Any) -> int | None:
+        end = st.last_stable_offset if self._isolation == IsolationLevel.READ_COMMITTED else st.high_watermark
+        if st.position is None or end < 0:
+            return None
+        return int(end - st.position)
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -379,7 +408,7 @@ class Consumer:
                     continue
                 by_leader.setdefault(addr, []).append(tp)
             for addr, group in by_leader.items():
-                req = log_pb2.ListOffsetsRequest(replica_id=-1)
+                req = log_pb2.ListOffsetsRequest(replica_id=-1, isolation_level=to_proto(self._isolation))
                 for tp in group:
                     req.topics.add(name=tp.topic).partitions.add(
                         index=tp.partition, timestamp=timestamp, current_leader_epoch=-1
@@ -511,13 +540,10 @@ class Consumer:
         """kafka-python's ``metrics()``: ``{"consumer-fetch-manager-metrics": {name: value}}``
         with records-consumed-rate/-total, bytes-consumed-rate/-total, fetch-latency-avg/-max
         (ms), fetch-size-avg/-max, fetch-total, records-per-poll-avg and records-lag-max (the
-        largest high watermark - position over the assigned partitions now). Rates are per
-        second over the last 30-60 s. ``raw`` is accepted and ignored."""
-        lags = [
-            st.high_watermark - st.position
-            for st in self._subs.partitions.values()
-            if st.position is not None and st.high_watermark >= 0
-        ]
+        largest high watermark - position over the assigned partitions now; the last stable
+        offset - position for ``read_committed``). Rates are per second over the last
+        30-60 s. ``raw`` is accepted and ignored."""
+        lags = [lag for st in self._subs.partitions.values() if (lag := self._lag(st)) is not None]
         return self._fetcher.metrics.snapshot(float(max(lags, default=0)))
 
     def _poll(

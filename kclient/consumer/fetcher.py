@@ -1,5 +1,10 @@
 """The fetcher: pipelined long-poll Fetches and ListOffsets for the assigned partitions.
 
+With ``isolation_level='read_committed'`` the Fetches and ListOffsets ask for it: the
+leaders answer records below the last stable offset only, and "latest" is the last
+stable offset; each answer's aborted transactions are dropped from its bytes, whole
+batches at a time, before anything is decoded (:func:`kclient.records.drop_aborted`).
+
 Records are decoded once, straight into what ``poll`` hands out (ConsumerRecords with
 the deserializers applied, or, for the columnar polls, ColumnBuffers: Arrow-layout
 buffers with no object per record), when the application first asks for them, not when
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from kclient.consumer.isolation import parse_isolation_level, to_proto
 from kclient.consumer.subscription_state import EARLIEST, LATEST, SubscriptionState
 from kclient.errors import (
     CorruptRecordError,
@@ -39,9 +45,10 @@ from kclient.records import (
     decode_buffers,
     decode_columns,
     decode_consumer_records,
+    drop_aborted,
     iter_headers,
 )
-from kclient.structs import ConsumerRecord, TopicPartition
+from kclient.structs import AbortedTransaction, ConsumerRecord, IsolationLevel, TopicPartition
 
 if TYPE_CHECKING:
     from kclient.metadata import ClusterMetadata
@@ -85,6 +92,8 @@ class _Chunk:
         self.data = data
         self.fetch_offset = fetch_offset
         self.end: int | None = -1  # -1: not computed yet; None: unknown (a corrupt header)
+        # (a read_committed chunk whose aborted batches were dropped has it set from the
+        # answer as it came, so the position moves past dropped batches too)
         self.decoded: Decoded | None = None
         self.index = 0
         self.error: tuple[CorruptRecordError, int] | None = None
@@ -189,6 +198,8 @@ class Fetcher:
         self._metadata = metadata
         self._subs = subs
         self._cfg = cfg
+        self._isolation = parse_isolation_level(cfg.get("isolation_level", "read_uncommitted"))
+        self._read_committed = self._isolation is IsolationLevel.READ_COMMITTED
         self._key_deserializer = cfg.get("key_deserializer")
         self._value_deserializer = cfg.get("value_deserializer")
         self._buffer: deque[_Chunk] = deque()  # responses in arrival order, per partition in offset order
@@ -501,6 +512,7 @@ class Fetcher:
                 max_bytes=self._cfg["fetch_max_bytes"],
                 session_id=data.session_id,
                 session_epoch=data.epoch,
+                isolation_level=to_proto(self._isolation),
             )
             topics: dict[str, Any] = {}
             for (topic, index), d in data.to_send.items():
@@ -523,7 +535,7 @@ class Fetcher:
         EARLIEST / LATEST / a timestamp), one request per leader; answers set positions."""
         busy = {tp for r in self._listing for tp in r.partitions}
         for addr, tps in self._by_leader(targets, busy).items():
-            req = log_pb2.ListOffsetsRequest(replica_id=-1)
+            req = log_pb2.ListOffsetsRequest(replica_id=-1, isolation_level=to_proto(self._isolation))
             for tp in tps:
                 req.topics.add(name=tp.topic).partitions.add(
                     index=tp.partition, timestamp=targets[tp], current_leader_epoch=-1
@@ -577,6 +589,19 @@ class Fetcher:
             self._handle_fetch(req, resp)
         else:
             self._handle_offsets(req, resp)
+
+    @staticmethod
+    def _committed_chunk(tp: TopicPartition, records: bytes, fetch_offset: int, aborted: Iterable[Any]) -> _Chunk:
+        """A read_committed answer's chunk: ``records`` without the aborted transactions'
+        batches, its end (where the next fetch starts) that of ``records`` as they came."""
+        chunk = _Chunk(tp, records, fetch_offset)
+        end = chunk.next_fetch_offset()
+        txns = [AbortedTransaction(t.producer_id, t.first_offset) for t in aborted]
+        kept = drop_aborted(records, txns)
+        if kept is not records:
+            chunk.data = bytes(kept)
+        chunk.end = end
+        return chunk
 
     def _partition_error(self, tp: TopicPartition, err: KafkaError) -> None:
         if err.invalid_metadata or err.retriable:
@@ -642,8 +667,13 @@ class Fetcher:
                     continue
                 self._retry_at.pop(tp, None)
                 st.high_watermark = p.high_watermark
+                st.last_stable_offset = p.last_stable_offset
                 records = p.records  # each read of a bytes field is a copy
                 if records:
-                    self._buffer.append(_Chunk(tp, records, fetch_offset))
+                    if self._read_committed and p.aborted_transactions:
+                        chunk = self._committed_chunk(tp, records, fetch_offset, p.aborted_transactions)
+                    else:
+                        chunk = _Chunk(tp, records, fetch_offset)
+                    self._buffer.append(chunk)
                     fetched += len(records)
         self.metrics.bytes_consumed.record(fetched)

@@ -23,6 +23,8 @@ class _PartitionState:
     position: int | None = None
     paused: bool = False
     high_watermark: int = -1
+    last_stable_offset: int = -1
+    """From the last Fetch answer: the first offset a read_committed consumer may not read yet."""
     reset_to: int | None = None  # EARLIEST / LATEST / a timestamp while a reset is pending
 
 
