@@ -106,7 +106,7 @@ def test_bad_values_are_a_config_error(bad: object) -> None:
 def test_parse_names_the_setting() -> None:
     assert parse_isolation_level("read_committed") is IsolationLevel.READ_COMMITTED
     assert parse_isolation_level(IsolationLevel.READ_UNCOMMITTED) is IsolationLevel.READ_UNCOMMITTED
-    with pytest.raises(InvalidConfigError, match="kafka.isolation.level must be"):
+    with pytest.raises(InvalidConfigError, match=r"kafka\.isolation\.level must be"):
         parse_isolation_level("x", "kafka.isolation.level")
 
 
@@ -151,7 +151,7 @@ def test_fetch_and_list_offsets_carry_it(level: str, wire: int) -> None:
 # --- read_committed filtering --------------------------------------------------------
 
 
-def poll_values(consumer: Consumer, kind: str) -> list[bytes]:
+def poll_values(consumer: Consumer, kind: str) -> list[bytes | None]:
     if kind == "poll":
         return [r.value for r in consumer.poll(timeout_ms=100).get(T0, [])]
     if kind == "columns":
@@ -180,7 +180,7 @@ def test_read_committed_drops_aborted_transactions(kind: str) -> None:
             hw=12,
             lso=12,
         )
-        got: list[bytes] = []
+        got: list[bytes | None] = []
         while consumer.position(T0) < 12:
             got += poll_values(consumer, kind)
         assert got == [b"n10"]
