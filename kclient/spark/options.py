@@ -30,6 +30,8 @@ Reading (``spark.read`` / ``spark.readStream``):
 ``kafkaConsumer.pollTimeoutMs``        how long a task waits for records it knows exist (120000)
 ``fetchOffset.numRetries``             retries of a failed offset lookup on the driver (3)
 ``fetchOffset.retryIntervalMs``        pause between those retries (10)
+``kafka.isolation.level``              ``read_uncommitted`` (default) or ``read_committed``: only
+                                       committed records, and "latest" is the last stable offset
 ``kafka.<setting>``                    consumer settings (see ``CONSUMER_SETTINGS``)
 =====================================  ===============================================
 
@@ -62,6 +64,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kclient.consumer.isolation import parse_isolation_level
 from kclient.errors import InvalidConfigError
 from kclient.security import JAVA_SECURITY_PROPERTIES, SecurityConfig, java_client_configs
 from kclient.spark.errors import KbrokerOptionError
@@ -110,6 +113,18 @@ def _to_compression(name: str, raw: str) -> str | None:
     raise KbrokerOptionError(f"option {name!r} must be none, gzip, lz4, zstd or snappy, got {raw!r}")
 
 
+def _to_isolation(name: str, raw: str) -> str:
+    """Spark's ``kafka.isolation.level``: read_uncommitted or read_committed (the consumer's
+    ``isolation_level``); read_committed reads committed records only, up to the last
+    stable offset, which is then what "latest" means for the source's end offsets."""
+    lowered = raw.strip().lower()
+    try:
+        parse_isolation_level(lowered)
+    except InvalidConfigError:
+        raise KbrokerOptionError(f"option {name!r} must be read_uncommitted or read_committed, got {raw!r}") from None
+    return lowered
+
+
 def _to_str(name: str, raw: str) -> str:
     return raw
 
@@ -133,6 +148,7 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "request.timeout.ms": ("request_timeout_ms", _positive),
     "metadata.max.age.ms": ("metadata_max_age_ms", _non_negative),
     "client.id": ("client_id", _to_str),
+    "isolation.level": ("isolation_level", _to_isolation),
 }
 """``kafka.<name>`` source options -> ``kclient.Consumer`` settings."""
 
