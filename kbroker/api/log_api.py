@@ -227,7 +227,14 @@ class LogApi:
                     self.parked["Fetch"] += 1
                 try:
                     entries = await self._replicas.fetch_session_async(
-                        self._offload, req.replica_id, wait_ms, req.min_bytes, req.max_bytes, ctx, refused
+                        self._offload,
+                        req.replica_id,
+                        wait_ms,
+                        req.min_bytes,
+                        req.max_bytes,
+                        ctx,
+                        refused,
+                        req.isolation_level,
                     )
                 finally:
                     if parked:
@@ -241,7 +248,7 @@ class LogApi:
             self.parked["Fetch"] += 1
         try:
             results = await self._replicas.fetch_async(
-                self._offload, req.replica_id, wait_ms, req.min_bytes, req.max_bytes, allowed
+                self._offload, req.replica_id, wait_ms, req.min_bytes, req.max_bytes, allowed, req.isolation_level
             )
         finally:
             if parked:
@@ -286,7 +293,9 @@ class LogApi:
         return [
             OffsetResult(refused[q.topic])
             if q.topic in refused
-            else self._replicas.list_offset(q.topic, q.partition, q.timestamp, replica_id, q.current_leader_epoch)
+            else self._replicas.list_offset(
+                q.topic, q.partition, q.timestamp, replica_id, q.current_leader_epoch, q.isolation_level
+            )
             for q in queries
         ]
 

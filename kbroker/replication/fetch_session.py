@@ -60,6 +60,7 @@ class FetchSpec:
     log_start_offset: int = -1
     """A follower's own log start offset (-1: not reported)."""
 
+
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 """A full fetch that asks for a new session."""
@@ -94,12 +95,13 @@ class SessionKey:
 @dataclass(slots=True, eq=False)
 class CachedPartition:
     """One partition of a session: what the client last asked (``spec``) and what the
-    last answer that named it told the client (``high_watermark``, ``log_start_offset``:
-    the leader's; -1 before the first answer)."""
+    last answer that named it told the client (``high_watermark``, ``log_start_offset``,
+    ``last_stable_offset``: the leader's; -1 before the first answer)."""
 
     spec: FetchSpec
     high_watermark: int = -1
     log_start_offset: int = -1
+    last_stable_offset: int = -1
 
     @property
     def key(self) -> TopicPartition:

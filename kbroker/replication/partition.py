@@ -43,7 +43,7 @@ from kclient.errors import (
     PolicyViolationError,
     UnknownLeaderEpochError,
 )
-from kclient.structs import AbortedTransaction
+from kclient.structs import AbortedTransaction, IsolationLevel
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +240,27 @@ class Partition:
             self._maybe_increment_hw()
             return info
 
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, min_insync: int
+    ) -> LogAppendInfo:
+        """Append a transaction marker (WriteTxnMarkers), written as acks=all is."""
+        with self._lock:
+            self._require_leader()
+            if len(self.isr) < min_insync:
+                raise NotEnoughReplicasError(
+                    f"{self.topic}-{self.index}: {len(self.isr)} in-sync replica(s) {self.isr}, "
+                    f"min.insync.replicas is {min_insync}"
+                )
+            info = self.log.append_marker(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                leader_epoch=self.leader_epoch,
+            )
+            self._maybe_increment_hw()
+            return info
+
     def acks_satisfied(self, required_offset: int, min_insync: int) -> bool | None:
         """For acks=all: True once the HW reached ``required_offset`` with at least
         ``min_insync`` replicas in sync; raises if deposed or if the ISR shrank below it."""
@@ -408,14 +429,37 @@ class Partition:
                     low = min(low, f.log_start_offset if f else -1)
             return low
 
-    def available_to(self, replica_id: int, offset: int, current_leader_epoch: int = -1) -> bool:
+    def available_to(
+        self,
+        replica_id: int,
+        offset: int,
+        current_leader_epoch: int = -1,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> bool:
         """Is there anything at or after ``offset`` for this reader (a consumer sees below
-        the HW, a follower up to the LEO)? Raises what :meth:`read` would raise."""
+        the HW, or the LSO with read_committed; a follower up to the LEO)? Raises what
+        :meth:`read` would raise."""
         with self._lock:
             self._require_leader()
             self.check_epoch(current_leader_epoch)
-            end = self.log.log_end_offset if replica_id >= 0 else self.high_watermark
+            if replica_id >= 0:
+                end = self.log.log_end_offset
+            elif isolation is IsolationLevel.READ_COMMITTED:
+                end = self._last_stable_offset()
+            else:
+                end = self.high_watermark
             return end > offset or offset < self.log.log_start_offset
+
+    def _last_stable_offset(self) -> int:
+        hw = self.high_watermark
+        unstable = self.log.first_unstable_offset(hw)
+        return hw if unstable is None else min(unstable, hw)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: no transaction is undecided below it (at most the high watermark)."""
+        with self._lock:
+            return self._last_stable_offset()
 
     def check_replica(self, replica_id: int) -> None:
         """Only a broker in this partition's replica set may act as its follower."""
@@ -438,22 +482,37 @@ class Partition:
         *,
         records: bool = True,
         min_one_batch: bool = True,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> ReadResult:
         """Records from ``offset`` (none if not ``records``: a throttled follower gets the
         offsets only) after the leadership and epoch checks. With ``min_one_batch`` the
         first batch comes whole even when larger than ``max_bytes`` (KIP-74: only for the
-        first partition of a fetch that returns records)."""
+        first partition of a fetch that returns records). A consumer reads below the high
+        watermark, or with read_committed below the last stable offset, and then also
+        gets the aborted transactions that overlap what it read."""
         with self._lock:
             self._require_leader()
             self.check_epoch(current_leader_epoch)
             hw = self.high_watermark
+            lso = self._last_stable_offset()
             start, end = self.log.log_start_offset, self.log.log_end_offset
-        limit = None if replica_id >= 0 else hw
-        if not records or (replica_id < 0 and hw < offset <= end):
-            # Above the HW but inside the log: nothing visible yet.
-            return ReadResult(b"", hw, start, end)
+        committed = replica_id < 0 and isolation is IsolationLevel.READ_COMMITTED
+        limit = None if replica_id >= 0 else lso if committed else hw
+        if not records or (limit is not None and limit < offset <= end):
+            # Above the HW (or LSO) but inside the log: nothing visible yet.
+            return ReadResult(b"", hw, start, end, lso, [] if committed else None)
         data = self.log.read(offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
-        return ReadResult(data.records, hw, start, end)
+        aborted = None
+        if committed:
+            aborted = (
+                [
+                    AbortedTransaction(t.producer_id, t.first_offset)
+                    for t in self.log.collect_aborted_transactions(offset, data.next_offset)
+                ]
+                if data.records
+                else []
+            )
+        return ReadResult(data.records, hw, start, end, lso, aborted)
 
     def _maybe_increment_hw(self) -> bool:
         """HW = min LEO over the ISR (the leader's own LEO included); only grows."""

@@ -23,11 +23,11 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -60,6 +60,7 @@ from kclient.errors import (
     UnknownTopicOrPartitionError,
     as_response_error,
 )
+from kclient.structs import IsolationLevel
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,16 @@ class ProduceResult:
     base_offset: int = -1
     log_start_offset: int = -1
     log_append_time: int = -1
+
+
+class TxnMarker(NamedTuple):
+    """A transaction marker to write (WriteTxnMarkers): COMMIT or ABORT of one producer's
+    transaction, from the coordinator of that epoch."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int = 0
 
 
 @dataclass
@@ -122,7 +133,6 @@ class PendingDeletes:
     the low watermark to reach."""
 
     partitions: dict[TopicPartition, tuple[Partition, int]] = field(default_factory=dict)
-
 
 
 APPEND_LANES = 4
@@ -567,6 +577,53 @@ class ReplicaManager:
             self.finish_acks(pending, results, timeout_ms)
         return results
 
+    def append_markers(
+        self, marker: TxnMarker, partitions: Iterable[TopicPartition]
+    ) -> tuple[dict[TopicPartition, BrokerResponseError | None], PendingAcks]:
+        """Append ``marker`` as leader of each partition (WriteTxnMarkers). They are waited
+        for as acks=all appends: the partitions still waiting for the ISR are returned."""
+        results: dict[TopicPartition, BrokerResponseError | None] = {}
+        pending = PendingAcks()
+        for tp in partitions:
+            try:
+                p = self.partition(*tp)
+                if self.fenced(p):
+                    raise self._fenced_error(p)
+                min_isr = self.topic_config(tp[0]).min_insync_replicas
+                info = p.append_marker(
+                    marker.producer_id, marker.producer_epoch, marker.commit, marker.coordinator_epoch, min_isr
+                )
+                results[tp] = None
+                pending.partitions[tp] = (p, info.last_offset + 1, min_isr)
+            except Exception as exc:
+                results[tp] = as_response_error(exc).with_traceback(None)
+                continue
+            self.purgatory.progress(tp)
+        return results, pending
+
+    async def write_markers_async(
+        self, marker: TxnMarker, partitions: Sequence[TopicPartition], timeout_ms: int
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """:meth:`append_markers` on the partitions' append lanes (in order with their
+        produce requests), then the wait for the ISR parked in the purgatory: per
+        partition None (written and replicated) or why not."""
+        loop = asyncio.get_running_loop()
+        by_lane: dict[int, list[TopicPartition]] = {}
+        for tp in partitions:
+            by_lane.setdefault(hash(tp) % len(self._lanes), []).append(tp)
+        parts = [loop.run_in_executor(self._lanes[i], self.append_markers, marker, g) for i, g in by_lane.items()]
+        results: dict[TopicPartition, BrokerResponseError | None] = {}
+        pending = PendingAcks()
+        for part_results, part_pending in await asyncio.gather(*parts):
+            results.update(part_results)
+            pending.partitions.update(part_pending.partitions)
+        if pending.partitions:
+            await self._park(list(pending.partitions), lambda: self.acks_ready(pending), timeout_ms)
+            acked: dict[TopicPartition, ProduceResult] = {}
+            self.finish_acks(pending, acked, timeout_ms)
+            results.update((tp, r.error) for tp, r in acked.items())
+        return results
+
     async def _park(self, keys: list[TopicPartition], ready: Callable[[], bool], timeout_ms: int) -> None:
         w = self.purgatory.watch(keys, ready, asyncio.get_running_loop())
         try:
@@ -584,20 +641,23 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         specs: list[FetchSpec],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> list[FetchResult]:
         """A long-poll fetch whose wait is parked in the purgatory (no thread held)."""
 
         def first() -> tuple[dict[int, BrokerResponseError], list[FetchResult]]:
             errors = self.record_follower_fetches(replica_id, specs)
-            return errors, self.read(replica_id, max_bytes, specs, errors)
+            return errors, self.read(replica_id, max_bytes, specs, errors, isolation)
 
         errors, results = await offload(first)
         if self.enough(results, min_bytes) or max_wait_ms <= 0:
             return results  # type: ignore[no-any-return]
         await self._park(
-            fetch_keys(specs), lambda: self.fetch_ready(replica_id, min_bytes, max_bytes, specs), max_wait_ms
+            fetch_keys(specs),
+            lambda: self.fetch_ready(replica_id, min_bytes, max_bytes, specs, isolation),
+            max_wait_ms,
         )
-        return await offload(self.read, replica_id, max_bytes, specs, errors)  # type: ignore[no-any-return]
+        return await offload(self.read, replica_id, max_bytes, specs, errors, isolation)  # type: ignore[no-any-return]
 
     def record_follower_fetches(self, replica_id: int, specs: list[FetchSpec]) -> dict[int, BrokerResponseError]:
         """A follower's fetch positions (its LEOs); returns the errors by spec index.
@@ -623,10 +683,12 @@ class ReplicaManager:
         max_bytes: int,
         specs: list[FetchSpec],
         errors: dict[int, BrokerResponseError] | None = None,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> list[FetchResult]:
-        """Read every spec once (a follower up to the LEO, a consumer below the HW); what a
-        follower gets of throttled partitions counts against the leader quota."""
-        out, throttled_bytes = self._read(replica_id, max_bytes, specs, errors)
+        """Read every spec once (a follower up to the LEO, a consumer below the HW, or the
+        LSO with read_committed); what a follower gets of throttled partitions counts
+        against the leader quota."""
+        out, throttled_bytes = self._read(replica_id, max_bytes, specs, errors, isolation)
         self.leader_quota.record(throttled_bytes)
         return out
 
@@ -636,6 +698,7 @@ class ReplicaManager:
         max_bytes: int,
         specs: list[FetchSpec],
         errors: dict[int, BrokerResponseError] | None = None,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> tuple[list[FetchResult], int]:
         # KIP-74: the response holds at most ``max_bytes`` and each partition at most its
         # ``max_bytes``, except the first batch of the first partition that has one, which
@@ -654,7 +717,15 @@ class ReplicaManager:
                 listed = replica_id >= 0 and self.leader_quota.is_throttled(spec.topic, spec.partition)
                 held = listed and self._leader_throttled(p, replica_id)
                 epoch = spec.current_leader_epoch
-                r = p.read(spec.offset, limit, replica_id, epoch, records=not held, min_one_batch=min_one_batch)
+                r = p.read(
+                    spec.offset,
+                    limit,
+                    replica_id,
+                    epoch,
+                    records=not held,
+                    min_one_batch=min_one_batch,
+                    isolation=isolation,
+                )
                 budget -= len(r.records)
                 if r.records:
                     min_one_batch = False
@@ -670,17 +741,24 @@ class ReplicaManager:
         gets nothing while the leader quota is used up."""
         return not p.in_sync(replica_id) and self.leader_quota.is_exceeded()
 
-    def fetch_ready(self, replica_id: int, min_bytes: int, max_bytes: int, specs: list[FetchSpec]) -> bool:
+    def fetch_ready(
+        self,
+        replica_id: int,
+        min_bytes: int,
+        max_bytes: int,
+        specs: list[FetchSpec],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> bool:
         """May a parked fetch answer now? Cheap: compares offsets (reads only when
         ``min_bytes`` > 1). Any error (leadership moved, partition gone) counts as ready."""
         if min_bytes > 1:
-            return self.enough(self._read(replica_id, max_bytes, specs)[0], min_bytes)
+            return self.enough(self._read(replica_id, max_bytes, specs, None, isolation)[0], min_bytes)
         for spec in specs:
             try:
                 p = self.partition(spec.topic, spec.partition)
                 if replica_id >= 0 and 0 <= spec.log_start_offset < p.log.log_start_offset <= spec.offset:
                     return True  # the follower learns the new log start offset (DeleteRecords) now
-                if p.available_to(replica_id, spec.offset, spec.current_leader_epoch) and not (
+                if p.available_to(replica_id, spec.offset, spec.current_leader_epoch, isolation) and not (
                     replica_id >= 0
                     and self.leader_quota.is_throttled(spec.topic, spec.partition)
                     and self._leader_throttled(p, replica_id)
@@ -734,6 +812,7 @@ class ReplicaManager:
         max_bytes: int,
         ctx: FetchContext,
         refused: Mapping[str, BrokerResponseError],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> list[tuple[FetchSpec, FetchResult]]:
         """A fetch in ``ctx.session`` (a full or an incremental one): what to answer, in
         order. It reads the session's dirty partitions only (every one for a full fetch),
@@ -753,21 +832,23 @@ class ReplicaManager:
 
         def first() -> tuple[dict[TopicPartition, BrokerResponseError], dict[TopicPartition, Answered]]:
             errors = self._record_session_positions(replica_id, session, ctx.changed)
-            return errors, self._read_session(replica_id, max_bytes, session, ctx.full, errors, refused)
+            return errors, self._read_session(replica_id, max_bytes, session, ctx.full, errors, refused, isolation)
 
         errors, answered = await offload(first)
         if max_wait_ms <= 0 or self.enough([r for _, r in answered.values()], min_bytes):
             return list(answered.values())
         w = self.purgatory.watch(
             [session.waiter_key],
-            lambda: self._session_ready(replica_id, min_bytes, max_bytes, session),
+            lambda: self._session_ready(replica_id, min_bytes, max_bytes, session, isolation),
             asyncio.get_running_loop(),
         )
         try:
             await w.wait_async(max_wait_ms / 1000.0)
         finally:
             self.purgatory.cancel(w)
-        answered.update(await offload(self._read_session, replica_id, max_bytes, session, False, errors, refused))
+        answered.update(
+            await offload(self._read_session, replica_id, max_bytes, session, False, errors, refused, isolation)
+        )
         return list(answered.values())
 
     def _record_session_positions(
@@ -795,6 +876,7 @@ class ReplicaManager:
         full: bool,
         errors: Mapping[TopicPartition, BrokerResponseError],
         refused: Mapping[str, BrokerResponseError],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> dict[TopicPartition, Answered]:
         """Read the dirty partitions (all for ``full``) once: those to answer (new
         records, a changed high watermark or log start offset, an error; all for
@@ -811,7 +893,8 @@ class ReplicaManager:
                 err = refused.get(spec.topic) or errors.get((spec.topic, spec.partition))
                 if err is not None:
                     errs[i] = err
-        results = self.read(replica_id, max_bytes, specs, errs)
+        results = self.read(replica_id, max_bytes, specs, errs, isolation)
+        committed = replica_id < 0 and isolation is IsolationLevel.READ_COMMITTED
         out: dict[TopicPartition, Answered] = {}
         keep: list[CachedPartition] = []
         for cp, spec, r in zip(parts, specs, results, strict=True):
@@ -819,23 +902,38 @@ class ReplicaManager:
             if rd is None:
                 out[cp.key] = (spec, r)
                 continue
-            told = rd.high_watermark == cp.high_watermark and rd.log_start_offset == cp.log_start_offset
+            told = (
+                rd.high_watermark == cp.high_watermark
+                and rd.log_start_offset == cp.log_start_offset
+                and rd.last_stable_offset == cp.last_stable_offset
+            )
             if full or rd.records or not told:
                 cp.high_watermark, cp.log_start_offset = rd.high_watermark, rd.log_start_offset
+                cp.last_stable_offset = rd.last_stable_offset
                 out[cp.key] = (spec, r)
-            if rd.records or spec.offset < (rd.log_end_offset if replica_id >= 0 else rd.high_watermark):
+            visible = (
+                rd.log_end_offset if replica_id >= 0 else rd.last_stable_offset if committed else rd.high_watermark
+            )
+            if rd.records or spec.offset < visible:
                 keep.append(cp)
         session.keep_dirty(keep)
         return out
 
-    def _session_ready(self, replica_id: int, min_bytes: int, max_bytes: int, session: FetchSession) -> bool:
+    def _session_ready(
+        self,
+        replica_id: int,
+        min_bytes: int,
+        max_bytes: int,
+        session: FetchSession,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> bool:
         """:meth:`fetch_ready` over the session's dirty partitions only; or, for a follower
         while ZooKeeper is out of reach, as soon as its positions were last recorded half
         the fencing silence ago (its next fetch records them all: see :meth:`fenced`)."""
         if replica_id >= 0 and not self._zk.connected and _now_ms() - session.positions_ms > self._quiet_ms / 2:
             return True
         parts = session.peek_dirty()
-        return bool(parts) and self.fetch_ready(replica_id, min_bytes, max_bytes, [cp.spec for cp in parts])
+        return bool(parts) and self.fetch_ready(replica_id, min_bytes, max_bytes, [cp.spec for cp in parts], isolation)
 
     # --- delete records ------------------------------------------------------------
 
@@ -909,8 +1007,16 @@ class ReplicaManager:
     # --- list offsets --------------------------------------------------------------
 
     def list_offset(
-        self, topic: str, index: int, timestamp: int, replica_id: int, current_leader_epoch: int = -1
+        self,
+        topic: str,
+        index: int,
+        timestamp: int,
+        replica_id: int,
+        current_leader_epoch: int = -1,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> OffsetResult:
+        """Kafka's ListOffsets: a consumer's "latest" is the high watermark, or the last
+        stable offset with read_committed, and no answer reaches past it."""
         try:
             p = self.partition(topic, index)
             if replica_id >= 0:
@@ -921,13 +1027,18 @@ class ReplicaManager:
             epoch = p.leader_epoch
             if timestamp == EARLIEST_TIMESTAMP:
                 return OffsetResult(None, p.log.log_start_offset, -1, epoch)
+            if replica_id >= 0:
+                visible = p.log.log_end_offset
+            elif isolation is IsolationLevel.READ_COMMITTED:
+                visible = p.last_stable_offset
+            else:
+                visible = p.high_watermark
             if timestamp == LATEST_TIMESTAMP:
-                end = p.high_watermark if replica_id < 0 else p.log.log_end_offset
-                return OffsetResult(None, end, -1, epoch)
+                return OffsetResult(None, visible, -1, epoch)
             if timestamp < 0:
                 raise InvalidRequestError(f"timestamp {timestamp} is neither -1 (latest), -2 (earliest) nor >= 0")
             found = p.log.offset_for_timestamp(timestamp)
-            if found is None or (replica_id < 0 and found[0] >= p.high_watermark):
+            if found is None or found[0] >= visible:
                 return OffsetResult(None, -1, -1, epoch)
             return OffsetResult(None, found[0], found[1], epoch)
         except Exception as exc:

@@ -38,6 +38,7 @@ from kclient.errors import KafkaStorageError
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 """Appended to a segment's files between removal from the log and unlinking."""
 CLEANED_SUFFIX = ".cleaned"
@@ -47,7 +48,7 @@ SWAP_SUFFIX = ".swap"
 TMP_SUFFIX = ".tmp"
 """A checkpoint file being written."""
 
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 TEMPORARY_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -100,12 +101,17 @@ def time_index_file(dir: Path, base_offset: int, suffix: str = "") -> Path:
     return dir / (filename_prefix_from_offset(base_offset) + TIME_INDEX_SUFFIX + suffix)
 
 
+def txn_index_file(dir: Path, base_offset: int, suffix: str = "") -> Path:
+    """``<dir>/<base_offset:020d>.txnindex<suffix>``."""
+    return dir / (filename_prefix_from_offset(base_offset) + TXN_INDEX_SUFFIX + suffix)
+
+
 def is_log_file(path: Path) -> bool:
     return path.name.endswith(LOG_SUFFIX)
 
 
 def is_index_file(path: Path) -> bool:
-    return path.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+    return path.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
 
 
 def is_temporary_file(path: Path) -> bool:

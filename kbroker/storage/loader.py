@@ -11,8 +11,9 @@ from kbroker.storage import files
 from kbroker.storage.index import CorruptIndexError
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LogConfig
-from kbroker.storage.producer_state import ProducerStateManager
+from kbroker.storage.producer_state import CompletedTxn, ProducerStateManager
 from kbroker.storage.segment import LogSegment
+from kbroker.storage.txn_index import AbortedTxn
 from kclient.errors import CorruptRecordError, KafkaStorageError
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ def _complete_swaps(dir: Path, config: LogConfig, now_ms: int) -> None:
                         live,
                         files.offset_index_file(dir, live_base),
                         files.time_index_file(dir, live_base),
+                        files.txn_index_file(dir, live_base),
                     ):
                         doomed.unlink(missing_ok=True)
             files.fsync_dir(dir)
@@ -191,7 +193,10 @@ def load_log(
     - loads the leader-epoch cache (rebuilt from the batches if its file is missing
       or unreadable) and trims it to the loaded offsets;
     - rebuilds the producer state (idempotent producers) from the newest usable
-      ``.snapshot`` and the batch headers after it (see :mod:`.producer_state`).
+      ``.snapshot`` and the batch headers after it (see :mod:`.producer_state`);
+    - rebuilds the aborted-transaction index (``.txnindex``) of every recovered segment
+      from the transaction markers in the log (the replay starts at or below the first
+      recovered segment, so it knows the transactions open there).
     """
     dir.mkdir(parents=True, exist_ok=True)
     _complete_swaps(dir, config, now_ms)
@@ -220,8 +225,7 @@ def load_log(
                 loaded.recovered_segments += 1
                 loaded.truncated_bytes += truncated
 
-        if not clean_shutdown:
-            _recover_unflushed(loaded, recovery_point)
+        recovered_from = None if clean_shutdown else _recover_unflushed(loaded, recovery_point)
     except BaseException:
         for segment in segments:
             segment.close()
@@ -275,7 +279,11 @@ def load_log(
 
     producer_state = ProducerStateManager(dir)
     try:
-        producer_state.load(segments, loaded.log_start_offset, log_end)
+        if recovered_from is not None and recovered_from > log_end:
+            recovered_from = None  # every recovered segment was deleted
+        completed = producer_state.load(segments, loaded.log_start_offset, log_end, completed_from=recovered_from)
+        if recovered_from is not None:
+            _rebuild_txn_indexes([s for s in segments if s.base_offset >= recovered_from], completed)
     except BaseException:
         for segment in segments:
             segment.close()
@@ -299,9 +307,23 @@ def load_log(
     return loaded
 
 
-def _recover_unflushed(loaded: LoadedLog, recovery_point: int) -> None:
-    """Validate the segments after the recovery point; cut the log at the first bad byte."""
+def _rebuild_txn_indexes(segments: list[LogSegment], completed: list[CompletedTxn]) -> None:
+    """Each segment's aborted-transaction index: the aborted transactions whose marker it holds."""
+    for i, segment in enumerate(segments):
+        end = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        segment.txn_index.reset(
+            AbortedTxn(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+            for t in completed
+            if t.aborted and t.last_offset >= segment.base_offset and (end is None or t.last_offset < end)
+        )
+
+
+def _recover_unflushed(loaded: LoadedLog, recovery_point: int) -> int | None:
+    """Validate the segments after the recovery point; cut the log at the first bad byte.
+    Returns the base offset of the first segment recovered (None: no segment)."""
     segments = loaded.segments
+    if not segments:
+        return None
     first = 0
     while first < len(segments) - 1 and segments[first + 1].base_offset <= recovery_point:
         first += 1
@@ -319,3 +341,4 @@ def _recover_unflushed(loaded: LoadedLog, recovery_point: int) -> None:
             loaded.deleted_segments += len(doomed)
             del segments[i + 1 :]
             break
+    return segments[first].base_offset

@@ -16,8 +16,9 @@ from kbroker.storage import files
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.loader import load_log
 from kbroker.storage.log_config import LogConfig
-from kbroker.storage.producer_state import ProducerStateManager
+from kbroker.storage.producer_state import CompletedTxn, ProducerStateManager
 from kbroker.storage.segment import AppendUndoError, LogSegment
+from kbroker.storage.txn_index import AbortedTxn
 from kbroker.storage.validator import (
     BatchSummary,
     recompress,
@@ -33,6 +34,7 @@ from kclient.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
+from kclient.records import build_control_batch, control_type
 
 logger = logging.getLogger(__name__)
 
@@ -405,7 +407,11 @@ class Log:
                 (h.partition_leader_epoch, h.base_offset) for _, h in summary.batches if h.partition_leader_epoch >= 0
             ]
             self._append_locked(records, summary, now, epochs)
-            self._producer_state.update([h for _, h in summary.batches])
+            positions = {h.base_offset: pos for pos, h in summary.batches if h.is_control}
+            completed = self._producer_state.update(
+                [h for _, h in summary.batches], lambda h: control_type(records, positions[h.base_offset])
+            )
+            self._index_aborted(completed)
         return LogAppendInfo(
             first_offset,
             summary.last_offset,
@@ -414,6 +420,81 @@ class Log:
             summary.num_records,
             len(records),
         )
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+        now_ms: int | None = None,
+    ) -> LogAppendInfo:
+        """Append a transaction marker as leader (WriteTxnMarkers): a COMMIT or ABORT
+        control batch of ``producer_id``, which closes its open transaction here (an
+        ABORT also goes into the active segment's aborted-transaction index).
+
+        Raises InvalidProducerEpochError for an epoch older than the producer's, and
+        FencedLeaderEpochError as :meth:`append_as_leader`.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            self._ensure_open()
+            latest = self._epoch_cache.latest_epoch
+            if leader_epoch < latest:
+                raise FencedLeaderEpochError(
+                    f"{self.name}: cannot append as leader with epoch {leader_epoch}, "
+                    f"the log already has epoch {latest}"
+                )
+            self._producer_state.check_marker(producer_id, producer_epoch)
+            first_offset = self._next_offset
+            batch = build_control_batch(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                base_offset=first_offset,
+                timestamp_ms=now,
+                partition_leader_epoch=leader_epoch,
+            )
+            summary = summarize(validate_batches(batch, as_leader=False, max_message_bytes=None))
+            new_epoch = leader_epoch if leader_epoch > latest else None
+            self._append_locked(batch, summary, now, [(new_epoch, first_offset)])
+            completed = self._producer_state.update([h for _, h in summary.batches], lambda h: control_type(batch, 0))
+            self._index_aborted(completed)
+        return LogAppendInfo(first_offset, first_offset, summary.max_timestamp, first_offset, 1, len(batch))
+
+    def _index_aborted(self, completed: list[CompletedTxn]) -> None:
+        """Record the aborted ones among ``completed`` (closed by markers just appended,
+        so in the active segment) in the aborted-transaction index."""
+        for txn in completed:
+            if txn.aborted:
+                with self._offline_on_error(f"writing the aborted-transaction index of {self.name}"):
+                    self._segments[-1].txn_index.append(
+                        AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
+                    )
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest transaction still open (or closed by a marker
+        not yet below ``high_watermark``), None if none: the last stable offset is the
+        smaller of it and the high watermark."""
+        with self._lock:
+            return self._producer_state.first_unstable_offset(high_watermark)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions that overlap [fetch_offset, upper_bound) (Kafka's
+        collectAbortedTransactions): from the segment holding ``fetch_offset`` on, until
+        an index entry's last stable offset shows no later one can."""
+        with self._lock:
+            i = max(bisect_right(self._bases, fetch_offset) - 1, 0)
+            found: list[AbortedTxn] = []
+            for segment in self._segments[i:]:
+                txns, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+                found.extend(txns)
+                if complete:
+                    break
+            return found
 
     def _append_locked(
         self,

@@ -23,6 +23,17 @@ gets offsets (:meth:`ProducerStateManager.check_leader_append`):
 Batches without a producer id (-1) are not looked at. Followers, recovery and
 truncation update the state from batch headers without any check (:meth:`update`).
 
+**Transactions** (KIP-98). A producer's first transactional batch opens its transaction
+(its first offset is kept in the entry); the COMMIT or ABORT marker (a control batch)
+that the transaction coordinator has the leader append closes it, and :meth:`update`
+returns it as a :class:`CompletedTxn`. A marker with a newer producer epoch (the
+coordinator bumped it to fence a zombie) moves the entry to that epoch. The **first
+unstable offset** is the first offset of the oldest transaction that is open, or closed
+by a marker not yet below the high watermark (:meth:`first_unstable_offset`); the last
+stable offset (LSO) is the smaller of it and the high watermark. On a leader, a producer
+with an open transaction may only write transactional batches (INVALID_TXN_STATE), and
+a marker with an epoch older than the producer's is refused (INVALID_PRODUCER_EPOCH).
+
 The state is a function of the log: it is rebuilt from batch **headers** (records are
 never decoded) when the log is loaded and after a truncation, starting from the latest
 usable snapshot. Producers whose last batch lies below the log start offset are
@@ -31,7 +42,12 @@ evicted, so the state matches what a scan of the retained log gives.
 Snapshot files: ``<dir>/<offset, 20 digits>.snapshot``, JSON::
 
     {"version": 1, "offset": 1234, "producers": [{"id": 7, "epoch": 0,
-     "batches": [[first_seq, last_seq, first_offset, last_offset], ...]}, ...]}
+     "batches": [[first_seq, last_seq, first_offset, last_offset], ...],
+     "txn": 1200, "marker": 1100}, ...]}
+
+``txn`` (the first offset of the producer's open transaction) and ``marker`` (the
+offset of its last transaction marker) are there only when set; an entry with no
+batches has a marker.
 
 A snapshot holds the state of every batch below ``offset``. One is written when a
 segment is rolled (at its base offset) and when the log is closed (at the log end);
@@ -51,7 +67,7 @@ import json
 import logging
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -60,9 +76,10 @@ from kbroker.storage.segment import LogSegment
 from kclient.errors import (
     InvalidProducerEpochError,
     InvalidRequestError,
+    InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
 )
-from kclient.records import BatchHeader
+from kclient.records import CONTROL_TYPE_ABORT, BatchHeader, control_type
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +112,46 @@ class BatchMetadata(NamedTuple):
     last_offset: int
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction closed by a marker: its producer, first offset, the marker's offset,
+    whether it aborted, and the log's last stable offset once it was closed (the first
+    offset of the oldest transaction still open, else the offset after the marker)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+    last_stable_offset: int
+
+
+ControlTypeOf = Callable[[BatchHeader], int]
+"""The ControlRecordType (ABORT 0, COMMIT 1) of a control batch, given its header."""
+
+
 class ProducerStateEntry:
-    """One producer id: its epoch and its last batches (oldest first)."""
+    """One producer id: its epoch, its last batches (oldest first), the first offset of
+    its open transaction (-1: none) and the offset of its last marker (-1: none)."""
 
-    __slots__ = ("batches", "epoch", "producer_id")
+    __slots__ = ("batches", "epoch", "last_marker_offset", "producer_id", "txn_first_offset")
 
-    def __init__(self, producer_id: int, epoch: int, batches: Iterable[BatchMetadata] = ()) -> None:
+    def __init__(
+        self,
+        producer_id: int,
+        epoch: int,
+        batches: Iterable[BatchMetadata] = (),
+        txn_first_offset: int = -1,
+        last_marker_offset: int = -1,
+    ) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+        self.txn_first_offset = txn_first_offset
+        self.last_marker_offset = last_marker_offset
+
+    @property
+    def last_log_offset(self) -> int:
+        """The last offset this producer wrote, a data batch or a marker."""
+        return max(self.last_offset, self.last_marker_offset)
 
     @property
     def last_seq(self) -> int:
@@ -128,7 +176,10 @@ class ProducerStateEntry:
         self.batches.append(batch)
 
     def __repr__(self) -> str:
-        return f"ProducerStateEntry(id={self.producer_id}, epoch={self.epoch}, batches={list(self.batches)})"
+        return (
+            f"ProducerStateEntry(id={self.producer_id}, epoch={self.epoch}, batches={list(self.batches)}, "
+            f"txn={self.txn_first_offset}, marker={self.last_marker_offset})"
+        )
 
 
 class ProducerStateManager:
@@ -143,6 +194,11 @@ class ProducerStateManager:
         self._name = name or (dir.name if dir is not None else "")
         self._producers: dict[int, ProducerStateEntry] = {}
         self._snapshots: list[int] = self._list_snapshots()
+        self._ongoing: dict[int, int] = {}
+        """Producer id -> first offset of its open transaction."""
+        self._unreplicated: list[tuple[int, int]] = []
+        """(first offset, marker offset) of closed transactions, until the marker is
+        below the high watermark."""
 
     # ------------------------------------------------------------------ queries
 
@@ -153,6 +209,20 @@ class ProducerStateManager:
 
     def entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
+
+    @property
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction (a copy)."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest transaction open, or closed by a marker at or
+        above ``high_watermark``; None if there is none."""
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t[1] >= high_watermark]
+        if not self._ongoing and not self._unreplicated:
+            return None
+        return min([*self._ongoing.values(), *(first for first, _ in self._unreplicated)])
 
     @property
     def snapshot_offsets(self) -> list[int]:
@@ -193,6 +263,11 @@ class ProducerStateManager:
                 )
             last_seq = header.last_sequence
             entry = self._producers.get(pid)
+            if entry is not None and entry.txn_first_offset >= 0 and not header.is_transactional:
+                raise InvalidTxnStateError(
+                    f"{self._name}: producer {pid} has a transaction open since offset {entry.txn_first_offset}: "
+                    "it can only write transactional batches until the transaction ends"
+                )
             if pending is not None and pid in pending:
                 known_epoch, known_last = pending[pid]
             else:
@@ -242,38 +317,93 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------------ updates
 
-    def update(self, headers: Iterable[BatchHeader]) -> None:
-        """Record appended batches (their offsets stamped); no checks (followers, recovery)."""
+    def check_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """A leader's check of a transaction marker: its epoch may not be older than the
+        producer's (INVALID_PRODUCER_EPOCH)."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{self._name}: a transaction marker of producer {producer_id} has epoch {producer_epoch}, older "
+                f"than its current epoch {entry.epoch}"
+            )
+
+    def update(
+        self, headers: Iterable[BatchHeader], control_type_of: ControlTypeOf | None = None
+    ) -> list[CompletedTxn]:
+        """Record appended batches (their offsets stamped); no checks (followers, recovery).
+
+        Returns the transactions the markers among them closed. ``control_type_of`` reads
+        a control batch's type; without it a batch list holding a marker is refused.
+        """
         producers = self._producers
+        completed: list[CompletedTxn] = []
         for header in headers:
             pid = header.producer_id
             if pid < 0:
                 continue
-            batch = BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset)
             entry = producers.get(pid)
+            if header.is_control:
+                if control_type_of is None:
+                    raise ValueError(f"{self._name}: a control batch at offset {header.base_offset} needs its type")
+                aborted = control_type_of(header) == CONTROL_TYPE_ABORT
+                marker = header.base_offset
+                if entry is None:
+                    entry = producers[pid] = ProducerStateEntry(pid, header.producer_epoch)
+                elif header.producer_epoch != entry.epoch:
+                    entry.epoch = header.producer_epoch
+                    entry.batches.clear()
+                entry.last_marker_offset = marker
+                first = entry.txn_first_offset
+                if first >= 0:
+                    entry.txn_first_offset = -1
+                    del self._ongoing[pid]
+                    self._unreplicated.append((first, marker))
+                    stable = min(self._ongoing.values(), default=marker + 1)
+                    completed.append(CompletedTxn(pid, first, marker, aborted, stable))
+                continue
+            batch = BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset)
             if entry is None:
-                producers[pid] = ProducerStateEntry(pid, header.producer_epoch, (batch,))
+                entry = producers[pid] = ProducerStateEntry(pid, header.producer_epoch, (batch,))
             else:
                 entry.add(header.producer_epoch, batch)
+            if header.is_transactional and entry.txn_first_offset < 0:
+                entry.txn_first_offset = header.base_offset
+                self._ongoing[pid] = header.base_offset
+        return completed
 
     def evict_below(self, log_start_offset: int) -> None:
         """Forget producers whose last batch lies entirely below ``log_start_offset``."""
-        doomed = [pid for pid, e in self._producers.items() if e.last_offset < log_start_offset]
+        doomed = [pid for pid, e in self._producers.items() if e.last_log_offset < log_start_offset]
         for pid in doomed:
             del self._producers[pid]
+            self._ongoing.pop(pid, None)
 
     def clear(self) -> None:
         self._producers = {}
+        self._ongoing = {}
+        self._unreplicated = []
 
     # ------------------------------------------------------------------ loading
 
-    def load(self, segments: Sequence[LogSegment], log_start_offset: int, log_end_offset: int) -> None:
+    def load(
+        self,
+        segments: Sequence[LogSegment],
+        log_start_offset: int,
+        log_end_offset: int,
+        *,
+        completed_from: int | None = None,
+    ) -> list[CompletedTxn]:
         """Rebuild the state of the batches in ``[log_start_offset, log_end_offset)``.
 
         Starts from the newest snapshot at or below the log end that reads back
         (deleting stale and unreadable ones), then replays the batch headers after it.
+        With ``completed_from`` (recovery rebuilding the aborted-transaction indexes of
+        the segments from there), snapshots above it are deleted first, and the
+        transactions whose marker is at or after it are returned.
         """
-        self._producers = {}
+        if completed_from is not None:
+            self.delete_snapshots_above(completed_from)
+        self.clear()
         replay_from = -1
         for offset in reversed(list(self._snapshots)):
             if offset > log_end_offset:
@@ -290,8 +420,13 @@ class ProducerStateManager:
                 continue
             replay_from = offset
             break
-        self.update(_headers_from(segments, max(replay_from, log_start_offset)))
+        self._ongoing = {pid: e.txn_first_offset for pid, e in self._producers.items() if e.txn_first_offset >= 0}
+        completed = self.update(*_batches_from(segments, max(replay_from, log_start_offset)))
         self.evict_below(log_start_offset)
+        self._unreplicated = []
+        if completed_from is None:
+            return []
+        return [t for t in completed if t.last_offset >= completed_from]
 
     def truncate_and_reload(self, segments: Sequence[LogSegment], log_start_offset: int, log_end_offset: int) -> None:
         """After the log was truncated to ``log_end_offset``: forget later snapshots, rebuild."""
@@ -307,10 +442,7 @@ class ProducerStateManager:
         body = {
             "version": SNAPSHOT_VERSION,
             "offset": offset,
-            "producers": [
-                {"id": e.producer_id, "epoch": e.epoch, "batches": [list(b) for b in e.batches]}
-                for e in self._producers.values()
-            ],
+            "producers": [_entry_json(e) for e in self._producers.values()],
         }
         path = snapshot_file(self._dir, offset)
         tmp = path.with_name(path.name + files.TMP_SUFFIX)
@@ -360,28 +492,50 @@ class ProducerStateManager:
         for p in body["producers"]:
             pid, epoch = p["id"], p["epoch"]
             batches = [BatchMetadata(*(int(v) for v in b)) for b in p["batches"]]
-            if not isinstance(pid, int) or not isinstance(epoch, int) or not batches:
+            txn, marker = p.get("txn", -1), p.get("marker", -1)
+            if (
+                not all(isinstance(v, int) for v in (pid, epoch, txn, marker))
+                or not (batches or marker >= 0)
+                or max(txn, marker) >= offset
+            ):
                 raise ValueError(f"malformed producer entry {p!r}")
             if any(b.first_offset > b.last_offset or b.last_offset >= offset for b in batches):
                 raise ValueError(f"producer {pid} has batches beyond the snapshot offset {offset}")
-            producers[pid] = ProducerStateEntry(pid, epoch, batches)
+            producers[pid] = ProducerStateEntry(pid, epoch, batches, txn, marker)
         return producers
 
     def __repr__(self) -> str:
         return f"ProducerStateManager({self._name}, producers={len(self._producers)}, snapshots={self._snapshots})"
 
 
-def _headers_from(segments: Sequence[LogSegment], from_offset: int) -> Iterator[BatchHeader]:
-    """Headers of the producer batches whose last offset is >= ``from_offset``, in order."""
-    for segment in segments:
-        if segment.next_offset <= from_offset:
-            continue
-        position = 0
-        if segment.base_offset < from_offset:
-            found = segment.translate_offset(from_offset)
-            if found is None:
+def _entry_json(entry: ProducerStateEntry) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": entry.producer_id, "epoch": entry.epoch, "batches": [list(b) for b in entry.batches]}
+    if entry.txn_first_offset >= 0:
+        body["txn"] = entry.txn_first_offset
+    if entry.last_marker_offset >= 0:
+        body["marker"] = entry.last_marker_offset
+    return body
+
+
+def _batches_from(segments: Sequence[LogSegment], from_offset: int) -> tuple[Iterator[BatchHeader], ControlTypeOf]:
+    """Headers of the producer batches whose last offset is >= ``from_offset``, in order,
+    and the reader of their control batches' types."""
+    control_types: dict[int, int] = {}
+
+    def headers() -> Iterator[BatchHeader]:
+        for segment in segments:
+            if segment.next_offset <= from_offset:
                 continue
-            position = found[0]
-        for _, header in segment.iter_headers(position):
-            if header.producer_id >= 0 and header.last_offset >= from_offset:
-                yield header
+            position = 0
+            if segment.base_offset < from_offset:
+                found = segment.translate_offset(from_offset)
+                if found is None:
+                    continue
+                position = found[0]
+            for pos, header in segment.iter_headers(position):
+                if header.producer_id >= 0 and header.last_offset >= from_offset:
+                    if header.is_control:
+                        control_types[header.base_offset] = control_type(segment.read_batch(pos, header))
+                    yield header
+
+    return headers(), lambda header: control_types.pop(header.base_offset)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from kbroker.storage import files
 from kbroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from kbroker.storage.leader_epoch import LeaderEpochCache
+from kbroker.storage.txn_index import TransactionIndex
 from kclient.errors import CorruptRecordError, KafkaStorageError
 from kclient.records import (
     HEADER_SIZE,
@@ -79,6 +80,9 @@ class LogSegment:
       after every ``index_interval_bytes`` of batches.
     - ``.timeindex``: :class:`TimeIndex`, the largest timestamp so far and the last
       offset of the batch that holds it, written with the offset index entries.
+    - ``.txnindex``: :class:`TransactionIndex`, the aborted transactions whose ABORT
+      marker is in this segment (no file while there are none). The log appends to it;
+      the segment truncates, flushes, renames and deletes it with the others.
 
     Invariants: every offset in the segment is >= ``base_offset`` and fits an int32
     relative to it; ``size`` is the length of the ``.log`` file and ends on a batch
@@ -94,6 +98,9 @@ class LogSegment:
     ``find_offset_by_timestamp``) may run concurrently with appends if they pass a
     ``max_position`` no larger than the size they saw under that lock.
     """
+
+    txn_index: TransactionIndex
+    """The segment's aborted transactions (set by :meth:`open`)."""
 
     def __init__(
         self,
@@ -145,6 +152,7 @@ class LogSegment:
         log_path = files.log_file(dir, base_offset, suffix)
         index_path = files.offset_index_file(dir, base_offset, suffix)
         time_path = files.time_index_file(dir, base_offset, suffix)
+        txn_path = files.txn_index_file(dir, base_offset, suffix)
         if create:
             try:
                 fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -153,7 +161,7 @@ class LogSegment:
                 if os.fstat(fd).st_size:
                     os.close(fd)
                     raise KafkaStorageError(f"cannot create segment {log_path}: a non-empty file exists") from None
-            for stale in (index_path, time_path):
+            for stale in (index_path, time_path, txn_path):
                 try:
                     os.unlink(stale)
                 except FileNotFoundError:
@@ -172,6 +180,12 @@ class LogSegment:
             raise
         segment = cls(dir, base_offset, fd, offset_index, time_index, index_interval_bytes, now_ms)
         segment._log_path = log_path
+        try:
+            segment.txn_index = TransactionIndex(txn_path)
+        except (OSError, ValueError) as exc:
+            logger.warning("%s: unreadable aborted-transaction index, starting it empty: %s", txn_path, exc)
+            txn_path.unlink(missing_ok=True)
+            segment.txn_index = TransactionIndex(txn_path)
         return segment
 
     def sanity_check(self) -> None:
@@ -441,6 +455,7 @@ class LogSegment:
         position = found[0]
         self._offset_index.truncate_to(offset)
         self._time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self._size - position
         os.ftruncate(self._fd, position)
         self._size = position
@@ -662,6 +677,10 @@ class LogSegment:
             next_offset = read_header(os.pread(self._fd, HEADER_SIZE, scan_from)).base_offset
         return cut, next_offset
 
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        """The whole batch at ``position`` (whose header is ``header``)."""
+        return os.pread(self._fd, header.batch_length + LOG_OVERHEAD, position)
+
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record >= ``starting_offset`` stamped >= ``timestamp``.
 
@@ -683,10 +702,11 @@ class LogSegment:
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:
-        """fsync the log and both indexes."""
+        """fsync the log and the indexes."""
         os.fsync(self._fd)
         self._offset_index.flush()
         self._time_index.flush()
+        self.txn_index.flush()
 
     def rename_with_suffix(self, suffix: str) -> None:
         """Rename the three files to ``<base>.log<suffix>`` etc.; descriptors stay open."""
@@ -698,6 +718,7 @@ class LogSegment:
         self._log_path = target
         self._offset_index.rename_to(files.offset_index_file(self._dir, self._base_offset, suffix))
         self._time_index.rename_to(files.time_index_file(self._dir, self._base_offset, suffix))
+        self.txn_index.rename_to(files.txn_index_file(self._dir, self._base_offset, suffix))
 
     def close(self, *, final_index_entry: bool = True) -> None:
         """Record the final time index entry (unless told not to) and close the files (idempotent)."""
@@ -715,12 +736,13 @@ class LogSegment:
         self._closed = True
         self._offset_index.close()
         self._time_index.close()
+        self.txn_index.close()
         os.close(self._fd)
 
     def delete(self) -> None:
-        """Close and unlink the three files (missing files are fine)."""
+        """Close and unlink the files (missing files are fine)."""
         self._close_files()
-        for path in (self._log_path, self._offset_index.path, self._time_index.path):
+        for path in (self._log_path, self._offset_index.path, self._time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kbroker.api.access import Access
-from kbroker.api.log_api import EpochQuery, Fetch, LogApi, OffsetQuery
+from kbroker.api.log_api import EpochQuery, Fetch, IsolationLevel, LogApi, OffsetQuery
 from kbroker.api.metadata_api import MetadataApi
 from kbroker.replication.fetch_session import FetchSpec
 from kbroker.replication.replica_manager import (
@@ -54,13 +54,29 @@ class FakeReplicas:
         return {tp: ProduceResult(None, 7, 0, -1) for tp, _ in entries}
 
     async def fetch_async(
-        self, offload: Any, replica_id: int, wait_ms: int, min_bytes: int, max_bytes: int, specs: list[FetchSpec]
+        self,
+        offload: Any,
+        replica_id: int,
+        wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        specs: list[FetchSpec],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> list[FetchResult]:
         self.fetched.append(specs)
+        self.isolation = isolation
         return [FetchResult(None, None) for _ in specs]
 
-    def list_offset(self, topic: str, index: int, timestamp: int, replica_id: int, epoch: int = -1) -> OffsetResult:
-        return OffsetResult(None, 42, timestamp, 3)
+    def list_offset(
+        self,
+        topic: str,
+        index: int,
+        timestamp: int,
+        replica_id: int,
+        epoch: int = -1,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> OffsetResult:
+        return OffsetResult(None, 42 if isolation is IsolationLevel.READ_UNCOMMITTED else 40, timestamp, 3)
 
     def partition(self, topic: str, index: int) -> Any:
         raise UnknownTopicOrPartitionError(f"{topic}-{index} is not here")
@@ -143,6 +159,23 @@ def test_list_offsets_answers_in_order_with_refusals() -> None:
     first, refused = api.list_offsets(-1, [OffsetQuery("t", 0, -1), OffsetQuery("secret", 0)])
     assert (first.error, first.offset, first.leader_epoch) == (None, 42, 3)
     assert isinstance(refused.error, TopicAuthorizationFailedError)
+
+
+def test_the_isolation_level_reaches_the_replicas() -> None:
+    api, replicas = _api()
+    asyncio.run(api.fetch(Fetch([FetchSpec("t", 0, 0, 10)], isolation_level=IsolationLevel.READ_COMMITTED)))
+    assert replicas.isolation is IsolationLevel.READ_COMMITTED
+    [committed] = api.list_offsets(-1, [OffsetQuery("t", 0, -1, isolation_level=IsolationLevel.READ_COMMITTED)])
+    assert committed.offset == 40
+
+
+def test_a_transactional_produce_needs_write_on_its_transactional_id() -> None:
+    api, replicas = _api(("WRITE", "TRANSACTIONAL_ID", "tx"))
+    with pytest.raises(TransactionalIdAuthorizationFailedError):
+        asyncio.run(api.produce(1, 1000, [(("t", 0), b"a")], transactional_id="tx"))
+    assert replicas.appended == []
+    asyncio.run(api.produce(1, 1000, [(("t", 0), b"a")], transactional_id="other"))
+    assert len(replicas.appended) == 1
 
 
 def test_offset_for_leader_epoch_answers_each_partition_its_error() -> None:

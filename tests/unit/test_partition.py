@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from kbroker.replication.partition import Partition
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import FencedLeaderEpochError, NotEnoughReplicasAfterAppendError
-from kclient.records import BatchBuilder
+from kclient.records import BatchBuilder, iter_headers
+from kclient.structs import AbortedTransaction, IsolationLevel
 
 
 def batch(base_offset: int, epoch: int, n: int = 1) -> bytes:
@@ -145,3 +147,33 @@ def test_truncation_keeps_a_common_prefix(tmp_path: Path) -> None:
     follower = follower_log(tmp_path, "follower", [(0, 0)], 151)  # an old leader's unreplicated tail
     truncate(follower, leader)
     assert follower.log_end_offset == 100
+
+
+def txn_batch(pid: int, seq: int, n: int = 1) -> bytes:
+    b = BatchBuilder(producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True)
+    for i in range(n):
+        b.append(int(time.time() * 1000), None, f"tx{pid}-{seq + i}".encode())
+    return b.build()
+
+
+def test_read_committed_stops_at_the_last_stable_offset_and_names_aborted_transactions(tmp_path: Path) -> None:
+    p = partition(Log.open(tmp_path / "t-0", LogConfig()))
+    p.make_leader(LeaderAndIsr(1, 0, [1], 1, 0), [1])
+    p.append_as_leader(batch(0, 0, 2), 1, 1)  # 0..1, no transaction
+    p.append_as_leader(txn_batch(7, 0, 2), 1, 1)  # 2..3, open
+    committed, uncommitted = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
+    assert (p.high_watermark, p.last_stable_offset) == (4, 2)
+    head = p.read(0, 1 << 20, -1, isolation=committed)
+    assert [h.last_offset for _, h in iter_headers(head.records)] == [1]
+    assert (head.last_stable_offset, head.aborted_transactions) == (2, [])
+    assert p.read(2, 1 << 20, -1, isolation=committed).records == b""
+    assert not p.available_to(-1, 2, isolation=committed)
+    assert p.available_to(-1, 2, isolation=uncommitted)
+    assert p.read(2, 1 << 20, -1, isolation=uncommitted).aborted_transactions is None
+
+    p.append_marker(7, 0, False, 0, 1)  # 4: ABORT
+    assert p.last_stable_offset == p.high_watermark == 5
+    tail = p.read(2, 1 << 20, -1, isolation=committed)
+    assert [h.is_control for _, h in iter_headers(tail.records)] == [False, True]
+    assert tail.aborted_transactions == [AbortedTransaction(7, 2)]
+    assert p.read(0, 1 << 20, 2, isolation=committed).aborted_transactions is None  # a follower: the LEO
