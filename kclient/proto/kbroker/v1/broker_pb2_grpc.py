@@ -227,6 +227,11 @@ class BrokerStub:
                 request_serializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataRequest.SerializeToString,
                 response_deserializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/kbroker.v1.Broker/WriteTxnMarkers',
+                request_serializer=kbroker_dot_v1_dot_txn__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=kbroker_dot_v1_dot_txn__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
         self.SaslHandshake = channel.unary_unary(
                 '/kbroker.v1.Broker/SaslHandshake',
                 request_serializer=kbroker_dot_v1_dot_security__pb2.SaslHandshakeRequest.SerializeToString,
@@ -494,6 +499,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """From a transaction coordinator to partition leaders (txn.proto; inter-broker only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SaslHandshake(self, request, context):
         """Security (security.proto).
         """
@@ -724,6 +736,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.UpdateMetadata,
                     request_deserializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataRequest.FromString,
                     response_serializer=kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=kbroker_dot_v1_dot_txn__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=kbroker_dot_v1_dot_txn__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
             'SaslHandshake': grpc.unary_unary_rpc_method_handler(
                     servicer.SaslHandshake,
@@ -1760,6 +1777,33 @@ class Broker:
             '/kbroker.v1.Broker/UpdateMetadata',
             kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataRequest.SerializeToString,
             kbroker_dot_v1_dot_cluster__pb2.UpdateMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kbroker.v1.Broker/WriteTxnMarkers',
+            kbroker_dot_v1_dot_txn__pb2.WriteTxnMarkersRequest.SerializeToString,
+            kbroker_dot_v1_dot_txn__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,
