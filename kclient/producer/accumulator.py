@@ -92,6 +92,22 @@ class RecordAccumulator:
         """Batches created and not completed."""
         self.flushing = 0
         self.closed = False
+        self.txn_added: set[TopicPartition] | None = None
+        """A transactional producer's partitions added to the current transaction (None: not
+        transactional). Only their batches are drained."""
+        self.txn_pending: set[TopicPartition] = set()
+        """Partitions with batches that are not in the transaction yet (AddPartitionsToTxn due)."""
+
+    def make_transactional(self) -> None:
+        """Batches carry the transactional attribute and wait for their partition to be
+        added to the transaction (see ``txn_added``)."""
+        with self.lock:
+            self.txn_added = set()
+
+    def _note_partition(self, tp: TopicPartition) -> None:
+        added = self.txn_added
+        if added is not None and tp not in added:
+            self.txn_pending.add(tp)
 
     # --- appending (caller threads) ----------------------------------------------------
 
@@ -180,6 +196,7 @@ class RecordAccumulator:
             q.next_order += 1
             if self.sequences is not None:
                 b.stamp = self.sequences.predict(tp, q.batches)
+            self._note_partition(tp)
             self.buffered += len(payload) - reserved
             q.batches.append(b)
             self.pending += 1
@@ -205,8 +222,10 @@ class RecordAccumulator:
             producer_id=stamp[0],
             producer_epoch=stamp[1],
             base_sequence=stamp[2],
+            is_transactional=self.txn_added is not None,
             write_limit=self.batch_size,
         )
+        self._note_partition(q.tp)
         b = ProducerBatch(q.tp, now, q.next_order, reserve, builder=builder, stamp=stamp)
         q.next_order += 1
         q.batches.append(b)
@@ -243,7 +262,8 @@ class RecordAccumulator:
         request goes to one leader, holds at most one batch per partition and at most
         ``max_request_size`` bytes (one batch always fits); a leader has at most
         ``max_in_flight`` requests in flight, so a partition has at most that many
-        batches in flight. With idempotence a batch is sent for the first time only while
+        batches in flight. A transactional producer's partition is drained only once it
+        is in the transaction (``txn_added``). With idempotence a batch is sent for the first time only while
         its partition's window has room (:meth:`Sequences.has_room`), and nothing of a
         partition whose stream is restarting or waiting for a producer id is sent. A
         batch being retried is sent alone, once nothing else of its partition is in
@@ -259,10 +279,13 @@ class RecordAccumulator:
         seqs = self.sequences
         awaiting = seqs.awaiting_producer_id if seqs is not None else None
         restarting = seqs.restarting if seqs is not None else None
+        txn_added = self.txn_added
         for q in self.queues.values():
             batches = q.batches
             if not batches or (awaiting and q.tp in awaiting) or (restarting and q.tp in restarting):
                 continue
+            if txn_added is not None and q.tp not in txn_added:
+                continue  # AddPartitionsToTxn first
             taken = 0
             while batches:
                 b = batches[0]

@@ -8,6 +8,11 @@ acquisition; the returned future is a three-slot view on the batch's result).
 ``send_batch`` encodes whole sequences into batches in one call each. The
 :class:`Sender` thread drains ready batches into Produce requests, several in flight
 per broker, and handles their outcomes; :class:`Sequences` holds the idempotence state.
+With ``transactional_id`` (which implies idempotence), :class:`TransactionManager` holds
+the transaction's state: ``init_transactions``, ``begin_transaction``,
+``send_offsets_to_transaction``, ``commit_transaction`` and ``abort_transaction`` are
+kafka-python's and confluent-kafka's calls, and ``send`` is allowed inside a
+transaction only.
 
 The partition lists are cached per topic and rebuilt whenever the producer's metadata
 is refreshed (the sender refreshes it when a send failed, or every
@@ -25,7 +30,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kclient.compat import check_configs
@@ -42,8 +47,10 @@ from kclient.producer.accumulator import RecordAccumulator
 from kclient.producer.futures import FutureBatchMetadata, FutureRecordMetadata, Run
 from kclient.producer.sender import Sender
 from kclient.producer.sequences import MAX_IN_FLIGHT, Sequences, fetch_producer_id
+from kclient.producer.transactions import TransactionManager
 from kclient.records import HEADER_SIZE, MAX_RECORD_OVERHEAD, Compression, encode_batch
 from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
+from kclient.structs import OffsetAndMetadata, TopicPartition
 from kclient.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -100,6 +107,8 @@ class Producer:
         "key_serializer": None,
         "value_serializer": None,
         "enable_idempotence": True,
+        "transactional_id": None,
+        "transaction_timeout_ms": 60000,
         **DEFAULT_SECURITY_CONFIG,
     }
 
@@ -108,7 +117,19 @@ class Producer:
         cfg = {**self.DEFAULT_CONFIG, **configs}
         self.config = cfg
         acks = _acks(cfg["acks"])
+        transactional_id: str | None = cfg["transactional_id"] or None
         idempotent = bool(cfg["enable_idempotence"])
+        if transactional_id is not None:
+            # A transactional producer is idempotent (Kafka's rule): refuse what contradicts it.
+            if "enable_idempotence" in configs and not idempotent:
+                raise InvalidConfigError("transactional_id needs enable_idempotence=True")
+            if acks != -1:
+                raise InvalidConfigError(f"transactional_id needs acks='all', got acks={cfg['acks']!r}")
+            if int(cfg["max_in_flight_requests_per_connection"]) > MAX_IN_FLIGHT:
+                raise InvalidConfigError(
+                    f"transactional_id needs max_in_flight_requests_per_connection <= {MAX_IN_FLIGHT}"
+                )
+            idempotent = True
         if idempotent and acks != -1:
             if "enable_idempotence" in configs:
                 raise InvalidConfigError(
@@ -166,7 +187,91 @@ class Producer:
         )
         self._append = self._accumulator.append
         self._needs_producer_id = idempotent
+        self._txn: TransactionManager | None = None
+        if transactional_id is not None:
+            self._accumulator.make_transactional()
+            transport = self._transport
+            metadata = self._metadata
+            self._txn = TransactionManager(
+                transactional_id,
+                int(cfg["transaction_timeout_ms"]),
+                self._accumulator,
+                call=transport.call,
+                call_any=lambda method, request, timeout_s=None: transport.call_any(
+                    method, request, metadata.broker_addresses(), timeout_s=timeout_s
+                ),
+                retry_backoff_ms=cfg["retry_backoff_ms"],
+                request_timeout_ms=cfg["request_timeout_ms"],
+            )
+            self._sender.txn = self._txn
+            self._needs_producer_id = False  # init_transactions gets it
         self._sender.start()
+
+    # --- transactions (KIP-98; kafka-python's and confluent-kafka's names) ------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Fence older producers of ``transactional_id``, finish (abort) their open
+        transaction, and get this producer's id and epoch. Call once before the first
+        transaction; after a KafkaTimeoutError it may be called again. ``timeout`` in
+        seconds (default: ``max_block_ms``)."""
+        txn = self._transactional("init_transactions")
+        seqs = self._sequences
+        assert seqs is not None
+
+        def set_producer_id(pid: int, epoch: int) -> None:
+            with self._accumulator.lock:
+                seqs.set_producer_id(pid, epoch)
+
+        txn.init_transactions(self._max_block_s if timeout is None else timeout, set_producer_id)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until it commits or aborts belong to it."""
+        self._transactional("begin_transaction").begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        consumer_group_metadata: Any,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets (the next offset to read, per partition) as
+        part of the transaction: they become the group's committed offsets when it commits,
+        and never if it aborts. ``consumer_group_metadata``: the group id, or a consumer's
+        group metadata (``group_id``, ``generation_id``, ``member_id``,
+        ``group_instance_id``), which lets the group's coordinator fence a zombie member
+        (KIP-447)."""
+        self._transactional("send_offsets_to_transaction").send_offsets_to_transaction(
+            offsets, consumer_group_metadata, self._max_block_s if timeout is None else timeout
+        )
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it. If a record failed, raises
+        its error and the transaction must be aborted (``abort_transaction``). After a
+        KafkaTimeoutError it may be called again."""
+        self._transactional("commit_transaction").commit_transaction(
+            self._max_block_s if timeout is None else timeout, self._flush_for_transaction
+        )
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not sent yet fail (TransactionAbortedError), those
+        sent are never visible to read_committed consumers. After a KafkaTimeoutError it may
+        be called again."""
+        self._transactional("abort_transaction").abort_transaction(
+            self._max_block_s if timeout is None else timeout, self._flush_for_transaction
+        )
+
+    def _transactional(self, what: str) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError(f"{what} needs a transactional producer (set transactional_id)")
+        if self._closed:
+            raise IllegalStateError(f"{what} after close")
+        return self._txn
+
+    def _flush_for_transaction(self, timeout: float) -> None:
+        try:
+            self.flush(timeout)
+        except KafkaTimeoutError as exc:
+            raise KafkaTimeoutError(f"the transaction's records were not all sent within {timeout:.1f}s") from exc
 
     # --- public API ----------------------------------------------------------------------
 
@@ -185,6 +290,8 @@ class Producer:
         """Queue one record; the future gives its RecordMetadata once acknowledged."""
         if self._closed:
             raise IllegalStateError("send after close")
+        if self._txn is not None:
+            self._txn.check_send()
         size = _RECORD_BOUND
         if value is not None:
             if self._value_serializer is not None:
@@ -248,6 +355,8 @@ class Producer:
         """
         if self._closed:
             raise IllegalStateError("send after close")
+        if self._txn is not None:
+            self._txn.check_send()
         n = len(values)
         for name, seq in (("keys", keys), ("headers", headers), ("timestamps", timestamps)):
             if seq is not None and len(seq) != n:
@@ -480,6 +589,7 @@ class Producer:
                 producer_id=stamp[0],
                 producer_epoch=stamp[1],
                 base_sequence=stamp[2],
+                is_transactional=self._txn is not None,
             )
         except BaseException:
             acc.release(size)

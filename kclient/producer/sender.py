@@ -26,6 +26,13 @@ Responses are handled on gRPC's callback thread (``_on_response``), batch by bat
   none of its batches is in flight, and the batches that may have been written under
   their old stamps fail with it (KafkaError "outcome unknown").
 
+Transactions (``txn``, :mod:`~kclient.producer.transactions`): before each drain the
+sender adds the partitions waiting for the transaction (AddPartitionsToTxn), and only
+added partitions are drained; Produce requests carry the transactional id. A batch that
+fails for good fails the transaction (abortable, or fatal for PRODUCER_FENCED and the
+like) instead of restarting its partition's stream; once the transaction failed, batches
+are no longer retried and those not yet sent fail with its error.
+
 Ordering: with idempotence, batches of a partition are written in their send order
 even with several in flight and across retries (the leader refuses a batch that skips
 a sequence; retried batches are resent alone and in order). Without idempotence and
@@ -66,6 +73,7 @@ from kclient.producer.accumulator import RecordAccumulator
 from kclient.producer.batch import ProducerBatch
 from kclient.producer.metrics import ProducerMetrics
 from kclient.producer.sequences import Sequences, fetch_producer_id
+from kclient.producer.transactions import TransactionManager
 from kclient.proto.kbroker.v1 import log_pb2
 from kclient.transport import Transport
 
@@ -104,6 +112,7 @@ class Sender:
         max_request_size: int,
         max_in_flight: int,
         on_metadata: Callable[[], None] = lambda: None,
+        txn: TransactionManager | None = None,
     ) -> None:
         self.accumulator = accumulator
         self.metadata = metadata
@@ -118,6 +127,8 @@ class Sender:
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
         self.on_metadata = on_metadata
+        self.txn = txn
+        """A transactional producer's transaction state (None: not transactional)."""
         self.requests_in_flight: dict[str, int] = {}
         self.metrics = ProducerMetrics()
         self.aborted = False
@@ -144,6 +155,8 @@ class Sender:
             if seqs is not None and seqs.awaiting_producer_id and time.monotonic() >= self._producer_id_retry_at:
                 self._renew_producer_id()
             self._refresh_metadata()
+            if self.txn is not None:
+                self._transaction_turn(self.txn)
             expired: list[ProducerBatch] = []
             with acc.lock:
                 if acc.closed and (self.aborted or not acc.pending):
@@ -177,6 +190,18 @@ class Sender:
                 acc.complete(b, in_flight=False)
             for addr, batches in requests:
                 self._send(addr, batches)
+
+    def _transaction_turn(self, txn: TransactionManager) -> None:
+        """Add the partitions waiting for the transaction, or, once the transaction failed,
+        fail the batches not sent yet with its error (Kafka's ``abortUndrainedBatches``)."""
+        err = txn.sender_turn()
+        if err is None:
+            return
+        acc = self.accumulator
+        for b in acc.take_queued():
+            self.metrics.failed(b.count)
+            b.fail(err)
+            acc.complete(b, in_flight=False)
 
     def _restart_streams(self) -> list[ProducerBatch]:
         """Restart the streams marked for it whose partitions have nothing in flight; returns
@@ -272,6 +297,8 @@ class Sender:
 
     def _send(self, addr: str, batches: list[ProducerBatch]) -> None:
         req = log_pb2.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms)
+        if self.txn is not None:
+            req.transactional_id = self.txn.transactional_id
         topics: dict[str, Any] = {}
         sent: list[tuple[int, int, bool]] = []
         for b in batches:
@@ -391,15 +418,21 @@ class Sender:
         now = time.monotonic()
         expired = now - b.created > self.delivery_timeout_s
         seqs = self.sequences
-        if not expired and not acc.closed:
+        txn = self.txn
+        txn_failed = txn is not None and txn.in_error  # no retry: the transaction's batches fail
+        if not expired and not acc.closed and not txn_failed:
             if seqs is not None and b.sequenced:
                 with acc.lock:
                     retry, restart = self._sequence_retry(seqs, b, err)
+                    if restart and txn is not None:
+                        # A transactional producer's epoch is the coordinator's: the
+                        # transaction fails, and its abort bumps the epoch.
+                        retry, restart = False, False
                     if restart:
                         seqs.request_restart(b.tp)
                     elif retry:
                         seqs.unconfirm(b.tp)
-                if isinstance(err, OutOfOrderSequenceNumberError) and not retry:
+                if isinstance(err, OutOfOrderSequenceNumberError) and not retry and txn is None:
                     err = OutOfOrderSequenceNumberError(
                         f"{err.message} (the batch may already be in the log beyond the leader's memory of this "
                         "producer: it is not resent under a new sequence, which could write it twice)"
@@ -411,12 +444,16 @@ class Sender:
                 return
         if self.aborted:
             err = KafkaTimeoutError("the producer was closed before the batch was acknowledged")
+        elif txn_failed and txn is not None and txn.error is not None and err.retriable:
+            err = type(txn.error)(f"the transaction failed: {txn.error.message}")
         elif expired and err.retriable:
             # Report why it kept failing, not just that time ran out.
             err = type(err)(f"{err.message} (gave up after delivery_timeout_ms={self.delivery_timeout_ms})")
-        if seqs is not None and b.sequenced:
+        if seqs is not None and b.sequenced and txn is None:
             with acc.lock:
                 seqs.request_restart(b.tp)
+        if txn is not None:
+            txn.batch_failed(b, err)
         self.metrics.failed(b.count)
         b.fail(err)
         acc.complete(b)
