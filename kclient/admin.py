@@ -24,7 +24,7 @@ from kclient.errors import (
     for_code,
 )
 from kclient.metadata import ClusterMetadata
-from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, log_pb2, reassignment_pb2
+from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, log_pb2, reassignment_pb2, txn_pb2
 from kclient.retry import retry
 from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
@@ -87,6 +87,32 @@ class GroupDescription:
     protocol: str
     generation: int
     members: list[MemberDescription]
+
+
+@dataclass
+class TransactionDescription:
+    """A transactional id's transaction as its coordinator sees it (Kafka's
+    ``TransactionDescription``, KIP-664). ``state`` is Kafka's name (Empty, Ongoing,
+    PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort)."""
+
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int | None
+    """When the open transaction began (ms since the epoch); None when none is open."""
+    partitions: list[TopicPartition]
+    """The partitions of the open transaction."""
+
+
+class TransactionListing(NamedTuple):
+    """One transaction of ``list_transactions`` (Kafka's ``TransactionListing``)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
 
 
 _T = TypeVar("_T")
@@ -245,6 +271,96 @@ class AdminClient(AdminSecurityMixin):
             on_error=on_error,
             raise_last=True,
         )
+
+    # --- transactions (KIP-664; kafka-transactions.sh) ---------------------------------------
+
+    def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, str]:
+        """The id and ``host:port`` of the broker coordinating ``transactional_id``."""
+        req = group_pb2.FindCoordinatorRequest(group_id=transactional_id, key_type=group_pb2.TRANSACTION)
+        resp = self._call("FindCoordinator", req)
+        if resp.error_code:
+            raise for_code(resp.error_code)(
+                resp.error_message or f"no coordinator for transactional id {transactional_id!r}"
+            )
+        return resp.node_id, f"{resp.host}:{resp.port}"
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
+        """Each transactional id's transaction, in the order asked, from its coordinator
+        (found again while it moves). An id never used raises Kafka's
+        TRANSACTIONAL_ID_NOT_FOUND; any other refusal its error."""
+        out = []
+        for tid in transactional_ids:
+            where: list[int] = []
+
+            def at_current_coordinator(tid: str = tid, where: list[int] = where) -> Any:
+                node, address = self.find_transaction_coordinator(tid)
+                req = txn_pb2.DescribeTransactionsRequest(transactional_ids=[tid])
+                resp = self._transport.call(address, "DescribeTransactions", req, self._timeout_ms / 1000.0 + 5)
+                code = resp.transaction_states[0].error_code
+                if code in _COORDINATOR_MOVED:
+                    raise for_code(code)(f"DescribeTransactions for transactional id {tid!r}")
+                where[:] = [node]
+                return resp
+
+            resp = retry(
+                at_current_coordinator,
+                what=f"DescribeTransactions for transactional id {tid!r}",
+                deadline=time.monotonic() + self._timeout_ms / 1000.0,
+                backoff_s=_COORDINATOR_RETRY_BACKOFF_S,
+                on_error=self._coordinator_gone,
+                raise_last=True,
+            )
+            (d,) = resp.transaction_states
+            if d.error_code:
+                raise for_code(d.error_code)(d.error_message or f"transactional id {tid!r}")
+            out.append(
+                TransactionDescription(
+                    d.transactional_id,
+                    where[0],
+                    d.transaction_state,
+                    d.producer_id,
+                    d.producer_epoch,
+                    d.transaction_timeout_ms,
+                    d.transaction_start_time_ms if d.transaction_start_time_ms >= 0 else None,
+                    sorted(TopicPartition(t.name, p) for t in d.topics for p in t.partitions),
+                )
+            )
+        return out
+
+    def list_transactions(
+        self, states: Iterable[str] | None = None, producer_ids: Iterable[int] | None = None
+    ) -> list[TransactionListing]:
+        """The transactions of every live broker's coordinator, sorted by transactional id:
+        only those in ``states`` (Kafka's names; None: all) and of ``producer_ids`` (None:
+        all). Ids the caller may not DESCRIBE are left out. Every live broker is asked;
+        one that does not answer raises unless another did."""
+        self._metadata.refresh()
+        req = txn_pb2.ListTransactionsRequest(
+            state_filters=list(states or ()), producer_id_filters=list(producer_ids or ())
+        )
+        found: dict[str, TransactionListing] = {}
+        answered = False
+        last: KafkaError | None = None
+        for address in self._metadata.broker_addresses() or self._transport.bootstrap:
+            try:
+                resp = self._transport.call(address, "ListTransactions", req)
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                last = exc
+                continue
+            if resp.error_code:
+                last = for_code(resp.error_code)(resp.error_message or "ListTransactions failed")
+                continue
+            answered = True
+            for t in resp.transaction_states:
+                found[t.transactional_id] = TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
+        if not answered:
+            raise last or KafkaError("no broker answered ListTransactions")
+        return [found[tid] for tid in sorted(found)]
+
+    def _coordinator_gone(self, err: KafkaError) -> None:
+        if err.retriable:  # the coordinator's broker may be gone
+            self._metadata.request_update()
+            self._metadata.maybe_refresh()
 
     def list_consumer_groups(self) -> list[tuple[str, str]]:
         """``(group id, state)`` of every group with state in ZooKeeper, sorted by id.
