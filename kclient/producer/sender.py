@@ -195,10 +195,34 @@ class Sender:
         """Add the partitions waiting for the transaction, or, once the transaction failed,
         fail the batches not sent yet with its error (Kafka's ``abortUndrainedBatches``)."""
         err = txn.sender_turn()
-        if err is None:
-            return
         acc = self.accumulator
+        if err is None:
+            self._expire_unadded(txn)
+            return
         for b in acc.take_queued():
+            self.metrics.failed(b.count)
+            b.fail(err)
+            acc.complete(b, in_flight=False)
+
+    def _expire_unadded(self, txn: TransactionManager) -> None:
+        """Batches whose partition could not be added within ``delivery_timeout_ms`` fail
+        (and with them the transaction), as Kafka expires batches in the accumulator."""
+        acc = self.accumulator
+        now = time.monotonic()
+        expired: list[ProducerBatch] = []
+        with acc.lock:
+            for tp in acc.txn_pending:
+                q = acc.queues.get(tp)
+                for b in q.batches if q is not None else ():
+                    if now - b.created <= self.delivery_timeout_s:
+                        break
+                    expired.append(b)
+        for b in expired:
+            err = KafkaTimeoutError(
+                f"{b.tp.topic}-{b.tp.partition} was not added to the transaction within "
+                f"delivery_timeout_ms={self.delivery_timeout_ms}"
+            )
+            txn.batch_failed(b, err)
             self.metrics.failed(b.count)
             b.fail(err)
             acc.complete(b, in_flight=False)

@@ -471,3 +471,20 @@ def test_a_concurrent_transactions_end_txn_is_retried(cluster: FakeCluster) -> N
         p.close(0)
     assert cluster.methods().count("EndTxn") == 2
     assert ConcurrentTransactionsError.retriable
+
+
+def test_batches_of_a_partition_never_added_expire_after_the_delivery_timeout(cluster: FakeCluster) -> None:
+    cluster.add_errors = [CONCURRENT_TRANSACTIONS] * 10000
+    p = _producer(delivery_timeout_ms=300)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        f = p.send("t", b"x", partition=0)
+        with pytest.raises(KafkaTimeoutError, match="not added to the transaction"):
+            f.get(5)
+        with pytest.raises(KafkaTimeoutError):
+            p.commit_transaction()  # the transaction failed
+        p.abort_transaction()
+    finally:
+        p.close(0)
+    assert "Produce" not in cluster.methods()
