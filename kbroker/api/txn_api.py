@@ -1,8 +1,9 @@
 """The transaction requests, protocol-neutral (Kafka's ``handleFindCoordinatorRequest``
 for key type TRANSACTION, ``handleInitProducerIdRequest`` with a transactional id,
 ``handleAddPartitionToTxnRequest``, ``handleAddOffsetsToTxnRequest``,
-``handleTxnOffsetCommitRequest``, ``handleEndTxnRequest``): plain values in, typed results
-out, a refusal of the whole request raised as the error table's exception.
+``handleTxnOffsetCommitRequest``, ``handleEndTxnRequest``, ``handleDescribeTransactionsRequest``,
+``handleListTransactionsRequest``): plain values in, typed results out, a refusal of the
+whole request raised as the error table's exception.
 
 Authorization, as Kafka's: WRITE on the TransactionalId for every request that changes a
 transaction (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), DESCRIBE on it to find its
@@ -13,8 +14,11 @@ latter READ on each topic.
 
 A transactional id is coordinated by one live broker, chosen as a group's is
 (rendezvous hashing over the live brokers); a request for an id this broker does not
-coordinate answers NOT_COORDINATOR. The state machine is
-:class:`~kbroker.txn.coordinator.TransactionCoordinator`'s.
+coordinate answers NOT_COORDINATOR. TxnOffsetCommit is the exception, as in Kafka: the
+client sends it to the group's coordinator, so it answers NOT_COORDINATOR when this
+broker does not coordinate the group, and writes the transaction's state from whichever
+broker that is (the store's compare-and-set orders it against the id's coordinator). The
+state machine is :class:`~kbroker.txn.coordinator.TransactionCoordinator`'s.
 
 Thread safety: every method blocks (ZooKeeper) and runs on a door's request pool.
 """
@@ -29,6 +33,7 @@ from kbroker.api.metadata_api import Node, advertised
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.zkdata import CommittedOffset as CommittedOffset
 from kbroker.cluster.zkdata import TransactionMetadata as TransactionMetadata
+from kbroker.cluster.zkdata import TxnState as TxnState
 from kbroker.group.coordinator import coordinator_for
 from kbroker.security.acl import AclOperation as Op
 from kbroker.security.acl import ResourceType
@@ -43,6 +48,9 @@ from kclient.errors import (
 )
 
 TopicPartition = tuple[str, int]
+UNLISTED_STATES = frozenset({"Dead", "PrepareEpochFence"})
+"""Kafka's transaction states that kbroker's coordinator never stores: a known state for
+ListTransactions' filter, matching nothing."""
 
 
 class TransactionApi:
@@ -75,6 +83,15 @@ class TransactionApi:
                 f"(broker {node} does)"
             )
 
+    def _check_group_coordinator(self, group_id: str) -> None:
+        if not group_id:
+            raise InvalidRequestError("the group id is empty")
+        node = coordinator_for(group_id, sorted(self._metadata.snapshot().brokers))
+        if node != self._broker_id:
+            raise NotCoordinatorError(
+                f"broker {self._broker_id} does not coordinate group {group_id!r} (broker {node} does)"
+            )
+
     def find_coordinator(self, transactional_id: str) -> Node:
         """DESCRIBE on the TransactionalId; its coordinator as the caller reaches it."""
         self._check_id(Op.DESCRIBE, transactional_id)
@@ -86,10 +103,15 @@ class TransactionApi:
             raise CoordinatorNotAvailableError(f"broker {info.broker_id} has no listener {current().listener}")
         return Node(info.broker_id, where[0], where[1])
 
-    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
+    ) -> tuple[int, int]:
+        """``producer_id``/``producer_epoch``: the producer the caller holds (InitProducerId
+        v3+, KIP-360), -1 for none; a stale one is fenced (PRODUCER_FENCED)."""
         self._check_id(Op.WRITE, transactional_id)
         self._check_coordinator(transactional_id)
-        return self._coordinator.init_producer_id(transactional_id, timeout_ms)
+        expected = (producer_id, producer_epoch) if producer_id >= 0 and producer_epoch >= 0 else None
+        return self._coordinator.init_producer_id(transactional_id, timeout_ms, expected)
 
     def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
@@ -122,11 +144,14 @@ class TransactionApi:
         group_id: str,
         offsets: Mapping[TopicPartition, CommittedOffset],
     ) -> dict[TopicPartition, BrokerResponseError | None]:
-        """TxnOffsetCommit (sent to the transaction's coordinator here, where Kafka sends
-        it to the group's): the offsets are held until the transaction ends."""
+        """TxnOffsetCommit, sent to the group's coordinator as Kafka's clients do (another
+        broker: NOT_COORDINATOR): the offsets are held with the transaction until it ends.
+        The transaction's state is written from here whether or not this broker
+        coordinates the transactional id; a write that raced another broker's answers the
+        retriable CONCURRENT_TRANSACTIONS."""
         self._check_id(Op.WRITE, transactional_id)
         self._access.check_group(Op.READ, group_id)
-        self._check_coordinator(transactional_id)
+        self._check_group_coordinator(group_id)
         refused = self._access.refused_topics(Op.READ, (t for t, _ in offsets))
         results: dict[TopicPartition, BrokerResponseError | None] = {
             tp: refused[tp[0]] for tp in offsets if tp[0] in refused
@@ -156,3 +181,24 @@ class TransactionApi:
             except BrokerResponseError as exc:
                 out.append((tid, exc, None))
         return out
+
+    def list_transactions(
+        self, state_filters: Sequence[str] = (), producer_id_filters: Sequence[int] = ()
+    ) -> tuple[list[str], list[TransactionMetadata]]:
+        """ListTransactions (KIP-664): the transactions this broker coordinates, in a
+        state named in ``state_filters`` and of a producer id in ``producer_id_filters``
+        (an empty filter passes all). Ids the caller may not DESCRIBE are left out
+        silently, as Kafka does. Also the filters that name no state (Kafka answers them
+        in ``unknown_state_filters``, and lists no transaction for them)."""
+        names = {s.value: s for s in TxnState}
+        unknown = [f for f in state_filters if f not in names and f not in UNLISTED_STATES]
+        states = [names[f] for f in state_filters if f in names]
+        if state_filters and not states:
+            return unknown, []  # only states no transaction here is ever in
+        brokers = sorted(self._metadata.snapshot().brokers)
+        listed = self._coordinator.list_transactions(
+            states, producer_id_filters, lambda tid: coordinator_for(tid, brokers) == self._broker_id
+        )
+        return unknown, [
+            m for m in listed if self._access.allows(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id)
+        ]

@@ -30,7 +30,9 @@ Markers go through a :class:`MarkerWriter` (WriteTxnMarkers to each partition's 
 and offsets through an :class:`OffsetSink` (the group store).
 
 Thread safety: requests for one transactional id are serialised by its lock; ids are
-independent. The store's compare-and-set fences a second coordinator of the same id.
+independent. The store's compare-and-set fences a second coordinator of the same id, and
+orders TxnOffsetCommit, which the group's coordinator (any broker) writes, against the
+id's coordinator's own writes.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from kclient.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
+    TransactionCoordinatorFencedError,
 )
 
 log = logging.getLogger(__name__)
@@ -128,8 +131,15 @@ class TransactionCoordinator:
 
     # --- InitProducerId --------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
-        """(producer id, epoch) for the id's newest producer (see the module docstring)."""
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> tuple[int, int]:
+        """(producer id, epoch) for the id's newest producer (see the module docstring).
+        ``expected``: the (producer id, epoch) the caller holds (InitProducerId v3+,
+        KIP-360), None for a new producer. A caller holding the current producer id gets
+        its epoch bumped; one whose epoch is the previous one, after a bump it never
+        heard the answer to, gets the current epoch unchanged; any other is fenced
+        (PRODUCER_FENCED)."""
         if not transactional_id:
             raise InvalidRequestError("the transactional id is empty")
         if not 0 < timeout_ms <= self._max_timeout_ms:
@@ -145,6 +155,11 @@ class TransactionCoordinator:
                 self._store.write(meta, None)
                 return pid, epoch
             meta, version = found
+            if expected is not None and expected[0] != meta.producer_id:
+                raise ProducerFencedError(
+                    f"transactional id {transactional_id!r}: producer id {expected[0]} is fenced by "
+                    f"producer id {meta.producer_id}"
+                )
             if meta.state.preparing:
                 raise ConcurrentTransactionsError(f"transaction {transactional_id!r} is completing")
             if meta.state is TxnState.ONGOING:
@@ -153,11 +168,21 @@ class TransactionCoordinator:
                 raise ConcurrentTransactionsError(
                     f"transaction {transactional_id!r} was open: aborting it, retry InitProducerId"
                 )
+            last = -1  # a new producer: an older one cannot pass for a retry
+            if expected is not None:
+                if expected[1] == meta.last_producer_epoch and expected[1] != meta.producer_epoch:
+                    return meta.producer_id, meta.producer_epoch  # a retry of a bump already made
+                if expected[1] != meta.producer_epoch:
+                    raise ProducerFencedError(
+                        f"transactional id {transactional_id!r}: epoch {expected[1]} is fenced by epoch "
+                        f"{meta.producer_epoch}"
+                    )
+                last = meta.producer_epoch
             pid, epoch = meta.producer_id, meta.producer_epoch + 1
             if epoch > MAX_EPOCH:
-                pid, epoch = self._producer_ids.generate()
+                pid, epoch, last = *self._producer_ids.generate(), -1
             fresh = TransactionMetadata(
-                transactional_id, pid, epoch, timeout_ms, TxnState.EMPTY, update_ms=now, last_producer_epoch=-1
+                transactional_id, pid, epoch, timeout_ms, TxnState.EMPTY, update_ms=now, last_producer_epoch=last
             )
             self._store.write(fresh, version)
             log.info("transaction %s: producer id %d epoch %d", transactional_id, pid, epoch)
@@ -211,17 +236,30 @@ class TransactionCoordinator:
         offsets: Mapping[TopicPartition, CommittedOffset],
     ) -> None:
         """TxnOffsetCommit: offsets held with the transaction until it ends (the group was
-        added with AddOffsetsToTxn first, else INVALID_TXN_STATE)."""
+        added with AddOffsetsToTxn first, else INVALID_TXN_STATE).
+
+        Served by the group's coordinator, which need not be the transactional id's (as
+        Kafka's clients send it): any broker's coordinator may make this write, fenced by
+        the store's compare-and-set alone. A write that lost the race to another broker's
+        (TRANSACTION_COORDINATOR_FENCED from the store) answers the retriable
+        CONCURRENT_TRANSACTIONS, and the client sends it again."""
         with self._lock(transactional_id):
             meta, version = self._load(transactional_id)
             self._check_producer(meta, producer_id, producer_epoch)
+            if meta.state.preparing:
+                raise ConcurrentTransactionsError(f"transaction {transactional_id!r} is completing")
             if meta.state is not TxnState.ONGOING or group_id not in meta.groups:
                 raise InvalidTxnStateError(
                     f"transaction {transactional_id!r} has not added group {group_id!r} (AddOffsetsToTxn first)"
                 )
             pending = {g: dict(o) for g, o in meta.pending_offsets.items()}
             pending.setdefault(group_id, {}).update(offsets)
-            self._store.write(replace(meta, pending_offsets=pending, update_ms=self._now_ms()), version)
+            try:
+                self._store.write(replace(meta, pending_offsets=pending, update_ms=self._now_ms()), version)
+            except TransactionCoordinatorFencedError as exc:
+                raise ConcurrentTransactionsError(
+                    f"transaction {transactional_id!r} changed while its offsets were written: retry"
+                ) from exc
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """EndTxn: decide the outcome (stored before this returns), then complete it."""
@@ -315,3 +353,26 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> TransactionMetadata | None:
         found = self._store.load(transactional_id)
         return found[0] if found is not None else None
+
+    def list_transactions(
+        self,
+        state_filters: Collection[TxnState] = (),
+        producer_id_filters: Collection[int] = (),
+        coordinated: Callable[[str], bool] = lambda transactional_id: True,
+    ) -> list[TransactionMetadata]:
+        """ListTransactions (KIP-664): the stored ids ``coordinated`` says are this
+        broker's, in a state of ``state_filters`` and with a producer id of
+        ``producer_id_filters`` (an empty filter passes all); in id order. An id removed
+        while listed is left out."""
+        states, pids = frozenset(state_filters), frozenset(producer_id_filters)
+        out = []
+        for tid in self._store.transactional_ids():
+            if not coordinated(tid):
+                continue
+            found = self._store.load(tid)
+            if found is None:
+                continue
+            meta = found[0]
+            if (not states or meta.state in states) and (not pids or meta.producer_id in pids):
+                out.append(meta)
+        return out

@@ -206,3 +206,48 @@ def test_the_znode_reads_back_what_was_written() -> None:
     )
     assert zkdata.decode_transaction("a/b%c", zkdata.encode_transaction(meta)) == meta
     assert zkdata.transaction_state_path("a/b%c") == "/transaction_state/a%2Fb%25c"
+
+
+def test_init_producer_id_with_the_producer_it_holds_bumps_or_fences(f: Fixture) -> None:
+    c = f.coordinator
+    pid, e0 = c.init_producer_id("app", 10000)
+    assert c.init_producer_id("app", 10000, (pid, e0)) == (pid, e0 + 1)  # KIP-360: the holder's epoch bump
+    assert c.init_producer_id("app", 10000, (pid, e0)) == (pid, e0 + 1)  # its retry: no second bump
+    with pytest.raises(ProducerFencedError):
+        c.init_producer_id("app", 10000, (pid + 1, e0 + 1))  # another producer id
+    assert c.init_producer_id("app", 10000) == (pid, e0 + 2)  # a new producer: no retry passes after it
+    with pytest.raises(ProducerFencedError):
+        c.init_producer_id("app", 10000, (pid, e0 + 1))
+    assert f.state("app").producer_epoch == e0 + 2
+
+
+def test_a_txn_offset_commit_that_lost_a_race_is_concurrent_transactions(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_offsets("app", pid, epoch, "readers")
+    elsewhere = f.new_coordinator()  # the group's coordinator, another broker
+    load = f.store.load
+
+    def racing(tid: str) -> tuple[TransactionMetadata, int] | None:
+        found = load(tid)
+        f.store.load = load  # type: ignore[method-assign]
+        c.add_partitions("app", pid, epoch, [("out", 0)])  # the id's coordinator writes meanwhile
+        return found
+
+    f.store.load = racing  # type: ignore[method-assign,assignment]
+    with pytest.raises(ConcurrentTransactionsError):
+        elsewhere.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(3)})
+    elsewhere.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(3)})  # the retry
+    assert f.state("app").pending_offsets == {"readers": {("in", 0): CommittedOffset(3)}}
+
+
+def test_list_transactions_filters_by_state_producer_and_coordinator(f: Fixture) -> None:
+    c = f.coordinator
+    a, ea = c.init_producer_id("a", 10000)
+    b, _ = c.init_producer_id("b", 10000)
+    c.init_producer_id("c", 10000)
+    c.add_partitions("a", a, ea, [("out", 0)])
+    assert [m.transactional_id for m in c.list_transactions()] == ["a", "b", "c"]
+    assert [m.transactional_id for m in c.list_transactions([TxnState.ONGOING])] == ["a"]
+    assert [m.transactional_id for m in c.list_transactions([TxnState.EMPTY], [b])] == ["b"]
+    assert [m.transactional_id for m in c.list_transactions(coordinated=lambda t: t != "b")] == ["a", "c"]

@@ -1,6 +1,7 @@
 """The core's transaction requests (kbroker.api.txn_api), without sockets: the
-TransactionalId ACLs, NOT_COORDINATOR for an id another broker coordinates, and
-AddPartitionsToTxn's all-or-nothing answer."""
+TransactionalId ACLs, NOT_COORDINATOR for an id another broker coordinates (for
+TxnOffsetCommit: a group), AddPartitionsToTxn's all-or-nothing answer, KIP-360's
+InitProducerId and ListTransactions."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pytest
 from kbroker.api.access import Access
 from kbroker.api.txn_api import TransactionApi
 from kbroker.cluster.zkdata import CommittedOffset, TxnState
+from kbroker.group.coordinator import coordinator_for
 from kclient.errors import (
     GroupAuthorizationFailedError,
     NotCoordinatorError,
     OperationNotAttemptedError,
+    ProducerFencedError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
@@ -72,3 +75,47 @@ def test_an_id_another_broker_coordinates_answers_not_coordinator() -> None:
     with pytest.raises(NotCoordinatorError):
         api.init_producer_id(elsewhere, 10000)
     assert api.find_coordinator(elsewhere).node_id == api.coordinator_of(elsewhere)
+
+
+def test_txn_offset_commit_is_served_by_the_groups_coordinator() -> None:
+    api, f = _api(brokers=tuple(range(1, 9)))
+    tid = next(t for t in (f"t{i}" for i in range(100)) if api.coordinator_of(t) != 1)
+    mine = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, list(range(1, 9))) == 1)
+    other = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, list(range(1, 9))) != 1)
+    pid, epoch = f.coordinator.init_producer_id(tid, 10000)  # at the id's coordinator, another broker
+    f.coordinator.add_offsets(tid, pid, epoch, mine)
+    assert api.commit_offsets(tid, pid, epoch, mine, {("in", 0): CommittedOffset(4)}) == {("in", 0): None}
+    assert f.state(tid).pending_offsets == {mine: {("in", 0): CommittedOffset(4)}}
+    with pytest.raises(NotCoordinatorError):
+        api.commit_offsets(tid, pid, epoch, other, {("in", 0): CommittedOffset(5)})
+
+
+def test_init_producer_id_checks_the_producer_the_caller_holds() -> None:
+    api, _ = _api()
+    pid, epoch = api.init_producer_id("app", 10000)
+    assert api.init_producer_id("app", 10000, pid, epoch) == (pid, epoch + 1)
+    with pytest.raises(ProducerFencedError):
+        api.init_producer_id("app", 10000, pid, epoch + 7)
+
+
+def test_list_transactions_answers_the_ids_the_caller_may_describe() -> None:
+    api, _ = _api(("DESCRIBE", "TRANSACTIONAL_ID", "hidden"))
+    pid, epoch = api.init_producer_id("app", 10000)
+    api.init_producer_id("hidden", 10000)
+    api.add_partitions("app", pid, epoch, [("out", 0)])
+    unknown, listed = api.list_transactions()
+    assert unknown == [] and [m.transactional_id for m in listed] == ["app"]
+    unknown, listed = api.list_transactions(["Ongoing", "Bogus", "Dead"], [pid])
+    assert unknown == ["Bogus"] and [(m.transactional_id, m.state) for m in listed] == [("app", TxnState.ONGOING)]
+    assert api.list_transactions(["Empty"]) == ([], [])
+    assert api.list_transactions(["Dead"]) == ([], [])
+    spread, _ = _api(brokers=tuple(range(1, 9)))
+    ids = [f"t{i}" for i in range(20)]
+    for t in ids:
+        try:
+            spread.init_producer_id(t, 10000)
+        except NotCoordinatorError:
+            pass
+    assert [m.transactional_id for m in spread.list_transactions()[1]] == [
+        t for t in sorted(ids) if spread.coordinator_of(t) == 1
+    ]
