@@ -78,7 +78,7 @@ async def _offload(fn: Any, *args: Any) -> Any:
     return fn(*args)
 
 
-def _service(log: FakeLog, **areas: Any) -> BrokerService:
+def _service(log: FakeLog, txn_api: FakeTxn | None = None) -> BrokerService:
     core = SimpleNamespace(
         log=log,
         metadata=None,
@@ -86,9 +86,10 @@ def _service(log: FakeLog, **areas: Any) -> BrokerService:
         admin=None,
         cluster=None,
         security=None,
+        transactions=txn_api,
+        txn_api=txn_api,  # the name before the core named the area "transactions"
         offload=_offload,
         broker_id=1,
-        **areas,
     )
     return BrokerService(core)  # type: ignore[arg-type]
 
