@@ -226,6 +226,7 @@ _CLEANER_GROUP = "Log cleaner"
 _REPLICATION = "Replication"
 _REQUESTS = "Requests and connections"
 _GROUPS = "Consumer groups and offsets"
+_TRANSACTIONS = "Transactions"
 _OPERATIONS = "Controller and shutdown"
 _LOGGING = "Logging and metrics"
 _KERBEROS = "Kerberos (accepted, no effect)"
@@ -506,6 +507,14 @@ BROKER_CONFIGS = ConfigDef(
                   validator=Range(1)),
         ConfigKey("offsets.retention.check.interval.ms", Type.LONG, 600000, H,
                   "How often expired offsets are removed.", _GROUPS, validator=Range(1)),
+        # --- transactions
+        ConfigKey("transaction.max.timeout.ms", Type.INT, 900000, H,
+                  "The largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT above it).",
+                  _TRANSACTIONS, validator=Range(1)),
+        ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", Type.INT, 10000, L,
+                  "How often the coordinator aborts transactions past their timeout (and finishes those whose "
+                  "markers are not all written yet).", _TRANSACTIONS, validator=Range(1),
+                  attr="transaction_cleanup_interval_ms"),
         # --- controller and shutdown
         ConfigKey("controlled.shutdown.enable", Type.BOOLEAN, True, M,
                   "Move leadership away before shutting down.", _OPERATIONS, attr="controlled_shutdown"),
@@ -607,6 +616,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = _default("group.max.session.timeout.ms")
     offsets_retention_minutes: int = _default("offsets.retention.minutes")
     offsets_retention_check_interval_ms: int = _default("offsets.retention.check.interval.ms")
+    transaction_max_timeout_ms: int = _default("transaction.max.timeout.ms")
+    transaction_cleanup_interval_ms: int = _default("transaction.abort.timed.out.transaction.cleanup.interval.ms")
     metrics_port: int = _default("metrics.port")
     log_defaults: dict[str, str] = field(default_factory=dict)
     """Topic-level default configs (topic key names), from the ``log.*`` keys."""

@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,15 +36,16 @@ from kbroker.cluster.group_store import GroupStore
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
+from kbroker.cluster.txn_store import TransactionStore
 from kbroker.cluster.zk_client import BrokerIdInUseError, SessionState, ZkClient
-from kbroker.cluster.zkdata import BrokerInfo
+from kbroker.cluster.zkdata import BrokerInfo, CommittedOffset
 from kbroker.config import BrokerConfig, add_flags, build_config, flag_settings, load_properties
 from kbroker.doors.grpc.server import GrpcServer
 from kbroker.doors.grpc.servicer import BrokerService
 from kbroker.doors.kafka.door import kafka_door
 from kbroker.doors.kafka.server import KafkaProtocolServer
 from kbroker.dynamic_config import DynamicBrokerConfig, DynamicConfigApplier
-from kbroker.group.coordinator import GroupCoordinator
+from kbroker.group.coordinator import GroupCoordinator, coordinator_for
 from kbroker.log_setup import LoggingConfig, configure
 from kbroker.metrics import BrokerMetrics, BrokerState, BrokerStateCollector
 from kbroker.replication.fetcher import insecure_channel
@@ -58,6 +59,9 @@ from kbroker.security.tls import broker_channel_credentials
 from kbroker.security.zk_credential import resolve_credential
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
+from kbroker.txn.coordinator import TransactionCoordinator
+from kbroker.txn.housekeeping import TransactionHousekeeping
+from kbroker.txn.markers import LeaderMarkerWriter
 from kclient.errors import KafkaError
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, cluster_pb2
 from kclient.security import BrokerSession, SecurityConfig, SessionInterceptor, sasl_login
@@ -183,6 +187,23 @@ class KafkaServer:
         )
 
         producer_ids = ProducerIdManager(self.zk, cfg.broker_id)
+        self.markers = LeaderMarkerWriter(
+            cfg.broker_id, self.metadata, self.replicas.write_markers, self._inter_broker_channel
+        )
+        txn_store = TransactionStore(self.zk)
+        self.transactions = TransactionCoordinator(
+            txn_store,
+            producer_ids,
+            self.markers,
+            _TransactionalOffsets(self.groups),
+            max_timeout_ms=cfg.transaction_max_timeout_ms,
+        )
+        self.txn_housekeeping = TransactionHousekeeping(
+            self.transactions,
+            txn_store,
+            lambda tid: coordinator_for(tid, sorted(self.metadata.snapshot().brokers)) == cfg.broker_id,
+            interval_ms=cfg.transaction_cleanup_interval_ms,
+        )
         sasl = {
             e.listener_name: SaslAuthenticator(
                 enabled_mechanisms=cfg.sasl_enabled_mechanisms(e.listener_name),
@@ -213,6 +234,7 @@ class KafkaServer:
                 self.groups,
                 offload,
                 credentials=self.credentials,
+                transactions=self.transactions,
                 auto_create_topics=cfg.auto_create_topics,
                 authorizer=self.authorizer,
                 metrics=self.metrics,
@@ -250,6 +272,7 @@ class KafkaServer:
         self.replicas.start()
         self.metadata.start()
         self.groups.start()
+        self.txn_housekeeping.start()
         self.controller.start()
         self.dynamic.on_change(
             DynamicConfigApplier(
@@ -503,7 +526,9 @@ class KafkaServer:
         if self.config.controlled_shutdown and not self.hurry.is_set():
             self.replicas.begin_controlled_shutdown()
             self._controlled_shutdown()
+        self.txn_housekeeping.stop()
         self.groups.shutdown()
+        self.markers.close()
         self.metrics.stop_serving()
         if self._grpc is not None:
             if self._kafka is not None:
@@ -532,6 +557,16 @@ class KafkaServer:
         except Exception:
             log.exception("closing the ZooKeeper client failed")
         log.info("broker %d stopped", self.config.broker_id)
+
+
+class _TransactionalOffsets:
+    """The group coordinator as the transaction coordinator's OffsetSink."""
+
+    def __init__(self, groups: GroupCoordinator) -> None:
+        self._groups = groups
+
+    def commit(self, group: str, offsets: Mapping[tuple[str, int], CommittedOffset]) -> None:
+        self._groups.commit_transactional(group, offsets)
 
 
 class _InterBrokerMarker(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]

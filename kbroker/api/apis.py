@@ -19,6 +19,7 @@ from kbroker.api.group_api import GroupApi
 from kbroker.api.log_api import LogApi
 from kbroker.api.metadata_api import MetadataApi
 from kbroker.api.security_api import SecurityApi
+from kbroker.api.txn_api import TransactionApi
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -29,11 +30,13 @@ from kbroker.metrics import BrokerMetrics
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.security.authorizer import AclAuthorizer
 from kbroker.security.credentials import CredentialStore
+from kbroker.txn.coordinator import TransactionCoordinator
 
 
 class BrokerApis:
-    """``metadata``, ``log``, ``groups``, ``admin``, ``cluster`` and ``security``: the areas of the core;
-    ``offload`` runs a blocking core call on the request pool of the door calling it."""
+    """``metadata``, ``log``, ``groups``, ``transactions``, ``admin``, ``cluster`` and
+    ``security``: the areas of the core; ``offload`` runs a blocking core call on the
+    request pool of the door calling it."""
 
     def __init__(
         self,
@@ -49,6 +52,7 @@ class BrokerApis:
         offload: Offload,
         *,
         credentials: CredentialStore,
+        transactions: TransactionCoordinator,
         auto_create_topics: bool = False,
         authorizer: AclAuthorizer | None = None,
         metrics: BrokerMetrics | None = None,
@@ -67,6 +71,7 @@ class BrokerApis:
         )
         self.log = LogApi(replicas, metadata, self.metadata, producer_ids, self.access, offload, metrics)
         self.groups = GroupApi(groups, metadata, self.access, offload)
+        self.transactions = TransactionApi(broker_id, transactions, metadata, self.access)
         self.admin = AdminApi(broker_id, replicas, metadata, zk, admin, self.access)
         self.cluster = ClusterApi(broker_id, controller, metadata, zk, self.access)
         self.credentials = credentials

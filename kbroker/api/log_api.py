@@ -40,6 +40,7 @@ from kbroker.replication.replica_manager import OffsetResult as OffsetResult
 from kbroker.replication.replica_manager import ProduceResult as ProduceResult
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.replication.replica_manager import TopicPartition as TopicPartition
+from kbroker.replication.replica_manager import TxnMarker as TxnMarker
 from kbroker.security.acl import AclOperation as Op
 from kbroker.security.acl import ResourceType
 from kclient.errors import (
@@ -344,6 +345,21 @@ class LogApi:
         if wanted:
             results.update(await self._replicas.delete_records_async(self._offload, timeout_ms, wanted))
         return results
+
+    # --- transaction markers --------------------------------------------------------------
+
+    async def write_txn_markers(
+        self, markers: Sequence[tuple[TxnMarker, Sequence[TopicPartition]]], timeout_ms: int
+    ) -> list[dict[TopicPartition, BrokerResponseError | None]]:
+        """WriteTxnMarkers (inter-broker): CLUSTER_ACTION on the Cluster; each marker
+        appended to its partitions as their leader and replicated as acks=all. One
+        answer per marker, in order: per partition None (written) or why not."""
+        if not self._access.cluster(Op.CLUSTER_ACTION):
+            raise self._access.cluster_error(Op.CLUSTER_ACTION)
+        return [
+            await self._replicas.write_markers_async(marker, list(partitions), timeout_ms)
+            for marker, partitions in markers
+        ]
 
     # --- producer ids -------------------------------------------------------------------
 

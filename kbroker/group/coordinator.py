@@ -351,6 +351,14 @@ class GroupCoordinator:
         with self._lock:
             self._committed.setdefault(group_id, {}).update((tp, c.offset) for tp, c in offsets.items())
 
+    def commit_transactional(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+        """Write the offsets a transaction committed (its coordinator completing it; the
+        member was checked at TxnOffsetCommit): the transaction coordinator's OffsetSink."""
+        self._store.commit(group_id, offsets)
+        with self._lock:
+            if group_id in self._committed:
+                self._committed[group_id].update((tp, c.offset) for tp, c in offsets.items())
+
     def commit_offsets(
         self,
         group_id: str,

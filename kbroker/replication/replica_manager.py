@@ -601,6 +601,32 @@ class ReplicaManager:
             self.purgatory.progress(tp)
         return results, pending
 
+    def write_markers(
+        self, marker: TxnMarker, partitions: Sequence[TopicPartition], timeout_ms: int
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """:meth:`write_markers_async` in this thread (a coordinator writing to the
+        partitions it leads itself)."""
+        by_lane: dict[int, list[TopicPartition]] = {}
+        for tp in partitions:
+            by_lane.setdefault(hash(tp) % len(self._lanes), []).append(tp)
+        futures = [self._lanes[i].submit(self.append_markers, marker, g) for i, g in by_lane.items()]
+        results: dict[TopicPartition, BrokerResponseError | None] = {}
+        pending = PendingAcks()
+        for future in futures:
+            part_results, part_pending = future.result()
+            results.update(part_results)
+            pending.partitions.update(part_pending.partitions)
+        if pending.partitions:
+            w = self.purgatory.watch(list(pending.partitions), lambda: self.acks_ready(pending))
+            try:
+                w.wait(timeout_ms / 1000.0)
+            finally:
+                self.purgatory.cancel(w)
+            acked: dict[TopicPartition, ProduceResult] = {}
+            self.finish_acks(pending, acked, timeout_ms)
+            results.update((tp, r.error) for tp, r in acked.items())
+        return results
+
     async def write_markers_async(
         self, marker: TxnMarker, partitions: Sequence[TopicPartition], timeout_ms: int
     ) -> dict[TopicPartition, BrokerResponseError | None]:

@@ -63,7 +63,9 @@ class FakeLog:
         self.produced, self.refusal = produced or {}, refusal
         self.asked: list[Any] = []
 
-    async def produce(self, acks: int, timeout_ms: int, entries: list[tuple[TopicPartition, bytes]]) -> Any:
+    async def produce(
+        self, acks: int, timeout_ms: int, entries: list[tuple[TopicPartition, bytes]], transactional_id: str | None = None
+    ) -> Any:
         self.asked.append((acks, timeout_ms, entries))
         if self.refusal is not None:
             raise self.refusal
@@ -101,6 +103,7 @@ def _core(log: FakeLog) -> Any:
         admin=FakeAdmin(),
         cluster=None,
         security=None,
+        transactions=None,
         offload=_offload,
         broker_id=1,
     )

@@ -29,11 +29,12 @@ from kbroker.api.log_api import (
     IsolationLevel,
     LogApi,
     OffsetQuery,
+    TxnMarker,
 )
 from kbroker.api.metadata_api import ClusterMetadata, MetadataApi, PartitionMetadata
 from kbroker.doors.grpc.rpc import abort, opt, set_error
 from kclient.errors import BrokerResponseError, CoordinatorNotAvailableError, InvalidRequestError, as_response_error
-from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2, metadata_pb2
+from kclient.proto.kbroker.v1 import cluster_pb2, log_pb2, metadata_pb2, txn_pb2
 
 DEFAULT_ACKS = -1
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
@@ -42,6 +43,11 @@ DEFAULT_FETCH_MIN_BYTES = 1
 DEFAULT_FETCH_MAX_BYTES = 52428800
 DEFAULT_PARTITION_MAX_BYTES = 1048576
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60000
+
+
+WRITE_TXN_MARKERS_TIMEOUT_MS = 30000
+"""How long a WriteTxnMarkers waits for the ISR (Kafka's request.timeout.ms of the
+coordinator's marker channel); the coordinator retries what timed out."""
 
 
 def _code(err: BrokerResponseError | None) -> tuple[int, str]:
@@ -234,6 +240,32 @@ class LogRpcs:
                     error_code=code,  # type: ignore[arg-type]
                     error_message=msg,
                 )
+        return resp
+
+    async def WriteTxnMarkers(
+        self, request: txn_pb2.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
+    ) -> txn_pb2.WriteTxnMarkersResponse:
+        """From a transaction coordinator (inter-broker): each marker on its partitions."""
+        markers = [
+            (
+                TxnMarker(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch),
+                [(t.name, p) for t in m.topics for p in t.partitions],
+            )
+            for m in request.markers
+        ]
+        resp = txn_pb2.WriteTxnMarkersResponse()
+        try:
+            answers = await self.log_api.write_txn_markers(markers, WRITE_TXN_MARKERS_TIMEOUT_MS)
+        except BrokerResponseError as exc:
+            set_error(resp, exc)
+            return resp
+        for m, answer in zip(request.markers, answers, strict=True):
+            mr = resp.markers.add(producer_id=m.producer_id)
+            for t in m.topics:
+                tr = mr.topics.add(name=t.name)
+                for p in t.partitions:
+                    code, msg = _code(answer.get((t.name, p)))
+                    tr.partitions.add(index=p, error_code=code, error_message=msg)  # type: ignore[arg-type]
         return resp
 
     async def Metadata(

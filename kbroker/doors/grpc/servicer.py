@@ -38,7 +38,7 @@ class BrokerService(LogRpcs, GroupRpcs, AdminRpcs, SecurityRpcs, TxnRpcs, broker
         self.apis = apis
         self.log_api, self.metadata_api, self.groups_api = apis.log, apis.metadata, apis.groups
         self.admin_api, self.cluster_api, self.security_api = apis.admin, apis.cluster, apis.security
-        self.txn_api = getattr(apis, "txn_api", None)  # None: a core without transactions
+        self.txn_api = apis.transactions
         self._broker_id = apis.broker_id
         self._offload = apis.offload
         self._sasl = sasl
