@@ -64,7 +64,11 @@ class FakeLog:
         self.asked: list[Any] = []
 
     async def produce(
-        self, acks: int, timeout_ms: int, entries: list[tuple[TopicPartition, bytes]], transactional_id: str | None = None
+        self,
+        acks: int,
+        timeout_ms: int,
+        entries: list[tuple[TopicPartition, bytes]],
+        transactional_id: str | None = None,
     ) -> Any:
         self.asked.append((acks, timeout_ms, entries))
         if self.refusal is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kbroker.api.apis import BrokerApis
 from kbroker.api.request_budget import RequestPool
+from kbroker.api.txn_api import TransactionApi
 from kbroker.config import BrokerConfig
 from kbroker.doors.kafka.admin_apis import AdminApis
 from kbroker.doors.kafka.apis import ApiTable
@@ -13,16 +14,22 @@ from kbroker.doors.kafka.log_apis import LogApis
 from kbroker.doors.kafka.security_apis import SaslLookup, SecurityApis
 from kbroker.doors.kafka.server import KafkaProtocolServer
 from kbroker.doors.kafka.tls import listener_contexts, peer_principal
+from kbroker.doors.kafka.txn_apis import TxnApis
 from kbroker.metrics import BrokerMetrics
 from kbroker.security.sasl import SaslAuthenticator, SessionStore
 
 
 def api_table(core: BrokerApis, sasl: SaslLookup = lambda listener: None) -> ApiTable:
     """Every API the door serves (ApiVersions lists exactly these)."""
+
+    def txn() -> TransactionApi:
+        return core.txn_api  # type: ignore[attr-defined,no-any-return]  # until BrokerApis has it
+
     return ApiTable(
         [
             *LogApis(core).apis(),
-            *GroupApis(core.groups, core.offload).apis(),
+            *GroupApis(core.groups, core.offload, txn).apis(),
+            *TxnApis(core, txn).apis(),
             *AdminApis(core).apis(),
             *SecurityApis(core, sasl).apis(),
         ]

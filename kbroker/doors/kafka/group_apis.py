@@ -11,11 +11,12 @@ leader's SyncGroup assignments on the way in; the subscriptions a Kafka leader r
 a member's SyncGroup assignment and DescribeGroups' member payloads on the way out.
 Payloads of other protocol types pass through untouched.
 
-Versions: FindCoordinator 0-4 (key type 0, groups; transactions are not served:
-INVALID_REQUEST), JoinGroup 0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5,
-OffsetCommit 2-8, OffsetFetch 1-7, DescribeGroups 0-5, ListGroups 0-4, DeleteGroups
-0-2, OffsetDelete 0. OffsetCommit 0-1 and OffsetFetch 0 are not served: kio (Kafka 4's
-message definitions) has no schema for them, and every current client speaks newer ones.
+Versions: FindCoordinator 0-4 (key type 0, groups, and 1, transactional ids: the core's
+TransactionApi; another key type answers INVALID_REQUEST), JoinGroup 0-9, SyncGroup 0-5,
+Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-8, OffsetFetch 1-7, DescribeGroups 0-5,
+ListGroups 0-4, DeleteGroups 0-2, OffsetDelete 0. OffsetCommit 0-1 and OffsetFetch 0 are
+not served: kio (Kafka 4's message definitions) has no schema for them, and every
+current client speaks newer ones.
 
 Kafka-protocol differences, each accepted by Kafka's clients:
 
@@ -24,8 +25,8 @@ Kafka-protocol differences, each accepted by Kafka's clients:
   SyncGroup/Heartbeat v3+, LeaveGroup v3+, OffsetCommit v7+, DescribeGroups v4+) makes
   a static member (KIP-345, see :mod:`kbroker.group.group`);
 - OffsetCommit's retention time and commit timestamp, and the committed leader epoch,
-  are ignored (OffsetFetch answers leader epoch -1); ``require_stable`` is moot (no
-  transactions);
+  are ignored (OffsetFetch answers leader epoch -1); ``require_stable`` is moot
+  (offsets of a transaction reach the group only when it commits);
 - ListGroups answers the groups this broker coordinates (Kafka's rule; clients ask every
   broker), where the gRPC ListGroups answers every group;
 - DescribeGroups' authorized operations are not computed (INT32_MIN, "not provided").
@@ -44,6 +45,7 @@ from typing import Any, TypeVar
 from kbroker.api.call_context import Offload
 from kbroker.api.group_api import CommittedOffset, GroupApi, GroupDescription, JoinGroup, MemberIdNeeded, MemberOf
 from kbroker.api.log_api import NO_TRANSACTIONS
+from kbroker.api.txn_api import TransactionApi
 from kbroker.doors.kafka.codec import build, millis, response_class
 from kbroker.doors.kafka.consumer_protocol import (
     CONSUMER,
@@ -71,7 +73,8 @@ GROUP_KEY = 0
 """FindCoordinator key type of a consumer group."""
 TRANSACTIONS_REFUSED = TransactionalIdAuthorizationFailedError.errno
 TRANSACTION_KEY = 1
-"""FindCoordinator key type of a transactional id: not served, TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+"""FindCoordinator key type of a transactional id (without a TransactionApi:
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
 UNKNOWN_STATE = "Unknown"
 """ListGroups' state of a group another broker coordinates."""
 DESCRIBE_VERSION = 1
@@ -119,11 +122,13 @@ class _Members:
 
 class GroupApis:
     """The consumer-group APIs over the core's :class:`GroupApi`; ``offload`` runs its
-    blocking requests on the request pool."""
+    blocking requests on the request pool; ``txn`` gives the core's
+    :class:`TransactionApi` for FindCoordinator's key type TRANSACTION (None: refused)."""
 
-    def __init__(self, groups: GroupApi, offload: Offload) -> None:
+    def __init__(self, groups: GroupApi, offload: Offload, txn: Callable[[], TransactionApi] | None = None) -> None:
         self._groups = groups
         self._offload = offload
+        self._txn = txn
         self._members = _Members()
 
     def apis(self) -> list[Api]:
@@ -150,20 +155,24 @@ class GroupApis:
         p = req.payload
         keys = list(p.coordinator_keys) if req.version >= 4 else [p.key]
         found = []
+        key_type = int(getattr(p, "key_type", GROUP_KEY))  # v0: groups only
         for key in keys:
-            key_type = int(getattr(p, "key_type", GROUP_KEY))
-            if key_type == TRANSACTION_KEY:  # no transactions yet: fatal at once for clients
+            if key_type == TRANSACTION_KEY and self._txn is None:  # fatal at once for clients
                 found.append(
                     {"key": key, "node_id": -1, "port": -1, "error_code": TRANSACTIONS_REFUSED,
                      "error_message": NO_TRANSACTIONS}
                 )  # fmt: skip
                 continue
-            if key_type != GROUP_KEY:
-                err: BrokerResponseError = InvalidRequestError("only group coordinators (key type 0) are served")
+            if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+                err: BrokerResponseError = InvalidRequestError(
+                    f"key type {key_type}: only groups (0) and transactional ids (1) have coordinators"
+                )
                 found.append({"key": key, "node_id": -1, "port": -1, **_error(err)})
                 continue
+            txn = self._txn() if key_type == TRANSACTION_KEY and self._txn is not None else None
+            find: Callable[[str], Any] = txn.find_coordinator if txn is not None else self._groups.find_coordinator
             try:
-                node = await self._call(self._groups.find_coordinator, key)
+                node = await self._call(find, key)
             except Exception as exc:
                 found.append({"key": key, "node_id": -1, "host": "", "port": -1, **_error(exc)})
                 continue

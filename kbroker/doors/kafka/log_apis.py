@@ -1,19 +1,25 @@
-"""Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, Metadata, InitProducerId and
-DescribeCluster on the Kafka door: Kafka's request -> one call of the core
+"""Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, Metadata and DescribeCluster on
+the Kafka door: Kafka's request -> one call of the core
 (:mod:`kbroker.api.log_api`, :mod:`kbroker.api.metadata_api`) -> Kafka's response. Record batches pass through untouched
 (both doors carry Kafka's RecordBatch v2 bytes).
 
 Versions: Produce 0-9 (v0-2 carry message sets of magic 0/1, up-converted to a v2
-RecordBatch per partition by :mod:`~kbroker.doors.kafka.legacy_produce`, as Kafka 2.8 does;
-a set that cannot be converted fails its partition only, with CORRUPT_MESSAGE or
+RecordBatch per partition by :mod:`~kbroker.doors.kafka.legacy_produce`, as Kafka 2.8
+does; a set that cannot be converted fails its partition only, with CORRUPT_MESSAGE or
 INVALID_RECORD; v10+ gets UNSUPPORTED_VERSION on each partition in its own schema) and
-Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on are not served),
-ListOffsets 1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served),
-OffsetForLeaderEpoch 2-4 (kio has no schema for 0-1), Metadata 0-12,
-InitProducerId 0-4, DescribeCluster 0. Fetch v7+ carries fetch sessions (KIP-227): the
+Fetch 4-12 (RecordBatch v2 only; topic ids from Fetch 13 on are not served), ListOffsets
+1-6 (v7 exists for MAX_TIMESTAMP, KIP-734, not served), OffsetForLeaderEpoch 2-4 (kio
+has no schema for 0-1), Metadata 0-12, DescribeCluster 0 (InitProducerId is
+:mod:`~kbroker.doors.kafka.txn_apis`'). Fetch v7+ carries fetch sessions (KIP-227): the
 session id, epoch and forgotten partitions go to the same session cache as gRPC's (one
-cache, ``max.incremental.fetch.session.cache.slots``), so an idle incremental fetch names
-no partitions; v4-6 fetch without a session.
+cache, ``max.incremental.fetch.session.cache.slots``), so an idle incremental fetch
+names no partitions; v4-6 fetch without a session.
+
+Transactions (KIP-98): Produce v3+ passes its ``transactional_id`` to the core (WRITE on
+it is checked there); Fetch passes its ``isolation_level`` and answers each partition's
+last stable offset (the high watermark when the log does not know one) and, for a
+read_committed fetch, its aborted transactions (null otherwise); ListOffsets v2+ passes
+its ``isolation_level`` (read_committed: "latest" is the last stable offset).
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ from typing import Any
 
 from kbroker.api.apis import BrokerApis
 from kbroker.api.log_api import (
+    AbortedTransaction,
     EpochEnd,
     EpochQuery,
     Fetch,
     FetchSpec,
+    IsolationLevel,
     OffsetQuery,
     OffsetResult,
     ProduceResult,
@@ -35,10 +43,10 @@ from kbroker.api.log_api import (
 from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
 from kbroker.doors.kafka.legacy_produce import upconvert
 from kbroker.doors.kafka.server import Api, CloseConnection, KafkaRequest
-from kclient.errors import BrokerResponseError, InvalidRecordError, KafkaError, as_response_error, for_code
+from kclient.errors import BrokerResponseError, InvalidRecordError, KafkaError, for_code
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
-INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
+DESCRIBE_CLUSTER = 60
 
 
 class LogApis:
@@ -55,7 +63,6 @@ class LogApis:
             Api(FETCH, "Fetch", 4, 12, self.fetch),
             Api(LIST_OFFSETS, "ListOffsets", 1, 6, self.list_offsets),  # v7 means MAX_TIMESTAMP (-3)
             Api(METADATA, "Metadata", 0, 12, self.metadata),
-            Api(INIT_PRODUCER_ID, "InitProducerId", 0, 4, self.init_producer_id),
             Api(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4, self.offset_for_leader_epoch),
             Api(DESCRIBE_CLUSTER, "DescribeCluster", 0, 0, self.describe_cluster),
         ]
@@ -82,7 +89,13 @@ class LogApis:
                         continue
                 wanted.append((tp, records))
         try:
-            results = await self._log.produce(int(p.acks), millis(p.timeout), wanted) if wanted else {}
+            results = (
+                await self._log.produce(
+                    int(p.acks), millis(p.timeout), wanted, transactional_id=getattr(p, "transactional_id", None)
+                )
+                if wanted
+                else {}
+            )
         except BrokerResponseError as exc:
             if p.acks == 0:
                 raise CloseConnection() from exc  # as Kafka: the client refreshes its metadata
@@ -158,6 +171,7 @@ class LogApis:
             millis(p.max_wait),
             int(p.min_bytes),
             int(getattr(p, "max_bytes", 0x7FFFFFFF)),
+            isolation_level=IsolationLevel(int(p.isolation_level)),
         )
         if req.version >= 7:  # v4-6 have no session fields: a sessionless fetch
             forgotten = [(t.topic, int(x)) for t in p.forgotten_topics_data for x in t.partitions]
@@ -185,7 +199,8 @@ class LogApis:
                     "partition_index": spec.partition,
                     "error_code": r.error.errno if r.error else 0,
                     "high_watermark": read.high_watermark if read else -1,
-                    "last_stable_offset": read.high_watermark if read else -1,  # no transactions
+                    "last_stable_offset": _last_stable(read.last_stable_offset, read.high_watermark) if read else -1,
+                    "aborted_transactions": _aborted(read.aborted_transactions) if read else None,
                     "log_start_offset": read.log_start_offset if read else -1,
                     "preferred_read_replica": -1,
                     "records": read.records if read else b"",
@@ -204,12 +219,14 @@ class LogApis:
 
     async def list_offsets(self, req: KafkaRequest) -> Any:
         p = req.payload
+        level = IsolationLevel(int(getattr(p, "isolation_level", 0)))  # v2+
         queries = [
             OffsetQuery(
                 t.name,
                 int(part.partition_index),
                 int(part.timestamp),
                 int(getattr(part, "current_leader_epoch", -1)),
+                isolation_level=level,
             )
             for t in p.topics
             for part in t.partitions
@@ -324,19 +341,17 @@ class LogApis:
             },
         )
 
-    # --- producer ids ---------------------------------------------------------------------
 
-    async def init_producer_id(self, req: KafkaRequest) -> Any:
-        p = req.payload
-        try:
-            pid, epoch = await self._offload(self._log.init_producer_id, p.transactional_id)
-            code = 0
-        except Exception as exc:
-            pid, epoch, code = -1, -1, as_response_error(exc).errno
-        return build(
-            response_class(INIT_PRODUCER_ID, req.version),
-            {"error_code": code, "producer_id": pid, "producer_epoch": epoch},
-        )
+def _last_stable(last_stable_offset: int, high_watermark: int) -> int:
+    """A partition's last stable offset: the log's, or its high watermark when it knows
+    none (-1)."""
+    return last_stable_offset if last_stable_offset >= 0 else high_watermark
+
+
+def _aborted(aborted: list[AbortedTransaction] | None) -> list[dict[str, int]] | None:
+    if aborted is None:
+        return None
+    return [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
 
 
 def _offset(partition: int, r: OffsetResult) -> dict[str, Any]:
