@@ -126,7 +126,7 @@ async def _offload(fn: Any, *args: Any) -> Any:
 def _core(txn: Any, log: FakeLog | None = None) -> Any:
     return SimpleNamespace(
         log=log or FakeLog(), metadata=None, groups=None, admin=None, cluster=None, security=None, offload=_offload,
-        txn_api=txn,
+        transactions=txn,
     )  # fmt: skip
 
 

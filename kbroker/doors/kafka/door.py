@@ -23,7 +23,7 @@ def api_table(core: BrokerApis, sasl: SaslLookup = lambda listener: None) -> Api
     """Every API the door serves (ApiVersions lists exactly these)."""
 
     def txn() -> TransactionApi:
-        return core.txn_api  # type: ignore[attr-defined,no-any-return]  # until BrokerApis has it
+        return core.transactions
 
     return ApiTable(
         [
