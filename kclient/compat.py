@@ -7,7 +7,7 @@ kafka-python's ``KafkaProducer`` / ``KafkaConsumer`` / ``KafkaAdminClient`` (2.0
 3.x) through, logs one INFO line per client naming the ones the kclient client does not
 use, and refuses, with one line, a name neither kclient nor kafka-python has (a typo) and
 the few settings whose silent loss would change what the program does (a custom
-``partitioner``, a ``transactional_id``, an ``ssl_context``, ...).
+``partitioner``, an ``ssl_context``, ...).
 """
 
 from __future__ import annotations
@@ -136,7 +136,6 @@ _WHY: dict[str, str] = {
 _REFUSED: dict[str, str] = {
     "partitioner": "records are partitioned as Kafka's Java client does (murmur2 of the key); "
     "pass partition= to send() to choose",
-    "transactional_id": "kbroker has no transactions",
     "ssl_context": "give ssl_cafile, ssl_certfile and ssl_keyfile instead",
     "ssl_crlfile": "certificate revocation lists are not checked",
     "ssl_ciphers": "gRPC chooses the TLS ciphers",
