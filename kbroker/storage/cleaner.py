@@ -14,7 +14,10 @@ the first offset it must not touch (:func:`first_uncleanable_offset`):
    it has a key and no later offset of that key is in the map. A tombstone (null
    value) is kept until its batch's *delete horizon* has passed: the horizon is set
    to the cleaning time + ``delete.retention.ms`` the first time the batch is cleaned
-   (KIP-534, see :mod:`.batch_filter`). Batches are rebuilt around the kept records (see
+   (KIP-534, see :mod:`.batch_filter`). The batches of aborted transactions are
+   dropped whole and never enter the map (a key's latest value is its latest
+   *committed* one); transaction markers are kept, and so is each segment's
+   aborted-transaction index (it moves to the cleaned segment). Batches are rebuilt around the kept records (see
    :mod:`.batch_filter`): offsets never change. Kept whole, or kept empty, are: the
    last batch of every producer in the producer state (so an idempotent retry is still
    recognised as a duplicate), and the last batch of each group (so the cleaned
@@ -119,13 +122,17 @@ def pause_at(stage: str, data_dir: Path, what: str = "") -> None:
 
 def first_uncleanable_offset(log: Log, now_ms: int) -> int:
     """The first offset the cleaner must not touch: the smallest of the active segment's
-    base offset, the log's high watermark (:attr:`Log.cleaner_upper_bound`) and the
-    base offset of the first segment holding a record younger than min.compaction.lag.ms."""
+    base offset, the log's high watermark (:attr:`Log.cleaner_upper_bound`), the first
+    offset of an undecided transaction (the last stable offset) and the base offset of
+    the first segment holding a record younger than min.compaction.lag.ms."""
     segments = log.segments
     bound = segments[-1].base_offset
     upper = log.cleaner_upper_bound
     if upper is not None:
         bound = min(bound, upper())
+    unstable = log.first_unstable_offset(bound)
+    if unstable is not None:
+        bound = min(bound, unstable)
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for segment in segments[:-1]:
@@ -200,6 +207,22 @@ def iter_batches(segment: LogSegment, start: int = 0) -> Iterator[tuple[bytes, i
             pos += off
 
 
+class AbortedRanges:
+    """The aborted transactions of a log between two offsets, by producer: which
+    transactional batches belong to one."""
+
+    def __init__(self, log: Log, start: int, end: int) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in log.collect_aborted_transactions(start, end):
+            self._ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+
+    def holds(self, header: BatchHeader) -> bool:
+        """Is this a data batch of an aborted transaction?"""
+        if not self._ranges or not header.is_transactional or header.is_control:
+            return False
+        return any(first <= header.base_offset < last for first, last in self._ranges.get(header.producer_id, ()))
+
+
 class Cleaner:
     """Cleans one log at a time with its own offset map (see the module docstring)."""
 
@@ -253,6 +276,7 @@ class Cleaner:
                 break
             found = segment.translate_offset(first_dirty) if segment.base_offset < first_dirty else None
             start = found[0] if found is not None else 0
+            aborted = AbortedRanges(log, segment.base_offset, segment.next_offset)
             for buf, pos, header in iter_batches(segment, start):
                 if header.base_offset >= upper:
                     return upper
@@ -261,7 +285,7 @@ class Cleaner:
                 size = header.batch_length + LOG_OVERHEAD
                 stats.bytes_read += size
                 self._throttler.maybe_throttle(size)
-                if header.attributes & CONTROL_FLAG_MASK or header.record_count == 0:
+                if header.attributes & CONTROL_FLAG_MASK or header.record_count == 0 or aborted.holds(header):
                     continue
                 if omap.free < header.record_count:
                     if len(omap) == 0:
@@ -294,6 +318,7 @@ class Cleaner:
             files.log_file(dir, base, files.CLEANED_SUFFIX),
             files.offset_index_file(dir, base, files.CLEANED_SUFFIX),
             files.time_index_file(dir, base, files.CLEANED_SUFFIX),
+            files.txn_index_file(dir, base, files.CLEANED_SUFFIX),
         ):
             stale.unlink(missing_ok=True)
         cleaned = LogSegment.open(
@@ -308,6 +333,7 @@ class Cleaner:
         swapped = False
         try:
             self._recopy(log, group, cleaned, now_ms, producers, stats)
+            cleaned.txn_index.reset(txn for s in group for txn in s.txn_index.entries)
             cleaned.on_become_inactive()
             cleaned.flush()
             modified = max(s.last_modified_ms for s in group)
@@ -355,6 +381,7 @@ class Cleaner:
 
         last_segment = group[-1]
         last_header: BatchHeader | None = None
+        aborted = AbortedRanges(log, group[0].base_offset, group[-1].next_offset)
         for segment in group:
             if log.closed:
                 raise CleanerAbortedError(f"{log.name} was closed while it was cleaned")
@@ -368,10 +395,13 @@ class Cleaner:
                 self._throttler.maybe_throttle(size)
                 keep_empty = (header.producer_id, header.last_offset) in producers
                 cols = batch_columns(buf, pos, header)
-                keep = [
-                    key is not None and offset >= latest(key_hash(key))
-                    for offset, key in zip(cols.offsets, cols.keys, strict=True)
-                ]
+                if aborted.holds(header):
+                    keep = [False] * len(cols.offsets)
+                else:
+                    keep = [
+                        key is not None and offset >= latest(key_hash(key))
+                        for offset, key in zip(cols.offsets, cols.keys, strict=True)
+                    ]
                 tombstones = [value is None for value in cols.values]
                 result = filter_batch(
                     buf,

@@ -827,14 +827,19 @@ class Log:
         """Apply retention: delete the oldest whole segments that are past retention.ms
         (judged by their largest timestamp) or beyond retention.bytes, and those below
         the log start offset. The active segment is never deleted. With
-        ``high_watermark``, only segments entirely below it are deleted. Returns the
-        number of segments deleted."""
+        ``high_watermark``, only segments entirely below it are deleted, and never those
+        at or above the first offset of an undecided transaction. Returns the number of
+        segments deleted."""
         now = _now_ms() if now_ms is None else now_ms
         with self._flush_lock, self._lock, _storage_errors(f"applying retention to {self.name}"):
             if self._closed or self._offline_reason is not None:
                 return 0
             config = self._config
             limit = high_watermark
+            # Nothing of an undecided transaction goes: it would leave its marker alone.
+            unstable = self._producer_state.first_unstable_offset(self._next_offset if limit is None else limit)
+            if unstable is not None:
+                limit = unstable if limit is None else min(limit, unstable)
 
             def below_hw(nxt: LogSegment) -> bool:
                 return limit is None or nxt.base_offset <= limit

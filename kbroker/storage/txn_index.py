@@ -120,7 +120,12 @@ class TransactionIndex:
             self._path.unlink(missing_ok=True)
             return
         tmp = self._path.with_name(self._path.name + ".tmp")
-        tmp.write_bytes(b"".join(ENTRY.pack(VERSION, *t) for t in self._entries))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"".join(ENTRY.pack(VERSION, *t) for t in self._entries))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, self._path)
 
     def flush(self) -> None:

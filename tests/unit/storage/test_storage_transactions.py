@@ -9,10 +9,12 @@ import pytest
 from storage_testutil import crash, small_config
 
 from kbroker.storage import files
+from kbroker.storage.cleaner import Cleaner, first_uncleanable_offset
 from kbroker.storage.log import Log
+from kbroker.storage.offset_map import OffsetMap
 from kbroker.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 from kclient.errors import InvalidProducerEpochError, InvalidTxnStateError
-from kclient.records import BatchBuilder, build_control_batch, iter_headers
+from kclient.records import BatchBuilder, build_control_batch, decode_batches, iter_headers
 
 CONFIG = small_config(segment_bytes=1000)
 NOW = int(time.time() * 1000)
@@ -185,3 +187,66 @@ def test_control_batches_are_refused_from_clients(log: Log) -> None:
 
     with pytest.raises(InvalidRecordError):
         log.append_as_leader(build_control_batch(1, 0, True, 0), 0)
+
+
+# --- compaction and retention over transactions -------------------------------------------
+
+
+def keyed_txn(pid: int, seq: int, items: list[tuple[str, str]], epoch: int = 0) -> bytes:
+    builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+    for i, (key, value) in enumerate(items):
+        builder.append(NOW + i, key.encode(), value.encode())
+    return builder.build()
+
+
+def test_compaction_keeps_every_committed_keys_latest_value_and_drops_aborted_data(tmp_path: Path) -> None:
+    config = small_config(
+        segment_bytes=600, cleanup_policy="compact", min_cleanable_dirty_ratio=0.01, file_delete_delay_ms=0
+    )
+    log = Log.open(tmp_path / "compact-0", config)
+    try:
+        log.append_as_leader(keyed_txn(1, 0, [("k1", "committed-1"), ("k2", "committed-2")]), 0)
+        marker(log, 1, commit=True)
+        log.append_as_leader(keyed_txn(1, 2, [("k1", "aborted-1"), ("k3", "aborted-3")]), 0)
+        marker(log, 1, commit=False)
+        log.append_as_leader(keyed_txn(2, 0, [("k2", "open-2")]), 0)  # undecided: not cleanable
+        for i in range(20):  # enough to fill segments past the transactions
+            log.append_as_leader(keyed_txn(3, i, [(f"other{i}", "x")]), 0)
+            marker(log, 3, commit=True)
+        log.roll()
+        upper = first_uncleanable_offset(log, NOW + 10**9)
+        assert upper == 6  # the first offset of producer 2's open transaction
+        cleaner = Cleaner(OffsetMap(1 << 20), pause=lambda *a: None)
+        cleaner.clean(log, 0, upper, NOW + 10**9)
+        data = log.read(0, 1 << 20, max_offset=upper).records
+        batches = list(iter_headers(data))
+        values: dict[bytes | None, bytes | None] = {}
+        for header, records in decode_batches(data):
+            if not header.is_control:
+                values.update((r.key, r.value) for r in records)
+        assert values[b"k1"] == b"committed-1"  # the aborted later value did not win
+        assert b"k3" not in values  # aborted data is gone
+        assert values[b"k2"] == b"committed-2"
+        assert any(h.is_control for _, h in batches)  # markers stay
+        assert log.collect_aborted_transactions(0, 6) == [AbortedTxn(1, 3, 5, 6)]  # the index moved with the data
+    finally:
+        log.close()
+
+
+def test_retention_keeps_an_undecided_transaction(tmp_path: Path) -> None:
+    config = small_config(segment_bytes=300, retention_ms=1, file_delete_delay_ms=0)
+    log = Log.open(tmp_path / "retain-0", config)
+    try:
+        log.append_as_leader(txn_batch(1, 0, 3), 0)  # open: its segment must stay
+        for _ in range(10):
+            log.append_as_leader(plain_batch(), 0)
+        log.roll()
+        assert log.num_segments > 2
+        log.delete_old_segments(NOW + 10**9, high_watermark=log.log_end_offset)
+        assert log.log_start_offset == 0
+        marker(log, 1, commit=True)
+        log.roll()
+        log.delete_old_segments(NOW + 10**9, high_watermark=log.log_end_offset)
+        assert log.log_start_offset > 0
+    finally:
+        log.close()
