@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -191,12 +192,14 @@ class KafkaServer:
             cfg.broker_id, self.metadata, self.replicas.write_markers, self._inter_broker_channel
         )
         txn_store = TransactionStore(self.zk)
+        self._txn_completions = ThreadPoolExecutor(4, thread_name_prefix="txn-complete")
         self.transactions = TransactionCoordinator(
             txn_store,
             producer_ids,
             self.markers,
             _TransactionalOffsets(self.groups),
             max_timeout_ms=cfg.transaction_max_timeout_ms,
+            completions=self._txn_completions.submit,
         )
         self.txn_housekeeping = TransactionHousekeeping(
             self.transactions,
@@ -527,6 +530,7 @@ class KafkaServer:
             self.replicas.begin_controlled_shutdown()
             self._controlled_shutdown()
         self.txn_housekeeping.stop()
+        self._txn_completions.shutdown(wait=False, cancel_futures=True)
         self.groups.shutdown()
         self.markers.close()
         self.metrics.stop_serving()

@@ -19,9 +19,11 @@ States and moves (Kafka's)::
 - **EndTxn** answers once PrepareCommit or PrepareAbort is stored: from then on the
   outcome is decided and survives a coordinator crash. Completing it (the markers on
   every partition, then, for a commit, the pending offsets into the groups' committed
-  offsets, then CompleteCommit) is tried at once and, until it succeeds, again by
-  :meth:`complete_pending` (the coordinator's thread, and a new coordinator after it
-  loads). So ``send_offsets_to_transaction`` offsets reach the group exactly when the
+  offsets, then CompleteCommit) is handed to ``completions`` (a thread pool in the
+  broker, so EndTxn does not wait for the markers, as Kafka's does not; inline by
+  default) and, until it succeeds, tried again by :meth:`complete_pending` (the
+  coordinator's housekeeping, which also retries :meth:`take_incomplete`, and a new
+  coordinator of the id). So ``send_offsets_to_transaction`` offsets reach the group exactly when the
   transaction commits, and never when it aborts.
 - **Expiry.** An Ongoing transaction older than its timeout is aborted, its epoch bumped
   (:meth:`abort_expired`).
@@ -82,6 +84,10 @@ class ProducerIds(Protocol):
     def generate(self) -> tuple[int, int]: ...
 
 
+def _run_now(work: Callable[[], None]) -> None:
+    work()
+
+
 class TransactionCoordinator:
     """The transactions of the ids this broker coordinates (see the module docstring)."""
 
@@ -94,6 +100,7 @@ class TransactionCoordinator:
         *,
         max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
         clock: Callable[[], float] = time.time,
+        completions: Callable[[Callable[[], None]], object] = _run_now,
     ) -> None:
         self._store = store
         self._producer_ids = producer_ids
@@ -101,12 +108,14 @@ class TransactionCoordinator:
         self._offsets = offsets
         self._max_timeout_ms = max_timeout_ms
         self._clock = clock
-        self._locks: dict[str, threading.Lock] = {}
+        self._completions = completions
+        self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
+        self._incomplete: set[str] = set()
 
-    def _lock(self, transactional_id: str) -> threading.Lock:
+    def _lock(self, transactional_id: str) -> threading.RLock:
         with self._guard:
-            return self._locks.setdefault(transactional_id, threading.Lock())
+            return self._locks.setdefault(transactional_id, threading.RLock())
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -291,7 +300,22 @@ class TransactionCoordinator:
         )
         version = self._store.write(prepared, version)
         log.info("transaction %s: %s (%d partition(s))", meta.transactional_id, state.value, len(meta.partitions))
-        self._try_complete(prepared, version)
+        self._completions(lambda: self._complete(prepared, version))
+
+    def _complete(self, prepared: TransactionMetadata, version: int) -> None:
+        """Complete a decided transaction (on ``completions``): on failure it stays
+        preparing and its id is handed to :meth:`take_incomplete`."""
+        tid = prepared.transactional_id
+        with self._lock(tid):
+            if not self._try_complete(prepared, version):
+                with self._guard:
+                    self._incomplete.add(tid)
+
+    def take_incomplete(self) -> set[str]:
+        """The ids whose completion failed since the last call (to be retried)."""
+        with self._guard:
+            ids, self._incomplete = self._incomplete, set()
+        return ids
 
     def _try_complete(self, meta: TransactionMetadata, version: int) -> bool:
         """Markers on every partition, then (a commit) the offsets, then Complete*; False,

@@ -6,9 +6,10 @@ transactional id this broker coordinates (the ids under ``/transaction_state`` t
 here over the live brokers): a transaction left in PrepareCommit or PrepareAbort (its
 coordinator died between the decision and the markers, or a leader refused a marker) is
 completed, and an Ongoing one past its ``transaction.timeout.ms`` is aborted with its
-producer epoch bumped. Between two such scans, the ids found unfinished are retried every
-``retry_ms``, so a transaction whose markers failed completes soon after the leaders
-come back. A new coordinator of an id (its broker took over the id when the set of
+producer epoch bumped. Between two such scans, the ids found unfinished, and those whose completion
+failed since (:meth:`~kbroker.txn.coordinator.TransactionCoordinator.take_incomplete`),
+are retried every ``retry_ms``, so a transaction whose markers failed completes soon
+after the leaders come back. A new coordinator of an id (its broker took over the id when the set of
 brokers changed) picks it up at its next scan.
 
 Thread safety: one daemon thread; :meth:`stop` joins it.
@@ -64,7 +65,9 @@ class TransactionHousekeeping:
         self._unfinished = self._still_preparing(mine)
 
     def retry(self) -> None:
-        """Complete again the ids the last pass left preparing."""
+        """Complete again the ids the last pass left preparing, and those whose
+        completion failed since."""
+        self._unfinished |= self._coordinator.take_incomplete()
         if self._unfinished:
             ids = [tid for tid in self._unfinished if self._is_mine(tid)]
             self._coordinator.complete_pending(ids)
@@ -89,4 +92,4 @@ class TransactionHousekeeping:
                     self.retry()
             except Exception as exc:  # ZooKeeper away: the next pass tries again
                 log.warning("transaction housekeeping: %s", exc)
-            self._stop.wait(self._retry_s if self._unfinished else min(self._interval_s, next_scan - time.monotonic()))
+            self._stop.wait(min(self._retry_s, max(next_scan - time.monotonic(), 0)))
