@@ -20,6 +20,7 @@ from kclient.records import BatchBuilder, control_type, decode_batches, iter_hea
 pytestmark = pytest.mark.integration
 
 READ_COMMITTED = common_pb2.IsolationLevel.READ_COMMITTED
+READ_UNCOMMITTED = common_pb2.IsolationLevel.READ_UNCOMMITTED
 PRODUCER_FENCED = 90
 INVALID_PRODUCER_EPOCH = 47
 CONCURRENT_TRANSACTIONS = 51
@@ -108,8 +109,12 @@ def leader_address(cluster: LocalCluster, topic: str, partition: int) -> str:
     return cluster.brokers[leader].address
 
 
+def committed_lso(cluster: LocalCluster, topic: str, partition: int) -> int:
+    return fetch(cluster, topic, partition, committed=True).last_stable_offset
+
+
 def fetch(cluster: LocalCluster, topic: str, partition: int, *, committed: bool) -> log_pb2.FetchPartitionResponse:
-    req = log_pb2.FetchRequest(max_wait_ms=0, isolation_level=READ_COMMITTED if committed else 0)
+    req = log_pb2.FetchRequest(max_wait_ms=0, isolation_level=READ_COMMITTED if committed else READ_UNCOMMITTED)
     req.topics.add(name=topic).partitions.add(index=partition, fetch_offset=0)
     resp = stub(leader_address(cluster, topic, partition)).Fetch(req, timeout=10)
     return resp.topics[0].partitions[0]
@@ -128,13 +133,17 @@ def wait_for(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "")
         time.sleep(0.1)
 
 
+def _readable(cluster: LocalCluster, partition: int) -> bool:
+    return fetch(cluster, "tx", partition, committed=False).error_code == 0
+
+
 @pytest.fixture
 def two_brokers(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
     cluster = cluster_factory(2, **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic("tx", 2, 2)])
     for p in (0, 1):
-        wait_for(lambda p=p: fetch(cluster, "tx", p, committed=False).error_code == 0, what=f"tx-{p}")
+        wait_for(functools.partial(_readable, cluster, p), what=f"tx-{p}")
     return cluster
 
 
@@ -151,7 +160,7 @@ def test_a_committed_transaction_becomes_visible_to_read_committed_on_every_part
         assert data_values(fetch(two_brokers, "tx", p, committed=False).records) == [f"a{p}".encode(), f"b{p}".encode()]
     assert txn.end(commit=True).error_code == 0
     for p in (0, 1):  # one partition is led by the coordinator, the other by the other broker
-        wait_for(lambda p=p: fetch(two_brokers, "tx", p, committed=True).last_stable_offset == 3, what="the marker")
+        wait_for(lambda p=p: committed_lso(two_brokers, "tx", p) == 3, what="the marker")  # type: ignore[misc]
         seen = fetch(two_brokers, "tx", p, committed=True)
         assert data_values(seen.records) == [f"a{p}".encode(), f"b{p}".encode()]
         assert list(seen.aborted_transactions) == []
@@ -221,7 +230,7 @@ def test_a_decided_transaction_completes_after_its_coordinator_is_killed(two_bro
     coordinator.start()
     for p in (0, 1):
         wait_for(
-            lambda p=p: fetch(two_brokers, "tx", p, committed=True).last_stable_offset == 2,
+            lambda p=p: committed_lso(two_brokers, "tx", p) == 2,  # type: ignore[misc]
             timeout_s=60,
             what=f"the commit marker on tx-{p} from the recovered coordinator",
         )
