@@ -197,6 +197,9 @@ class PartitionLike(Protocol):
     @property
     def log(self) -> Any: ...
 
+    @property
+    def last_stable_offset(self) -> int: ...
+
 
 @dataclass
 class BrokerState:
@@ -214,6 +217,8 @@ class BrokerState:
     end_offsets: Callable[[Collection[TopicPartition]], Mapping[TopicPartition, int]] | None = None
     """High watermarks of partitions led elsewhere, asked of their leaders. None: those of
     ``committed_offsets``' owner when it has ``end_offsets`` (the group coordinator)."""
+    unfinished_transactions: Callable[[], int] = lambda: 0
+    """Transactions coordinated here whose markers wait for a retry."""
 
 
 class BrokerStateCollector(Collector):  # type: ignore[misc]
@@ -249,6 +254,11 @@ class BrokerStateCollector(Collector):  # type: ignore[misc]
             "High watermark - committed offset",
             labels=["consumergroup", "topic", "partition"],
         )
+        lso_lag = GaugeMetricFamily(
+            "kafka_cluster_partition_laststableoffsetlag",
+            "High watermark - last stable offset (records of undecided transactions), led partitions",
+            labels=["topic", "partition"],
+        )
         high_watermarks: dict[TopicPartition, int] = {}
         seen: dict[int, tuple[Any, int, int]] = {}
         for p in s.partitions():
@@ -275,6 +285,10 @@ class BrokerStateCollector(Collector):  # type: ignore[misc]
             if isr < s.min_insync_replicas(p.topic):
                 under_min_isr += 1
             high_watermarks[(p.topic, p.index)] = p.high_watermark
+            try:
+                lso_lag.add_metric([p.topic, str(p.index)], float(p.high_watermark - p.last_stable_offset))
+            except Exception:  # a log being deleted or offline
+                pass
         self._seen = seen
         committed = s.committed_offsets()
         missing = {tp for offsets in committed.values() for tp in offsets if tp not in high_watermarks}
@@ -311,6 +325,12 @@ class BrokerStateCollector(Collector):  # type: ignore[misc]
             s.offline_partitions() if active else 0,
         )
         yield size
+        yield lso_lag
+        yield _gauge(
+            "kafka_coordinator_transaction_transactionmarkerchannelmanager_logappendretryqueuesize",
+            "Transactions coordinated here whose markers wait for a retry (a leader refused or was away)",
+            s.unfinished_transactions(),
+        )
         purgatory = GaugeMetricFamily(
             "kafka_server_delayedoperationpurgatory_purgatorysize",
             "Requests parked waiting",

@@ -339,6 +339,7 @@ class KafkaServer:
                     zk_state=lambda: str(self.zk.state),
                     purgatory_sizes=lambda: {**service.apis.log.parked, "Rebalance": groups.waiters.waiting()},
                     committed_offsets=groups.committed_offsets,
+                    unfinished_transactions=self.txn_housekeeping.unfinished,
                 )
             )
         )

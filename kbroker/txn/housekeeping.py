@@ -57,6 +57,10 @@ class TransactionHousekeeping:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
+    def unfinished(self) -> int:
+        """Transactions found preparing (markers not all written) at the last pass."""
+        return len(self._unfinished)
+
     def scan(self) -> None:
         """One full pass over the ids this broker coordinates."""
         mine = [tid for tid in self._store.transactional_ids() if self._is_mine(tid)]

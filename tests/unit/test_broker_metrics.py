@@ -29,6 +29,7 @@ class FakePartition:
     isr_shrinks: int = 0
     isr_expands: int = 0
     log: Any = field(default_factory=lambda: FakeLog(100))
+    last_stable_offset: int = 0
 
 
 def _scrape(metrics: BrokerMetrics) -> dict[str, float]:
@@ -60,10 +61,25 @@ def _broker(parts: list[FakePartition], **kw: Any) -> tuple[BrokerMetrics, dict[
                 zk_state=lambda: state["zk"],
                 purgatory_sizes=lambda: state["parked"],
                 committed_offsets=lambda: state["committed"],
+                unfinished_transactions=lambda: state.get("unfinished", 0),
             )
         )
     )
     return m, state
+
+
+def test_transactions_show_as_last_stable_offset_lag_and_the_marker_retry_queue() -> None:
+    parts = [
+        FakePartition("t", 0, leader=1, isr=[1], replicas=[1], high_watermark=10, last_stable_offset=4),
+        FakePartition("t", 1, leader=1, isr=[1], replicas=[1], high_watermark=10, last_stable_offset=10),
+        FakePartition("t", 2, leader=2, isr=[2], replicas=[2, 1], high_watermark=10, last_stable_offset=1),
+    ]
+    m, _ = _broker(parts, unfinished=2)
+    s = _scrape(m)
+    assert s['kafka_cluster_partition_laststableoffsetlag{partition="0",topic="t"}'] == 6
+    assert s['kafka_cluster_partition_laststableoffsetlag{partition="1",topic="t"}'] == 0
+    assert 'kafka_cluster_partition_laststableoffsetlag{partition="2",topic="t"}' not in s  # led elsewhere
+    assert s["kafka_coordinator_transaction_transactionmarkerchannelmanager_logappendretryqueuesize"] == 2
 
 
 def test_replica_gauges_count_led_partitions_only() -> None:
