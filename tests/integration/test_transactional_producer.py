@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -140,3 +141,38 @@ def test_a_second_producer_with_the_same_id_fences_the_first(cluster: LocalClust
         old.close(1)
         new.close()
     assert read(cluster, topic, 1, "read_committed") == [b"fresh"]
+
+
+FAST = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000"}
+
+
+def test_commit_survives_a_sigkill_of_the_transaction_coordinator(
+    cluster_factory: Callable[..., LocalCluster],
+) -> None:
+    """The producer finds the new coordinator (another live broker) after a SIGKILL of its
+    coordinator mid-transaction; the new one reads the transaction from ZooKeeper and
+    commits it: every record visible to read_committed, once."""
+    cluster = cluster_factory(3, **FAST)
+    topic = f"txn-kill-{uuid.uuid4().hex[:8]}"
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 3, 3)])
+    tid = f"tx-kill-{uuid.uuid4().hex[:8]}"
+    p = Producer(
+        bootstrap_servers=cluster.bootstrap, transactional_id=tid, linger_ms=0, max_block_ms=120000,
+        request_timeout_ms=10000,
+    )  # fmt: skip
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(30):
+            p.send(topic, f"v{i}".encode(), partition=i % 3)
+        p.flush()
+        with AdminClient(cluster.bootstrap) as admin:
+            coordinator, _ = admin.find_transaction_coordinator(tid)
+        cluster.brokers[coordinator].kill()
+        p.commit_transaction(120)
+    finally:
+        p.close(5)
+    assert sorted(read(cluster, topic, 3, "read_committed", timeout_s=90)) == sorted(
+        f"v{i}".encode() for i in range(30)
+    )
