@@ -163,6 +163,13 @@ class TransactionApi:
         results.update(dict.fromkeys(valid))
         return results
 
+    def unstable_offsets(self, group_id: str, partitions: Sequence[TopicPartition] | None) -> set[TopicPartition]:
+        """OffsetFetch's ``require_stable`` (KIP-447): the partitions of ``partitions``
+        (None: any) whose offsets in ``group_id`` a transaction holds and has not yet
+        completed; they answer UNSTABLE_OFFSET_COMMIT (retriable). The caller has checked
+        DESCRIBE on the group."""
+        return self._coordinator.unstable_offsets(group_id, partitions)
+
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         self._check_id(Op.WRITE, transactional_id)
         self._check_coordinator(transactional_id)

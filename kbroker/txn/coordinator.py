@@ -112,6 +112,9 @@ class TransactionCoordinator:
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
         self._incomplete: set[str] = set()
+        self._offset_txns: dict[str, set[str]] = {}
+        """Group -> the transactional ids whose TxnOffsetCommit this broker served: the
+        candidates for :meth:`unstable_offsets` (this broker is the group's coordinator)."""
 
     def _lock(self, transactional_id: str) -> threading.RLock:
         with self._guard:
@@ -263,12 +266,42 @@ class TransactionCoordinator:
                 )
             pending = {g: dict(o) for g, o in meta.pending_offsets.items()}
             pending.setdefault(group_id, {}).update(offsets)
+            with self._guard:
+                self._offset_txns.setdefault(group_id, set()).add(transactional_id)
             try:
                 self._store.write(replace(meta, pending_offsets=pending, update_ms=self._now_ms()), version)
             except TransactionCoordinatorFencedError as exc:
                 raise ConcurrentTransactionsError(
                     f"transaction {transactional_id!r} changed while its offsets were written: retry"
                 ) from exc
+
+    def unstable_offsets(self, group_id: str, partitions: Collection[TopicPartition] | None) -> set[TopicPartition]:
+        """The partitions of ``group_id`` (of ``partitions``; None: any) with offsets held
+        by a transaction not yet complete (Ongoing, or decided and its completion not
+        done): OffsetFetch's ``require_stable`` (KIP-447) answers them
+        UNSTABLE_OFFSET_COMMIT, so a client reading its committed offsets right after
+        EndTxn, whose completion runs after the answer, retries until the commit has
+        reached the group. Candidates are the transactions whose TxnOffsetCommit this
+        broker served (the group's coordinator); one found complete is forgotten."""
+        with self._guard:
+            candidates = sorted(self._offset_txns.get(group_id, ()))
+        wanted = None if partitions is None else frozenset(partitions)
+        unstable: set[TopicPartition] = set()
+        for tid in candidates:
+            with self._lock(tid):  # a TxnOffsetCommit between the load and the discard is kept
+                found = self._store.load(tid)
+                meta = found[0] if found is not None else None
+                held = meta.pending_offsets.get(group_id) if meta is not None else None
+                if meta is None or not held or not (meta.state is TxnState.ONGOING or meta.state.preparing):
+                    with self._guard:
+                        tids = self._offset_txns.get(group_id)
+                        if tids is not None:
+                            tids.discard(tid)
+                            if not tids:
+                                del self._offset_txns[group_id]
+                    continue
+            unstable.update(tp for tp in held if wanted is None or tp in wanted)
+        return unstable
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """EndTxn: decide the outcome (stored before this returns), then complete it."""

@@ -17,6 +17,7 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from kbroker.api.access import Access
+from kbroker.api.group_api import CommittedEntry
 from kbroker.api.log_api import AbortedTransaction, Fetch, FetchAnswer, IsolationLevel, OffsetQuery, OffsetResult
 from kbroker.api.metadata_api import Node
 from kbroker.api.txn_api import CommittedOffset, TransactionApi, TransactionMetadata, TxnState
@@ -393,3 +394,46 @@ def test_a_transaction_through_the_door_and_the_core() -> None:
     assert f.offsets.committed == {"readers": {("in", 0): CommittedOffset(9)}}
     stale = call(26, 0, {**ids, "producer_epoch": epoch - 1 if epoch else epoch + 5, "committed": False})
     assert int(stale.error_code) == 47  # PRODUCER_FENCED as EndTxn v0 knows it
+
+
+class FakeGroups:
+    """The core's GroupApi for OffsetFetch: what the group store holds."""
+
+    def __init__(self, committed: dict[TP, CommittedOffset]) -> None:
+        self.committed = committed
+
+    def fetch_offsets(self, group: str, partitions: Sequence[TP] | None) -> list[CommittedEntry]:
+        wanted = sorted(self.committed) if partitions is None else list(partitions)
+        return [CommittedEntry(t, p, self.committed.get((t, p))) for t, p in wanted]
+
+
+@pytest.mark.parametrize("require_stable", [True, False])
+def test_offset_fetch_require_stable_answers_unstable_until_the_transaction_completes(require_stable: bool) -> None:
+    f = Fixture()
+    metadata = FakeMetadataCache((1,), {"out": 1, "in": 2})
+    real = TransactionApi(1, f.coordinator, metadata, Access(FakeAuthorizer()))  # type: ignore[arg-type]
+    store = FakeGroups({("in", 1): CommittedOffset(3)})
+    groups = GroupApis(store, _offload, _as_txn(real))  # type: ignore[arg-type]
+
+    def fetch(version: int) -> dict[TP, tuple[int, int]]:
+        values: dict[str, Any] = {"group_id": "readers", "topics": [{"name": "in", "partition_indexes": [0, 1]}]}
+        if version >= 7:
+            values["require_stable"] = require_stable
+        resp = _sent(asyncio.run(groups.offset_fetch(_request(9, version, values))))
+        return {(t.name, int(p.partition_index)): (int(p.error_code), int(p.committed_offset)) for t in resp.topics
+                for p in t.partitions}  # fmt: skip
+
+    pid, epoch = real.init_producer_id("app", 60000)
+    real.add_offsets("app", pid, epoch, "readers")
+    real.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(9)})
+    unstable = 88 if require_stable else 0
+    assert fetch(7) == {("in", 0): (unstable, -1), ("in", 1): (0, 3)}
+    assert fetch(6) == {("in", 0): (0, -1), ("in", 1): (0, 3)}  # no require_stable before v7
+    f.markers.failing = {("out", 0)}
+    real.add_partitions("app", pid, epoch, [("out", 0)])
+    real.end_txn("app", pid, epoch, True)  # decided, not yet complete (EndTxn has answered)
+    assert fetch(7)[("in", 0)] == (unstable, -1)
+    f.markers.failing = set()
+    f.coordinator.complete_pending()
+    store.committed.update(f.offsets.committed["readers"])
+    assert fetch(7) == {("in", 0): (0, 9), ("in", 1): (0, 3)}

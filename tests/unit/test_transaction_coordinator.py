@@ -251,3 +251,33 @@ def test_list_transactions_filters_by_state_producer_and_coordinator(f: Fixture)
     assert [m.transactional_id for m in c.list_transactions([TxnState.ONGOING])] == ["a"]
     assert [m.transactional_id for m in c.list_transactions([TxnState.EMPTY], [b])] == ["b"]
     assert [m.transactional_id for m in c.list_transactions(coordinated=lambda t: t != "b")] == ["a", "c"]
+
+
+def test_offsets_held_by_an_incomplete_transaction_are_unstable_until_it_completes(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_offsets("app", pid, epoch, "readers")
+    assert c.unstable_offsets("readers", None) == set()
+    c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(9), ("in", 1): CommittedOffset(4)})
+    assert c.unstable_offsets("readers", None) == {("in", 0), ("in", 1)}  # Ongoing
+    assert c.unstable_offsets("readers", [("in", 1), ("in", 2)]) == {("in", 1)}
+    assert c.unstable_offsets("others", None) == set()
+    f.markers.failing = {("out", 0)}
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    c.end_txn("app", pid, epoch, commit=True)  # EndTxn answered; the completion failed
+    assert f.offsets.committed == {}
+    assert c.unstable_offsets("readers", [("in", 0)]) == {("in", 0)}  # PrepareCommit: not yet
+    f.markers.failing = set()
+    assert c.complete_pending() == 1
+    assert f.offsets.committed["readers"][("in", 0)] == CommittedOffset(9)
+    assert c.unstable_offsets("readers", None) == set()  # committed: stable, and forgotten
+    assert "readers" not in c._offset_txns
+
+
+def test_an_aborted_transactions_offsets_are_stable_once_it_is_complete(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_offsets("app", pid, epoch, "readers")
+    c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(9)})
+    c.end_txn("app", pid, epoch, commit=False)
+    assert c.unstable_offsets("readers", None) == set() and f.offsets.committed == {}

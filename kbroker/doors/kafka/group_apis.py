@@ -25,8 +25,10 @@ Kafka-protocol differences, each accepted by Kafka's clients:
   SyncGroup/Heartbeat v3+, LeaveGroup v3+, OffsetCommit v7+, DescribeGroups v4+) makes
   a static member (KIP-345, see :mod:`kbroker.group.group`);
 - OffsetCommit's retention time and commit timestamp, and the committed leader epoch,
-  are ignored (OffsetFetch answers leader epoch -1); ``require_stable`` is moot
-  (offsets of a transaction reach the group only when it commits);
+  are ignored (OffsetFetch answers leader epoch -1). With ``require_stable`` (v7,
+  KIP-447) a partition whose offset a transaction holds and has not completed answers
+  UNSTABLE_OFFSET_COMMIT, as Kafka's (EndTxn answers before the offsets reach the
+  group, so a read_committed client asks again); without it, the last committed offset;
 - ListGroups answers the groups this broker coordinates (Kafka's rule; clients ask every
   broker), where the gRPC ListGroups answers every group;
 - DescribeGroups' authorized operations are not computed (INT32_MIN, "not provided").
@@ -61,6 +63,7 @@ from kclient.errors import (
     InconsistentGroupProtocolError,
     InvalidRequestError,
     TransactionalIdAuthorizationFailedError,
+    UnstableOffsetCommitError,
     as_response_error,
 )
 
@@ -69,6 +72,7 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10,
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 13, 14, 15, 16, 42, 47
 INVALID_REQUEST = InvalidRequestError.errno
 INCONSISTENT_GROUP_PROTOCOL = InconsistentGroupProtocolError.errno
+UNSTABLE_OFFSET_COMMIT = UnstableOffsetCommitError.errno
 GROUP_KEY = 0
 """FindCoordinator key type of a consumer group."""
 TRANSACTIONS_REFUSED = TransactionalIdAuthorizationFailedError.errno
@@ -343,9 +347,18 @@ class GroupApis:
                 _partition_errors(t.name, [int(i) for i in t.partition_indexes], _code(exc)) for t in p.topics or ()
             ]
             return build(cls, {"topics": topics})
+        unstable: set[tuple[str, int]] = set()
+        if req.version >= 7 and p.require_stable and self._txn is not None:
+            unstable = await self._call(self._txn().unstable_offsets, p.group_id, wanted)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for e in entries:
             c = e.committed
+            if (e.topic, e.partition) in unstable and e.error is None:
+                by_topic.setdefault(e.topic, []).append(
+                    {"partition_index": e.partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                     "metadata": "", "error_code": UNSTABLE_OFFSET_COMMIT}
+                )  # fmt: skip
+                continue
             by_topic.setdefault(e.topic, []).append(
                 {
                     "partition_index": e.partition,
