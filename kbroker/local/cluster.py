@@ -78,11 +78,23 @@ class BrokerProcess:
             "--data-dir",
             str(self.data_dir),
         ]
+        # A restarted broker keeps the ports it bound the first time, as a broker host does
+        # (clients and librdkafka's coordinator connections find it where it was).
         if "listeners" not in self.overrides:  # else the overrides name every listener
-            cmd += ["--listen", f"{self.host.ip if self.host else '127.0.0.1'}:0"]
+            cmd += ["--listen", self.address or f"{self.host.ip if self.host else '127.0.0.1'}:0"]
         for k, v in sorted(self.overrides.items()):
+            if k == "kafka.listeners" and self.kafka_listeners:
+                v = ",".join(self._same_port(item) for item in v.split(","))
             cmd += ["-o", f"{k}={v}"]
         return cmd
+
+    def _same_port(self, listener: str) -> str:
+        """``NAME://host:0`` as bound at the first start (``NAME://host:port``)."""
+        name, sep, where = listener.partition("://")
+        bound = self.kafka_listeners.get(name)
+        if sep and bound and where.endswith(":0"):
+            return f"{name}://{where.rsplit(':', 1)[0]}:{bound.rsplit(':', 1)[1]}"
+        return listener
 
     def start(self, wait: bool = True, timeout_s: float = 60.0) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
