@@ -583,6 +583,11 @@ class UnacceptableCredentialError(BrokerResponseError):
     description = "Requested credential would not meet criteria for acceptability."
 
 
+class TransactionalIdNotFoundError(BrokerResponseError):
+    errno = 105
+    description = "The transactionalId could not be found."
+
+
 def _collect() -> dict[int, type[BrokerResponseError]]:
     table: dict[int, type[BrokerResponseError]] = {}
     pending: list[type[BrokerResponseError]] = [BrokerResponseError]

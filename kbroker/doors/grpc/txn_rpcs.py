@@ -15,12 +15,13 @@ from typing import Any
 
 from kbroker.api.txn_api import CommittedOffset, TransactionApi
 from kbroker.doors.grpc.rpc import blocking, set_error
-from kclient.errors import BrokerResponseError, CoordinatorNotAvailableError, as_response_error
+from kclient.errors import (
+    BrokerResponseError,
+    CoordinatorNotAvailableError,
+    TransactionalIdNotFoundError,
+    as_response_error,
+)
 from kclient.proto.kbroker.v1 import txn_pb2
-
-TRANSACTIONAL_ID_NOT_FOUND = 105
-"""Kafka's TRANSACTIONAL_ID_NOT_FOUND (DescribeTransactions of an id never used); not in
-the error table yet, so sent as its bare number."""
 
 
 def _no_transactions() -> CoordinatorNotAvailableError:
@@ -123,8 +124,7 @@ class TxnRpcs:
                 set_error(d, err)
                 continue
             if meta is None:
-                d.error_code = TRANSACTIONAL_ID_NOT_FOUND  # type: ignore[assignment]
-                d.error_message = f"transactional id {tid!r} is not known"
+                set_error(d, TransactionalIdNotFoundError(f"transactional id {tid!r} is not known"))
                 continue
             d.transaction_state = str(meta.state.value)
             d.transaction_timeout_ms = meta.timeout_ms

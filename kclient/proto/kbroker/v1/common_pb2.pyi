@@ -86,6 +86,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESOURCE_NOT_FOUND: _ClassVar[ErrorCode]
     DUPLICATE_RESOURCE: _ClassVar[ErrorCode]
     UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
+    TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorCode]
 
 class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -171,5 +172,6 @@ PRODUCER_FENCED: ErrorCode
 RESOURCE_NOT_FOUND: ErrorCode
 DUPLICATE_RESOURCE: ErrorCode
 UNACCEPTABLE_CREDENTIAL: ErrorCode
+TRANSACTIONAL_ID_NOT_FOUND: ErrorCode
 READ_UNCOMMITTED: IsolationLevel
 READ_COMMITTED: IsolationLevel
