@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kclient.admin import AdminClient, TransactionDescription, TransactionListing
-from kclient.errors import KafkaConnectionError, TransactionalIdAuthorizationFailedError, UnknownError
+from kclient.errors import KafkaConnectionError, TransactionalIdAuthorizationFailedError, TransactionalIdNotFoundError
 from kclient.proto.kbroker.v1 import group_pb2, txn_pb2
 from kclient.structs import TopicPartition
 from tests.support import FakeMetadata, FakeTransport
@@ -67,7 +67,7 @@ def test_describe_transactions_finds_a_moved_coordinator_again() -> None:
 
 def test_describe_transactions_raises_the_ids_error() -> None:
     admin, _ = _admin({"FindCoordinator": _coordinator, "DescribeTransactions": _described})
-    with pytest.raises(UnknownError, match="not known"):  # TRANSACTIONAL_ID_NOT_FOUND: not in the table yet
+    with pytest.raises(TransactionalIdNotFoundError, match="not known"):
         admin.describe_transactions(["gone"])
     refused = group_pb2.FindCoordinatorResponse(error_code=53, error_message="denied")  # type: ignore[arg-type]
     admin, _ = _admin({"FindCoordinator": refused})
