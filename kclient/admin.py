@@ -25,6 +25,7 @@ from kclient.errors import (
 )
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import admin_pb2, cluster_pb2, config_pb2, group_pb2, log_pb2, reassignment_pb2, txn_pb2
+from kclient.records import BatchHeader, read_header
 from kclient.retry import retry
 from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
 from kclient.structs import BrokerMetadata, PartitionMetadata, TopicPartition
@@ -108,17 +109,33 @@ class TransactionDescription:
 
 
 class TransactionListing(NamedTuple):
-    """One transaction of ``list_transactions`` (Kafka's ``TransactionListing``)."""
+    """One transaction of ``list_transactions`` (Kafka's ``TransactionListing``), with
+    the id of the broker whose coordinator listed it (Kafka's ``allByBrokerId`` key;
+    -1 when only a bootstrap address, of unknown id, answered)."""
 
     transactional_id: str
     producer_id: int
     state: str
+    coordinator_id: int = -1
+
+
+class PartitionBatch(NamedTuple):
+    """What ``batch_at`` read at a partition's leader: the header of the batch holding
+    the offset asked (None when the offset is the high watermark: no record there yet),
+    and the partition's offsets as that Fetch answered them."""
+
+    header: BatchHeader | None
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
 
 
 _T = TypeVar("_T")
 _COORDINATOR_MOVED = (NotCoordinatorError.errno, CoordinatorNotAvailableError.errno)
 _COORDINATOR_RETRY_BACKOFF_S = 0.2
 _REASSIGNMENT_TIMEOUT_MS = 60000
+_WRITE_TXN_MARKERS_TIMEOUT_MS = 30000
+"""How long a WriteTxnMarkers may wait for the in-sync replicas (the broker's own limit)."""
 
 
 def _decode_assignment(protocol_type: str, data: bytes) -> list[TopicPartition]:
@@ -330,18 +347,23 @@ class AdminClient(AdminSecurityMixin):
     def list_transactions(
         self, states: Iterable[str] | None = None, producer_ids: Iterable[int] | None = None
     ) -> list[TransactionListing]:
-        """The transactions of every live broker's coordinator, sorted by transactional id:
-        only those in ``states`` (Kafka's names; None: all) and of ``producer_ids`` (None:
-        all). Ids the caller may not DESCRIBE are left out. Every live broker is asked;
-        one that does not answer raises unless another did."""
+        """The transactions of every live broker's coordinator, sorted by transactional id,
+        each with the id of the broker that listed it: only those in ``states`` (Kafka's
+        names; None: all) and of ``producer_ids`` (None: all). Ids the caller may not
+        DESCRIBE are left out. Every live broker is asked; one that does not answer
+        raises unless another did."""
         self._metadata.refresh()
         req = txn_pb2.ListTransactionsRequest(
             state_filters=list(states or ()), producer_id_filters=list(producer_ids or ())
         )
+        # Broker ids from the metadata (a view without them, as a test's, lists as -1).
+        known: dict[int, BrokerMetadata] = getattr(self._metadata, "brokers", {})
+        ids = {f"{b.host}:{b.port}": b.node_id for b in known.values()}
+        targets = [(ids.get(a, -1), a) for a in self._metadata.broker_addresses() or self._transport.bootstrap]
         found: dict[str, TransactionListing] = {}
         answered = False
         last: KafkaError | None = None
-        for address in self._metadata.broker_addresses() or self._transport.bootstrap:
+        for node, address in targets:
             try:
                 resp = self._transport.call(address, "ListTransactions", req)
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
@@ -352,10 +374,113 @@ class AdminClient(AdminSecurityMixin):
                 continue
             answered = True
             for t in resp.transaction_states:
-                found[t.transactional_id] = TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
+                found[t.transactional_id] = TransactionListing(
+                    t.transactional_id, t.producer_id, t.transaction_state, node
+                )
         if not answered:
             raise last or KafkaError("no broker answered ListTransactions")
         return [found[tid] for tid in sorted(found)]
+
+    def abort_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int = 0,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Abort a producer's open transaction on one partition (Kafka's
+        ``Admin.abortTransaction(AbortTransactionSpec)``, for a hanging transaction whose
+        coordinator no longer knows it): an ABORT marker of ``producer_id`` /
+        ``producer_epoch`` written by WriteTxnMarkers at the partition's leader (found
+        through metadata, and again while leadership moves, until the admin timeout),
+        answered once the in-sync replicas have it. The last stable offset then moves
+        past the transaction and read_committed consumers skip its records.
+
+        Needs CLUSTER_ACTION on the Cluster (ClusterAuthorizationFailedError). Raises
+        InvalidProducerEpochError for an epoch older than the producer's on that
+        partition, UnknownTopicOrPartitionError for a partition that does not exist.
+        """
+        tp = TopicPartition(topic, partition)
+        req = txn_pb2.WriteTxnMarkersRequest()
+        marker = req.markers.add(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            committed=False,
+            coordinator_epoch=max(coordinator_epoch, 0),
+        )
+        marker.topics.add(name=topic, partitions=[partition])
+
+        def outcome(resp: Any) -> tuple[int, str]:
+            if resp.error_code:
+                return resp.error_code, resp.error_message
+            for m in resp.markers:
+                for t in m.topics:
+                    for p in t.partitions:
+                        if p.error_code:
+                            return p.error_code, p.error_message
+            return 0, ""
+
+        self._at_leader(tp, "WriteTxnMarkers", req, outcome, timeout_ms or _WRITE_TXN_MARKERS_TIMEOUT_MS)
+
+    def batch_at(self, topic: str, partition: int, offset: int) -> PartitionBatch:
+        """The header of the batch that holds ``offset`` (a read_uncommitted Fetch of one
+        batch at the partition's leader), with the partition's high watermark, last
+        stable offset and log start offset. kbroker's stand-in for Kafka's
+        DescribeProducers when looking for the producer of a hanging transaction: a
+        transactional batch names its producer id and epoch. Raises
+        OffsetOutOfRangeError outside [log start, high watermark]."""
+        tp = TopicPartition(topic, partition)
+        req = log_pb2.FetchRequest(max_wait_ms=0, min_bytes=1)
+        req.topics.add(name=topic).partitions.add(index=partition, fetch_offset=offset, partition_max_bytes=1)
+
+        def outcome(resp: Any) -> tuple[int, str]:
+            if resp.error_code:
+                return resp.error_code, resp.error_message
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        return p.error_code, p.error_message
+            return 0, ""
+
+        resp = self._at_leader(tp, "Fetch", req, outcome, self._timeout_ms)
+        p = next(p for t in resp.topics for p in t.partitions if t.name == topic and p.index == partition)
+        header = read_header(p.records) if len(p.records) else None
+        return PartitionBatch(header, p.high_watermark, p.last_stable_offset, p.log_start_offset)
+
+    def _at_leader(
+        self, tp: TopicPartition, method: str, request: Any, outcome: Callable[[Any], tuple[int, str]], timeout_ms: int
+    ) -> Any:
+        """``method`` at ``tp``'s leader, whose answer ``outcome`` reads as (error code,
+        message): found again through metadata while leadership moves or the leader is
+        unreachable (retriable errors), until the admin timeout; then the last error."""
+        where = f"{tp.topic}-{tp.partition}"
+        deadline = time.monotonic() + self._timeout_ms / 1000.0
+        while True:
+            try:
+                self._metadata.refresh(all_topics=True, deadline=deadline)  # never auto-creates a topic
+                parts = self._metadata.partitions_for(tp.topic)
+                if parts is None or tp.partition not in parts:
+                    code = self._metadata.topic_error(tp.topic) if parts is None else 0
+                    if not code:  # a name the metadata does not have: no point waiting
+                        missing: KafkaError = UnknownTopicOrPartitionError(f"{where} does not exist")
+                        missing.retriable = False
+                        raise missing
+                    raise for_code(code)(f"{where}: topic {tp.topic!r} has no metadata")
+                address = self._metadata.leader_address(tp)
+                if address is None:
+                    raise LeaderNotAvailableError(f"{where} has no leader")
+                resp = self._transport.call(address, method, request, timeout_ms / 1000.0 + 5)
+                code, message = outcome(resp)
+                if code:
+                    raise for_code(code)(message or f"{method} on {where}")
+                return resp
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() + _COORDINATOR_RETRY_BACKOFF_S >= deadline:
+                    raise
+                self._metadata.request_update()
+                time.sleep(_COORDINATOR_RETRY_BACKOFF_S)
 
     def _coordinator_gone(self, err: KafkaError) -> None:
         if err.retriable:  # the coordinator's broker may be gone

@@ -41,6 +41,7 @@ from kbroker.cli import (
     reassign,
     top,
     topics,
+    transactions,
     users,
     zk_security,
 )
@@ -131,6 +132,7 @@ def build_parser() -> KctlArgumentParser:
     zk_security.add_parser(nouns, admin_flags)
     log_dirs.add_parser(nouns, client_flags)
     delete_records.add_parser(nouns, client_flags)
+    transactions.add_parser(nouns, client_flags)
     console.add_parsers(nouns, client_flags)
     perf.add_parser(nouns, client_flags)
     dump_log.add_parser(nouns)
