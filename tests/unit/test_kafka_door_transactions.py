@@ -401,8 +401,10 @@ class FakeGroups:
 
     def __init__(self, committed: dict[TP, CommittedOffset]) -> None:
         self.committed = committed
+        self.before_read: Callable[[], None] = lambda: None
 
     def fetch_offsets(self, group: str, partitions: Sequence[TP] | None) -> list[CommittedEntry]:
+        self.before_read()
         wanted = sorted(self.committed) if partitions is None else list(partitions)
         return [CommittedEntry(t, p, self.committed.get((t, p))) for t, p in wanted]
 
@@ -434,6 +436,13 @@ def test_offset_fetch_require_stable_answers_unstable_until_the_transaction_comp
     real.end_txn("app", pid, epoch, True)  # decided, not yet complete (EndTxn has answered)
     assert fetch(7)[("in", 0)] == (unstable, -1)
     f.markers.failing = set()
-    f.coordinator.complete_pending()
-    store.committed.update(f.offsets.committed["readers"])
+
+    def complete() -> None:  # the completion lands between the request's checks
+        f.coordinator.complete_pending()
+        store.committed.update(f.offsets.committed["readers"])
+        store.before_read = lambda: None
+
+    store.before_read = complete
+    # never "no offset" without an error: the answer is unstable or the committed offset
+    assert fetch(7)[("in", 0)] == ((88, -1) if require_stable else (0, 9))
     assert fetch(7) == {("in", 0): (0, 9), ("in", 1): (0, 3)}

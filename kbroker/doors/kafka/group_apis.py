@@ -337,7 +337,12 @@ class GroupApis:
         if p.topics is not None and not p.topics:
             return build(cls, {"error_code": 0})  # an empty list asks for nothing (null asks for all)
         wanted = [(t.name, int(i)) for t in p.topics for i in t.partition_indexes] if p.topics is not None else None
+        unstable: set[tuple[str, int]] = set()
         try:
+            if req.version >= 7 and p.require_stable and self._txn is not None:
+                # Before the offsets are read: a transaction found complete here has put
+                # its offsets in the group already (it is marked complete after them).
+                unstable = await self._call(self._txn().unstable_offsets, p.group_id, wanted)
             entries = await self._call(self._groups.fetch_offsets, p.group_id, wanted)
         except Exception as exc:
             if req.version >= 2:
@@ -347,9 +352,6 @@ class GroupApis:
                 _partition_errors(t.name, [int(i) for i in t.partition_indexes], _code(exc)) for t in p.topics or ()
             ]
             return build(cls, {"topics": topics})
-        unstable: set[tuple[str, int]] = set()
-        if req.version >= 7 and p.require_stable and self._txn is not None:
-            unstable = await self._call(self._txn().unstable_offsets, p.group_id, wanted)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for e in entries:
             c = e.committed
