@@ -53,6 +53,7 @@ import argparse
 import datetime as dt
 import functools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -75,6 +76,8 @@ DEFAULT_CONSUME_TIMEOUT_MS = 10_000
 DEFAULT_TRANSACTIONAL_ID = "performance-producer-default-transactional-id"
 DEFAULT_TRANSACTION_DURATION_MS = 3000
 """Kafka's, when transactions are on and neither a duration nor a size is given."""
+TRANSACTION_CHECK = 256
+"""A transaction's age is read every this many records (not each: a per-record cost)."""
 POLL_MS = 100
 Report = Callable[[str], None]
 
@@ -215,19 +218,24 @@ class Transactions:
         self.plan = plan
         self.commits_ms: list[float] = []
         self.records = 0
-        self._open = 0
+        self._open: int | None = None  # records in the open transaction; None: none open
         self._began = 0.0
 
-    def room(self) -> int | None:
-        """How many more records the open transaction takes (None: no limit by count);
-        begins one if none is open."""
-        if not self._open:
+    def room(self, check: int = 1) -> int:
+        """How many records may go before the next ``sent``: what the open transaction
+        has room for, and at most ``check`` when it commits by age (read at ``sent``).
+        Begins a transaction when none is open."""
+        if self._open is None:
             self._producer.begin_transaction()
             self._began = time.perf_counter()
-        return None if self.plan.size is None else self.plan.size - self._open
+            self._open = 0
+        size, duration_ms = self.plan.size, self.plan.duration_ms
+        room = sys.maxsize if size is None else size - self._open
+        return min(room, check) if duration_ms is not None else room
 
     def sent(self, n: int = 1) -> None:
         """``n`` records went into the open transaction: commit it if it is full or old."""
+        assert self._open is not None, "sent() without room()"
         self._open += n
         size, duration_ms = self.plan.size, self.plan.duration_ms
         if (size is not None and self._open >= size) or (
@@ -236,14 +244,14 @@ class Transactions:
             self.commit()
 
     def commit(self) -> None:
-        """Commit the open transaction, if it has records."""
-        if not self._open:
+        """Commit the open transaction, if one is open (an empty one too: nothing to send)."""
+        if self._open is None:
             return
         t0 = time.perf_counter()
         self._producer.commit_transaction()
         self.commits_ms.append((time.perf_counter() - t0) * 1000.0)
         self.records += self._open
-        self._open = 0
+        self._open = None
 
     def line(self) -> str:
         n = len(self.commits_ms)
@@ -456,8 +464,7 @@ def produce(
         while sent < num_records:
             k = min(len(values), num_records - sent)
             if transactions is not None:
-                room = transactions.room()
-                k = k if room is None else min(k, room)
+                k = min(k, transactions.room(k))
             if throttle:
                 throttle.wait(sent)
             t0 = time.perf_counter()
@@ -500,20 +507,25 @@ def _send_each(
     sampling = max(1, -(-n // LATENCY_SAMPLES))
     check = 1 if throttle else 1024
     pool = len(payloads)
+    chunk = left = 0  # records of this transaction chunk: sent() after each chunk, not each record
     for i in range(n):
         if throttle:
             throttle.wait(i)
-        if transactions is not None:
-            transactions.room()  # begins one when none is open
+        if transactions is not None and not left:
+            chunk = left = transactions.room(1 if throttle else TRANSACTION_CHECK)
         if i % sampling:
             send(topic, payloads[i % pool], partition=partition)
         else:
             t0 = clock()
             _on_done(send(topic, payloads[i % pool], partition=partition), functools.partial(stats.done, t0))
         if transactions is not None:
-            transactions.sent()
+            left -= 1
+            if not left:
+                transactions.sent(chunk)
         if not i % check:
             progress.tick(i)
+    if transactions is not None and left:
+        transactions.sent(chunk - left)
 
 
 def end_to_end_latency(producer: Producer, consumer: Consumer, topic: str, num_records: int, size: int) -> Latency:

@@ -131,7 +131,19 @@ def test_commits_once_a_transaction_is_old(monkeypatch: pytest.MonkeyPatch) -> N
     txn = perf.Transactions(p, perf.TransactionPlan("t", duration_ms=2))
     ms = iter(range(1_000_000))  # every reading of the clock 1 ms after the one before
     monkeypatch.setattr(perf.time, "perf_counter", lambda: next(ms) / 1000.0)
+    monkeypatch.setattr(perf, "TRANSACTION_CHECK", 2)  # the age is read every 2 records
     perf.produce(p, "t", 6, 10, transactions=txn)  # type: ignore[arg-type]
     commits = [n for what, n in p.calls if what == "commit"]
-    assert sum(commits) == 6 and len(commits) > 1 and max(commits) < 6
+    assert sum(commits) == 6 and len(commits) > 1 and all(n % 2 == 0 for n in commits)
     assert not p.open
+
+
+def test_room_begins_once_and_bounds_the_chunk() -> None:
+    p = FakeProducer()
+    txn = perf.Transactions(p, perf.TransactionPlan("t", size=10, duration_ms=100))
+    assert txn.room(256) == 10  # the size bounds it
+    assert txn.room(4) == 4  # the age check does
+    assert p.calls == [("begin", 0)]
+    txn.commit()
+    txn.commit()  # nothing open: nothing to commit
+    assert p.calls == [("begin", 0), ("commit", 0)]
