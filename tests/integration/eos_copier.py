@@ -1,13 +1,13 @@
-"""A consume-transform-produce application with exactly-once semantics over confluent-kafka,
-run as its own process so that a test can SIGKILL it: ``python -m
-tests.integration.eos_copier BOOTSTRAP IN OUT GROUP TRANSACTIONAL_ID``.
+"""A consume-transform-produce application with exactly-once semantics, run as its own
+process so that a test can SIGKILL it: ``python -m tests.integration.eos_copier
+[--client confluent|kclient] BOOTSTRAP IN OUT GROUP TRANSACTIONAL_ID``: confluent-kafka
+through the Kafka door (BOOTSTRAP its address), or kclient over gRPC.
 
 It reads ``IN`` in group ``GROUP`` (read_committed, no auto commit) and, for each batch,
 in one transaction: writes every value, prefixed ``copy:``, to ``OUT`` (same partition),
 and commits the consumed positions with ``send_offsets_to_transaction``. An abortable
 error aborts the transaction and rewinds to the committed offsets; a fatal one (fenced by
-a newer instance) exits 3. It exits 0 once it has seen ``--idle-exit-s`` seconds with
-nothing to read (never, by default). Each commit prints ``committed N``.
+a newer instance) exits 3. Each commit prints ``committed N``.
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("group")
     p.add_argument("transactional_id")
     p.add_argument("--batch", type=int, default=200)
-    p.add_argument("--idle-exit-s", type=float, default=0.0)
+    p.add_argument("--client", choices=("confluent", "kclient"), default="confluent")
     args = p.parse_args(argv)
+    if args.client == "kclient":
+        return copy_with_kclient(args)
     consumer = ck.Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -85,16 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     producer.init_transactions(60)
     consumer.subscribe([args.input])
-    idle_since = time.monotonic()
     total = 0
     while True:
         msgs = consumer.consume(args.batch, 1.0)
         msgs = [m for m in msgs if m.error() is None]
         if not msgs:
-            if args.idle_exit_s and time.monotonic() - idle_since > args.idle_exit_s:
-                return 0
             continue
-        idle_since = time.monotonic()
         try:
             producer.begin_transaction()
             for m in msgs:
@@ -117,6 +115,61 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"fatal: abort failed: {again}", flush=True)
                 return 3
             rewind(consumer)
+
+
+def copy_with_kclient(args: argparse.Namespace) -> int:
+    """The same loop with kclient over gRPC."""
+    import kclient
+    from kclient.errors import KafkaError, ProducerFencedError
+
+    consumer = kclient.Consumer(
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+        max_poll_records=args.batch,
+    )
+    producer = kclient.Producer(
+        bootstrap_servers=args.bootstrap, transactional_id=args.transactional_id, transaction_timeout_ms=20000
+    )
+    producer.init_transactions(60)
+    consumer.subscribe([args.input])
+    total = 0
+    while True:
+        batch = consumer.poll(timeout_ms=1000)
+        if not batch:
+            continue
+        try:
+            producer.begin_transaction()
+            n = 0
+            for tp, records in batch.items():
+                for r in records:
+                    producer.send(args.output, b"copy:" + (r.value or b""), partition=tp.partition)
+                    n += 1
+            positions = {tp: consumer.position(tp) for tp in batch}
+            producer.send_offsets_to_transaction(positions, args.group, 60)
+            producer.commit_transaction(60)
+            total += n
+            print(f"committed {total}", flush=True)
+        except ProducerFencedError as exc:
+            print(f"fatal: {exc}", flush=True)
+            return 3
+        except KafkaError as exc:
+            print(f"aborting: {exc}", flush=True)
+            try:
+                producer.abort_transaction(60)
+            except KafkaError as again:
+                print(f"fatal: abort failed: {again}", flush=True)
+                return 3
+            for tp in consumer.assignment():
+                committed = consumer.committed(tp)
+                if committed is None:
+                    consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, committed)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Exactly-once consume-transform-produce under faults (KIP-98, KIP-447): a transactional
-copier (its own process) copies an input topic to an output topic, committing its input
-offsets with ``send_offsets_to_transaction``, while a producer keeps writing the input.
+copier (its own process; confluent-kafka through the Kafka door, or kclient over gRPC)
+copies an input topic to an output topic, committing its input offsets with
+``send_offsets_to_transaction``, while a producer keeps writing the input.
 Meanwhile the test SIGKILLs the copier, the transaction coordinator and the output
 partitions' leaders, several times each. Afterwards a read_committed consumer sees every
 input record exactly once in the output, nothing else, and the group's committed input
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kbroker.local.cluster import LocalCluster
-from kclient import AdminClient, NewTopic
+from kclient import AdminClient, Consumer, NewTopic, TopicPartition
 from tests.integration.test_faults import FAST, ZkView
 from tests.support import wait_until
 
@@ -38,7 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 class Copier:
     """The copier process (tests/integration/eos_copier.py), restartable; keeps its output."""
 
-    def __init__(self, bootstrap: str, log: Path) -> None:
+    def __init__(self, client: str, bootstrap: str, log: Path) -> None:
+        self.client = client
         self.bootstrap = bootstrap
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
@@ -46,7 +48,8 @@ class Copier:
     def start(self) -> None:
         out = self.log.open("ab")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        cmd = [sys.executable, "-m", "tests.integration.eos_copier", self.bootstrap, "in", "out", GROUP, TXN_ID]
+        cmd = [sys.executable, "-m", "tests.integration.eos_copier", "--client", self.client]
+        cmd += [self.bootstrap, "in", "out", GROUP, TXN_ID]
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         out.close()
 
@@ -136,8 +139,23 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+def read_committed_with_kclient(bootstrap: str, topic: str) -> list[bytes]:
+    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest") as c:
+        tps = [TopicPartition(topic, p) for p in (0, 1)]
+        c.assign(tps)
+        ends = c.end_offsets(tps)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 120
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"{topic}: not read to its end {ends} in time"
+            for records in c.poll(timeout_ms=500).values():
+                values += [r.value for r in records if r.value is not None]
+        return values
+
+
+@pytest.mark.parametrize("client", ["confluent", "kclient"])
 def test_a_transactional_copier_copies_every_record_exactly_once_through_sigkills(
-    cluster_factory: Callable[..., LocalCluster], tmp_path: Path
+    client: str, cluster_factory: Callable[..., LocalCluster], tmp_path: Path
 ) -> None:
     cluster = cluster_factory(
         3, **FAST, **DOOR, **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
@@ -149,7 +167,7 @@ def test_a_transactional_copier_copies_every_record_exactly_once_through_sigkill
     bootstrap = cluster.kafka_bootstrap()
     feeder = InputProducer(bootstrap)
     feeder.start()
-    copier = Copier(bootstrap, tmp_path / "copier.log")
+    copier = Copier(client, bootstrap if client == "confluent" else cluster.bootstrap, tmp_path / "copier.log")
     copier.start()
 
     def progress(after: int) -> Callable[[], bool]:
@@ -196,7 +214,10 @@ def test_a_transactional_copier_copies_every_record_exactly_once_through_sigkill
 
     inputs = Counter(read_all(bootstrap, "in", committed=False))
     assert inputs and max(inputs.values()) == 1  # the idempotent feeder wrote each value once
-    outputs = Counter(read_all(bootstrap, "out", committed=True))
+    if client == "confluent":
+        outputs = Counter(read_all(bootstrap, "out", committed=True))
+    else:
+        outputs = Counter(read_committed_with_kclient(cluster.bootstrap, "out"))
     expected = Counter(b"copy:" + v for v in inputs)
     assert outputs == expected, (
         f"{sum(inputs.values())} input records; missing {len(set(expected) - set(outputs))}, "
