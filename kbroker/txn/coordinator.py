@@ -34,7 +34,9 @@ and offsets through an :class:`OffsetSink` (the group store).
 Thread safety: requests for one transactional id are serialised by its lock; ids are
 independent. The store's compare-and-set fences a second coordinator of the same id, and
 orders TxnOffsetCommit, which the group's coordinator (any broker) writes, against the
-id's coordinator's own writes.
+id's coordinator's own writes: a request of the id's coordinator that loses that race
+(AddPartitionsToTxn beside a TxnOffsetCommit) loads the state again and retries, and
+answers the retriable CONCURRENT_TRANSACTIONS only after :data:`RACE_ATTEMPTS` losses.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kbroker.cluster.txn_store import TransactionStore
 from kbroker.cluster.zkdata import CommittedOffset, TransactionMetadata, TxnState
@@ -66,6 +68,10 @@ MAX_EPOCH = 32767
 """Kafka's Short.MaxValue: an epoch that would pass it takes a new producer id."""
 DEFAULT_MAX_TIMEOUT_MS = 900000
 """transaction.max.timeout.ms (Kafka's default, 15 minutes)."""
+RACE_ATTEMPTS = 5
+"""Writes of one request that may lose the store's compare-and-set before it answers
+CONCURRENT_TRANSACTIONS (:meth:`TransactionCoordinator._raced`)."""
+T = TypeVar("T")
 
 
 class MarkerWriter(Protocol):
@@ -119,6 +125,25 @@ class TransactionCoordinator:
     def _lock(self, transactional_id: str) -> threading.RLock:
         with self._guard:
             return self._locks.setdefault(transactional_id, threading.RLock())
+
+    def _raced(self, transactional_id: str, attempt: Callable[[], T]) -> T:
+        """``attempt`` (load, check, write) again while its write loses the store's
+        compare-and-set to another broker's: TxnOffsetCommit is written by the group's
+        coordinator, which may be another broker, while this one adds partitions (a
+        producer's AddPartitionsToTxn for records sent beside send_offsets_to_transaction
+        races it). Each attempt checks the state anew; after :data:`RACE_ATTEMPTS` the
+        retriable CONCURRENT_TRANSACTIONS, not the fatal TRANSACTION_COORDINATOR_FENCED."""
+        for _ in range(RACE_ATTEMPTS - 1):
+            try:
+                return attempt()
+            except TransactionCoordinatorFencedError:
+                log.info("transaction %s: changed by another broker meanwhile, loading it again", transactional_id)
+        try:
+            return attempt()
+        except TransactionCoordinatorFencedError as exc:
+            raise ConcurrentTransactionsError(
+                f"transaction {transactional_id!r} kept changing while it was written: retry"
+            ) from exc
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -221,7 +246,8 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> None:
         """AddPartitionsToTxn: the transaction writes to ``partitions`` (it begins here)."""
-        with self._lock(transactional_id):
+
+        def attempt() -> None:
             meta, version = self._load(transactional_id)
             self._check_producer(meta, producer_id, producer_epoch)
             if meta.state is TxnState.ONGOING and set(partitions) <= meta.partitions:
@@ -229,15 +255,22 @@ class TransactionCoordinator:
             meta = self._begin_or_extend(meta, self._now_ms())
             self._store.write(replace(meta, partitions=meta.partitions | frozenset(partitions)), version)
 
+        with self._lock(transactional_id):
+            self._raced(transactional_id, attempt)
+
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         """AddOffsetsToTxn: the transaction will commit offsets of ``group_id``."""
         if not group_id:
             raise InvalidRequestError("the group id is empty")
-        with self._lock(transactional_id):
+
+        def attempt() -> None:
             meta, version = self._load(transactional_id)
             self._check_producer(meta, producer_id, producer_epoch)
             meta = self._begin_or_extend(meta, self._now_ms())
             self._store.write(replace(meta, groups=meta.groups | {group_id}), version)
+
+        with self._lock(transactional_id):
+            self._raced(transactional_id, attempt)
 
     def commit_offsets(
         self,
@@ -305,7 +338,8 @@ class TransactionCoordinator:
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """EndTxn: decide the outcome (stored before this returns), then complete it."""
-        with self._lock(transactional_id):
+
+        def attempt() -> None:
             meta, version = self._load(transactional_id)
             self._check_producer(meta, producer_id, producer_epoch)
             wanted = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
@@ -319,6 +353,9 @@ class TransactionCoordinator:
                     f"transaction {transactional_id!r} is {meta.state.value}: cannot {'commit' if commit else 'abort'}"
                 )
             self._prepare(meta, version, commit=commit, bump_epoch=False)
+
+        with self._lock(transactional_id):
+            self._raced(transactional_id, attempt)
 
     def _prepare(self, meta: TransactionMetadata, version: int, *, commit: bool, bump_epoch: bool) -> None:
         """Store PrepareCommit/PrepareAbort (the decision), then try to complete it."""

@@ -281,3 +281,42 @@ def test_an_aborted_transactions_offsets_are_stable_once_it_is_complete(f: Fixtu
     c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(9)})
     c.end_txn("app", pid, epoch, commit=False)
     assert c.unstable_offsets("readers", None) == set() and f.offsets.committed == {}
+
+
+def test_add_partitions_that_lost_a_race_to_a_txn_offset_commit_loads_again_and_keeps_both(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_offsets("app", pid, epoch, "readers")
+    elsewhere = f.new_coordinator()  # the group's coordinator, another broker
+    load = f.store.load
+
+    def racing(tid: str) -> tuple[TransactionMetadata, int] | None:
+        found = load(tid)
+        f.store.load = load  # type: ignore[method-assign]
+        elsewhere.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(3)})  # meanwhile
+        return found
+
+    f.store.load = racing  # type: ignore[method-assign,assignment]
+    c.add_partitions("app", pid, epoch, [("out", 0)])  # not TRANSACTION_COORDINATOR_FENCED
+    state = f.state("app")
+    assert state.partitions == {("out", 0)} and state.pending_offsets == {"readers": {("in", 0): CommittedOffset(3)}}
+
+
+def test_a_request_that_keeps_losing_the_race_is_concurrent_transactions(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    write = f.store.write
+    lost: list[int] = []
+
+    def losing(meta: TransactionMetadata, version: int | None) -> int:
+        lost.append(1)
+        raise TransactionCoordinatorFencedError("another broker wrote first")
+
+    f.store.write = losing  # type: ignore[method-assign]
+    with pytest.raises(ConcurrentTransactionsError):
+        c.end_txn("app", pid, epoch, commit=True)
+    assert len(lost) == 5
+    f.store.write = write  # type: ignore[method-assign]
+    c.end_txn("app", pid, epoch, commit=True)
+    assert f.state("app").state is TxnState.COMPLETE_COMMIT
