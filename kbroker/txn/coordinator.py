@@ -315,7 +315,10 @@ class TransactionCoordinator:
         UNSTABLE_OFFSET_COMMIT, so a client reading its committed offsets right after
         EndTxn, whose completion runs after the answer, retries until the commit has
         reached the group. Candidates are the transactions whose TxnOffsetCommit this
-        broker served (the group's coordinator); one found complete is forgotten."""
+        broker served (the group's coordinator), kept in memory: after this broker
+        restarts, or the group moves to it, a transaction whose offsets were sent before
+        is not seen, and the last committed offset is answered. One found complete is
+        forgotten."""
         with self._guard:
             candidates = sorted(self._offset_txns.get(group_id, ()))
         wanted = None if partitions is None else frozenset(partitions)
