@@ -121,6 +121,8 @@ class TransactionCoordinator:
         self._offset_txns: dict[str, set[str]] = {}
         """Group -> the transactional ids whose TxnOffsetCommit this broker served: the
         candidates for :meth:`unstable_offsets` (this broker is the group's coordinator)."""
+        self._index_lock = threading.Lock()
+        self._offsets_indexed = False
 
     def _lock(self, transactional_id: str) -> threading.RLock:
         with self._guard:
@@ -308,6 +310,18 @@ class TransactionCoordinator:
                     f"transaction {transactional_id!r} changed while its offsets were written: retry"
                 ) from exc
 
+    def _index_stored_offsets(self) -> None:
+        with self._index_lock:
+            if self._offsets_indexed:
+                return
+            for tid in self._store.transactional_ids():
+                found = self._store.load(tid)
+                if found is not None and (found[0].state is TxnState.ONGOING or found[0].state.preparing):
+                    with self._guard:
+                        for group in found[0].pending_offsets:
+                            self._offset_txns.setdefault(group, set()).add(tid)
+            self._offsets_indexed = True
+
     def unstable_offsets(self, group_id: str, partitions: Collection[TopicPartition] | None) -> set[TopicPartition]:
         """The partitions of ``group_id`` (of ``partitions``; None: any) with offsets held
         by a transaction not yet complete (Ongoing, or decided and its completion not
@@ -315,10 +329,11 @@ class TransactionCoordinator:
         UNSTABLE_OFFSET_COMMIT, so a client reading its committed offsets right after
         EndTxn, whose completion runs after the answer, retries until the commit has
         reached the group. Candidates are the transactions whose TxnOffsetCommit this
-        broker served (the group's coordinator), kept in memory: after this broker
-        restarts, or the group moves to it, a transaction whose offsets were sent before
-        is not seen, and the last committed offset is answered. One found complete is
-        forgotten."""
+        broker served (the group's coordinator), kept in memory, and, once at the first
+        call, every stored transaction holding offsets (so a restart of this broker misses
+        none; a group moving here misses those another broker served since). One found
+        complete is forgotten."""
+        self._index_stored_offsets()
         with self._guard:
             candidates = sorted(self._offset_txns.get(group_id, ()))
         wanted = None if partitions is None else frozenset(partitions)

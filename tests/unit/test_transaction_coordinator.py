@@ -320,3 +320,16 @@ def test_a_request_that_keeps_losing_the_race_is_concurrent_transactions(f: Fixt
     f.store.write = write  # type: ignore[method-assign]
     c.end_txn("app", pid, epoch, commit=True)
     assert f.state("app").state is TxnState.COMPLETE_COMMIT
+
+
+def test_a_restarted_group_coordinator_still_sees_the_offsets_an_open_transaction_holds(f: Fixture) -> None:
+    c = f.coordinator
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_offsets("app", pid, epoch, "readers")
+    c.commit_offsets("app", pid, epoch, "readers", {("in", 0): CommittedOffset(9)})
+    other, other_epoch = c.init_producer_id("done", 10000)
+    c.add_offsets("done", other, other_epoch, "readers")
+    c.commit_offsets("done", other, other_epoch, "readers", {("in", 1): CommittedOffset(2)})
+    c.end_txn("done", other, other_epoch, commit=True)
+    restarted = f.new_coordinator()  # its memory is empty; the store is not
+    assert restarted.unstable_offsets("readers", None) == {("in", 0)}
