@@ -22,7 +22,8 @@ read_committed consumers wait forever). The transaction is named either by
 ``--producer-epoch`` and ``--coordinator-epoch``. Kafka finds the producer of a start
 offset with DescribeProducers, which kbroker does not serve: kctl reads the batch at that
 offset instead (a transactional batch names its producer id and epoch), and refuses an
-offset that is no open transaction's first batch. Needs CLUSTER_ACTION on the Cluster.
+offset that is no open transaction's first batch (reading it needs READ on the topic).
+The abort needs CLUSTER_ACTION on the Cluster.
 
 Kafka's ``describe-producers`` and ``find-hanging`` verbs need DescribeProducers: not
 available.
