@@ -40,13 +40,24 @@ from kbroker.api.log_api import (
     ProduceResult,
     TopicPartition,
 )
-from kbroker.doors.kafka.codec import build, millis, response_class, topic_uuid
+from kbroker.doors.kafka.codec import MalformedRequest, build, millis, response_class, topic_uuid
 from kbroker.doors.kafka.legacy_produce import upconvert
 from kbroker.doors.kafka.server import Api, CloseConnection, KafkaRequest
 from kclient.errors import BrokerResponseError, InvalidRecordError, KafkaError, for_code
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
 DESCRIBE_CLUSTER = 60
+
+
+def isolation_level(value: object) -> IsolationLevel:
+    """A request's isolation_level byte; any value but 0 and 1 cannot be read (Kafka's
+    IsolationLevel.forId fails the request: the connection is closed)."""
+    try:
+        return IsolationLevel(int(value))  # type: ignore[call-overload]
+    except ValueError:
+        raise MalformedRequest(
+            f"isolation_level {value} is neither 0 (read_uncommitted) nor 1 (read_committed)"
+        ) from None
 
 
 class LogApis:
@@ -171,7 +182,7 @@ class LogApis:
             millis(p.max_wait),
             int(p.min_bytes),
             int(getattr(p, "max_bytes", 0x7FFFFFFF)),
-            isolation_level=IsolationLevel(int(p.isolation_level)),
+            isolation_level=isolation_level(p.isolation_level),
         )
         if req.version >= 7:  # v4-6 have no session fields: a sessionless fetch
             forgotten = [(t.topic, int(x)) for t in p.forgotten_topics_data for x in t.partitions]
@@ -219,7 +230,7 @@ class LogApis:
 
     async def list_offsets(self, req: KafkaRequest) -> Any:
         p = req.payload
-        level = IsolationLevel(int(getattr(p, "isolation_level", 0)))  # v2+
+        level = isolation_level(getattr(p, "isolation_level", 0))  # v2+
         queries = [
             OffsetQuery(
                 t.name,

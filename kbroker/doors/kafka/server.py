@@ -552,6 +552,9 @@ class KafkaProtocolServer:
             if close.response is not None:
                 close.last = encode_response(header.correlation_id, close.response)
             raise
+        except MalformedRequest as exc:  # a field the schema reads but no request may hold
+            self._warn("kafka listener %s: closed %s: %s", conn.endpoint.listener_name, conn.client_host, exc)
+            raise CloseConnection() from exc
         finally:
             unbind(token)
             if stats is not None:

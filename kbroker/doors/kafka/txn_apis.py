@@ -106,7 +106,7 @@ class TxnApis:
 
     async def add_partitions_to_txn(self, req: KafkaRequest) -> Any:
         p = req.payload
-        wanted = [(t.name, int(x)) for t in p.v3_and_below_topics for x in t.partitions]
+        wanted = [(t.name, int(x)) for t in p.v3_and_below_topics or () for x in t.partitions or ()]
         results: Mapping[TopicPartition, BaseException | None]
         try:
             results = await self._offload(
