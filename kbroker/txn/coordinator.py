@@ -20,8 +20,12 @@ States and moves (Kafka's)::
   outcome is decided and survives a coordinator crash. Completing it (the markers on
   every partition, then, for a commit, the pending offsets into the groups' committed
   offsets, then CompleteCommit) is handed to ``completions`` (a thread pool in the
-  broker, so EndTxn does not wait for the markers, as Kafka's does not; inline by
-  default) and, until it succeeds, tried again by :meth:`complete_pending` (the
+  broker; inline by default). EndTxn waits for it up to ``end_txn_wait_s`` (2 s), then
+  answers anyway: Kafka's EndTxn does not wait for the markers, but a client's next
+  request after its commit then meets the markers written (a DeleteRecords, a read
+  of the offsets, the next transaction's AddPartitionsToTxn, which would otherwise
+  answer CONCURRENT_TRANSACTIONS), and a marker that cannot be written (no leader)
+  delays the answer by the wait only. Until it succeeds it is tried again by :meth:`complete_pending` (the
   coordinator's housekeeping, which also retries :meth:`take_incomplete`, and a new
   coordinator of the id). So ``send_offsets_to_transaction`` offsets reach the group exactly when the
   transaction commits, and never when it aborts.
@@ -45,6 +49,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
@@ -68,6 +73,8 @@ MAX_EPOCH = 32767
 """Kafka's Short.MaxValue: an epoch that would pass it takes a new producer id."""
 DEFAULT_MAX_TIMEOUT_MS = 900000
 """transaction.max.timeout.ms (Kafka's default, 15 minutes)."""
+DEFAULT_END_TXN_WAIT_S = 2.0
+"""How long EndTxn waits for its transaction's completion before answering anyway."""
 RACE_ATTEMPTS = 5
 """Writes of one request that may lose the store's compare-and-set before it answers
 CONCURRENT_TRANSACTIONS (:meth:`TransactionCoordinator._raced`)."""
@@ -107,6 +114,7 @@ class TransactionCoordinator:
         max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
         clock: Callable[[], float] = time.time,
         completions: Callable[[Callable[[], None]], object] = _run_now,
+        end_txn_wait_s: float = DEFAULT_END_TXN_WAIT_S,
     ) -> None:
         self._store = store
         self._producer_ids = producer_ids
@@ -115,6 +123,7 @@ class TransactionCoordinator:
         self._max_timeout_ms = max_timeout_ms
         self._clock = clock
         self._completions = completions
+        self._end_txn_wait_s = end_txn_wait_s
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
         self._incomplete: set[str] = set()
@@ -355,28 +364,35 @@ class TransactionCoordinator:
         return unstable
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """EndTxn: decide the outcome (stored before this returns), then complete it."""
+        """EndTxn: decide the outcome (stored before this returns), then complete it,
+        waiting up to ``end_txn_wait_s`` for the completion (see the module docstring)."""
 
-        def attempt() -> None:
+        def attempt() -> object:
             meta, version = self._load(transactional_id)
             self._check_producer(meta, producer_id, producer_epoch)
             wanted = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             if meta.state in (wanted, preparing):
-                return  # a retry of the same EndTxn
+                return None  # a retry of the same EndTxn
             if meta.state is not TxnState.ONGOING:
                 if meta.state is TxnState.EMPTY and not commit:
-                    return  # aborting nothing (Kafka's clients may)
+                    return None  # aborting nothing (Kafka's clients may)
                 raise InvalidTxnStateError(
                     f"transaction {transactional_id!r} is {meta.state.value}: cannot {'commit' if commit else 'abort'}"
                 )
-            self._prepare(meta, version, commit=commit, bump_epoch=False)
+            return self._prepare(meta, version, commit=commit, bump_epoch=False)
 
         with self._lock(transactional_id):
-            self._raced(transactional_id, attempt)
+            completing = self._raced(transactional_id, attempt)
+        if isinstance(completing, Future):  # outside the lock: the completion takes it
+            try:
+                completing.result(timeout=self._end_txn_wait_s)
+            except Exception:  # not done in time, or failed: it is retried; the outcome is stored
+                log.info("transaction %s: answering EndTxn before its completion", transactional_id)
 
-    def _prepare(self, meta: TransactionMetadata, version: int, *, commit: bool, bump_epoch: bool) -> None:
-        """Store PrepareCommit/PrepareAbort (the decision), then try to complete it."""
+    def _prepare(self, meta: TransactionMetadata, version: int, *, commit: bool, bump_epoch: bool) -> object:
+        """Store PrepareCommit/PrepareAbort (the decision), then try to complete it;
+        what ``completions`` returned (the broker's pool: a Future)."""
         state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         epoch = meta.producer_epoch + 1 if bump_epoch and meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
         prepared = replace(
@@ -388,7 +404,7 @@ class TransactionCoordinator:
         )
         version = self._store.write(prepared, version)
         log.info("transaction %s: %s (%d partition(s))", meta.transactional_id, state.value, len(meta.partitions))
-        self._completions(lambda: self._complete(prepared, version))
+        return self._completions(lambda: self._complete(prepared, version))
 
     def _complete(self, prepared: TransactionMetadata, version: int) -> None:
         """Complete a decided transaction (on ``completions``): on failure it stays

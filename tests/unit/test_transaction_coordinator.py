@@ -333,3 +333,31 @@ def test_a_restarted_group_coordinator_still_sees_the_offsets_an_open_transactio
     c.end_txn("done", other, other_epoch, commit=True)
     restarted = f.new_coordinator()  # its memory is empty; the store is not
     assert restarted.unstable_offsets("readers", None) == {("in", 0)}
+
+
+def test_end_txn_waits_a_bounded_time_for_the_completion_on_the_pool(f: Fixture) -> None:
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+    real = f.markers.write_markers
+
+    def slow(pid: int, epoch: int, commit: bool, partitions: Collection[TP]) -> dict[TP, BrokerResponseError | None]:
+        release.wait(5)
+        return real(pid, epoch, commit, partitions)
+
+    with ThreadPoolExecutor(2) as pool:
+        c = TransactionCoordinator(
+            f.store, ProducerIds(), f.markers, f.offsets, clock=f.clock, completions=pool.submit, end_txn_wait_s=0.2
+        )
+        pid, epoch = c.init_producer_id("app", 10000)
+        c.add_partitions("app", pid, epoch, [("out", 0)])
+        c.end_txn("app", pid, epoch, commit=True)  # quick markers: answered once complete
+        assert f.state("app").state is TxnState.COMPLETE_COMMIT
+        c.add_partitions("app", pid, epoch, [("out", 0)])
+        f.markers.write_markers = slow  # type: ignore[method-assign,assignment]
+        t0 = time.monotonic()
+        c.end_txn("app", pid, epoch, commit=False)  # markers stuck: answered after the wait
+        assert 0.2 <= time.monotonic() - t0 < 2 and f.state("app").state is TxnState.PREPARE_ABORT
+        release.set()
