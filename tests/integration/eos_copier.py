@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "bootstrap.servers": args.bootstrap,
             "transactional.id": args.transactional_id,
-            "transaction.timeout.ms": 20000,
+            "transaction.timeout.ms": 60000,
             "linger.ms": 5,
             "topic.metadata.refresh.interval.ms": 1000,
         }
@@ -133,7 +133,7 @@ def copy_with_kclient(args: argparse.Namespace) -> int:
         max_poll_records=args.batch,
     )
     producer = kclient.Producer(
-        bootstrap_servers=args.bootstrap, transactional_id=args.transactional_id, transaction_timeout_ms=20000
+        bootstrap_servers=args.bootstrap, transactional_id=args.transactional_id, transaction_timeout_ms=60000
     )
     producer.init_transactions(60)
     consumer.subscribe([args.input])

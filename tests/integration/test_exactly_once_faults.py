@@ -65,7 +65,10 @@ class Copier:
     def check_alive(self) -> None:
         assert self.proc is not None
         code = self.proc.poll()
-        assert code is None, f"the copier exited with {code}:\n{self.log.read_text(errors='replace')[-3000:]}"
+        assert code is None, f"the copier exited with {code}:\n{self.tail()}"
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
 
 
 class InputProducer(threading.Thread):
@@ -170,18 +173,25 @@ def test_a_transactional_copier_copies_every_record_exactly_once_through_sigkill
     copier = Copier(client, bootstrap if client == "confluent" else cluster.bootstrap, tmp_path / "copier.log")
     copier.start()
 
-    def progress(after: int) -> Callable[[], bool]:
-        return lambda: copier.committed() > after
+    def copies_after(before: int, what: str, timeout_s: float = 120) -> None:
+        """Wait for a commit after ``before``; an exit or a timeout shows the copier's log."""
+        deadline = time.monotonic() + timeout_s
+        while copier.committed() <= before:
+            copier.check_alive()
+            assert time.monotonic() < deadline, (
+                f"no copies {what} in {timeout_s:.0f}s; the copier's log:\n{copier.tail()}"
+            )
+            time.sleep(0.1)
 
     def bounce(broker: int) -> None:
         before = copier.committed()
         cluster.brokers[broker].kill()
         wait_until(lambda: broker not in view.live(), what=f"broker {broker} to leave ZooKeeper")
         cluster.brokers[broker].start()
-        wait_until(progress(before), timeout_s=120, what=f"copies after broker {broker} came back")
+        copies_after(before, f"after broker {broker} came back")
 
     try:
-        wait_until(progress(5), timeout_s=60, what="the first transactions")
+        copies_after(5, "at the start", timeout_s=60)
         with AdminClient(bootstrap_servers=cluster.bootstrap) as admin:
             coordinator = admin.find_transaction_coordinator(TXN_ID)[0]
         for round_ in range(2):
@@ -189,7 +199,7 @@ def test_a_transactional_copier_copies_every_record_exactly_once_through_sigkill
             before = copier.committed()
             copier.kill()
             copier.start()
-            wait_until(progress(before), timeout_s=120, what=f"round {round_}: copies by the new copier")
+            copies_after(before, f"in round {round_} by the new copier")
             copier.check_alive()
             # The transaction coordinator.
             bounce(coordinator)
