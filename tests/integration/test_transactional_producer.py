@@ -34,16 +34,26 @@ def read(
     cluster: LocalCluster, topic: str, partitions: int, isolation_level: str, timeout_s: float = 30
 ) -> list[bytes]:
     """Every value a fresh consumer with ``isolation_level`` reads up to the end offsets
-    (the last stable offsets for read_committed), in offset order per partition."""
+    (the last stable offsets for read_committed), in offset order per partition. A
+    read_committed read first waits until every transaction is decided (the last stable
+    offsets reach the high watermarks): a commit returns once it is decided, and its
+    markers follow."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     out: dict[TopicPartition, list[tuple[int, bytes]]] = {tp: [] for tp in tps}
+    deadline = time.monotonic() + timeout_s
     with Consumer(
         bootstrap_servers=cluster.bootstrap, isolation_level=isolation_level, auto_offset_reset="earliest"
     ) as c:
         c.assign(tps)
         c.seek_to_beginning(*tps)
         end = c.end_offsets(tps)
-        deadline = time.monotonic() + timeout_s
+        if isolation_level == "read_committed":
+            with Consumer(bootstrap_servers=cluster.bootstrap) as plain:
+                high = plain.end_offsets(tps)
+            while end != high:
+                assert time.monotonic() < deadline, f"undecided: last stable offsets {end}, high watermarks {high}"
+                time.sleep(0.1)
+                end = c.end_offsets(tps)
         while any(c.position(tp) < end[tp] for tp in tps):
             assert time.monotonic() < deadline, f"stuck at {[c.position(tp) for tp in tps]} of {end}"
             for tp, recs in c.poll(timeout_ms=200).items():
@@ -133,8 +143,10 @@ def test_a_second_producer_with_the_same_id_fences_the_first(cluster: LocalClust
         new.send(topic, b"fresh", partition=0)
         new.commit_transaction()
         with AdminClient(cluster.bootstrap) as admin:
-            [described] = admin.describe_transactions(["tx-fenced"])
-            assert described.state == "CompleteCommit"
+            deadline = time.monotonic() + 30  # the commit is decided; its markers follow
+            while (described := admin.describe_transactions(["tx-fenced"])[0]).state != "CompleteCommit":
+                assert time.monotonic() < deadline, f"the commit is still {described.state}"
+                time.sleep(0.1)
             listed = admin.list_transactions(producer_ids=[described.producer_id])
             assert [t.transactional_id for t in listed] == ["tx-fenced"]
     finally:
