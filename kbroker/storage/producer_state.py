@@ -308,6 +308,8 @@ class ProducerStateManager:
                     "a new epoch must start at sequence 0"
                 )
             return
+        if known_last < 0:
+            return  # an entry a marker made: no batch of this epoch to follow (as an unknown producer)
         expected = next_sequence(known_last)
         if first_seq != expected:
             raise OutOfOrderSequenceNumberError(
@@ -372,8 +374,13 @@ class ProducerStateManager:
         return completed
 
     def evict_below(self, log_start_offset: int) -> None:
-        """Forget producers whose last batch lies entirely below ``log_start_offset``."""
-        doomed = [pid for pid, e in self._producers.items() if e.last_log_offset < log_start_offset]
+        """Forget producers whose last batch lies entirely below ``log_start_offset``, but
+        not one whose transaction is open: its marker is still to come, and must find it."""
+        doomed = [
+            pid
+            for pid, e in self._producers.items()
+            if e.last_log_offset < log_start_offset and e.txn_first_offset < 0
+        ]
         for pid in doomed:
             del self._producers[pid]
             self._ongoing.pop(pid, None)

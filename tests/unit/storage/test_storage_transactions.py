@@ -250,3 +250,19 @@ def test_retention_keeps_an_undecided_transaction(tmp_path: Path) -> None:
         assert log.log_start_offset > 0
     finally:
         log.close()
+
+
+def test_moving_the_log_start_keeps_a_producer_whose_transaction_is_open(log: Log) -> None:
+    log.append_as_leader(txn_batch(9, 0, 3), 0)  # 0..2, open
+    log.append_as_leader(plain_batch(), 0)  # 3
+    log.maybe_increment_log_start_offset(3)  # DeleteRecords right after a commit, before its marker
+    assert log.producer_state.ongoing_transactions == {9: 0}
+    marker(log, 9, commit=True)
+    log.append_as_leader(txn_batch(9, 3), 0)  # its next transaction goes on from sequence 3
+
+
+def test_a_producer_known_only_by_a_marker_takes_any_sequence_of_its_epoch(log: Log) -> None:
+    marker(log, 11, commit=False, epoch=2)  # its batches were deleted before the marker came
+    log.append_as_leader(txn_batch(11, 40, epoch=2), 0)
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(txn_batch(11, 41, epoch=1), 0)
