@@ -19,6 +19,7 @@ from kclient.producer import BatchMetadata, FutureBatchMetadata, FutureRecordMet
 from kclient.records import ColumnBuffers, RecordColumns
 from kclient.structs import (
     BrokerMetadata,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
     OffsetAndTimestamp,
@@ -61,6 +62,7 @@ __all__ = [  # noqa: RUF022 -- grouped: clients, assignors, errors, structs
     # structs
     "BrokerMetadata",
     "ConsumerRecord",
+    "ConsumerGroupMetadata",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionMetadata",

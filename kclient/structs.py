@@ -84,3 +84,14 @@ class AbortedTransaction(NamedTuple):
 
     producer_id: int
     first_offset: int
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's place in its group (Java's ``ConsumerGroupMetadata``), for a
+    transactional producer's ``send_offsets_to_transaction``: the coordinator refuses
+    the commit of a member that is no longer current (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

@@ -71,7 +71,7 @@ class BrokerApis:
         )
         self.log = LogApi(replicas, metadata, self.metadata, producer_ids, self.access, offload, metrics)
         self.groups = GroupApi(groups, metadata, self.access, offload)
-        self.transactions = TransactionApi(broker_id, transactions, metadata, self.access)
+        self.transactions = TransactionApi(broker_id, transactions, metadata, self.access, groups.check_txn_commit)
         self.admin = AdminApi(broker_id, replicas, metadata, zk, admin, self.access)
         self.cluster = ClusterApi(broker_id, controller, metadata, zk, self.access)
         self.credentials = credentials

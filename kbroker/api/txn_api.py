@@ -25,7 +25,7 @@ Thread safety: every method blocks (ZooKeeper) and runs on a door's request pool
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kbroker.api.access import Access
 from kbroker.api.call_context import current
@@ -48,6 +48,8 @@ from kclient.errors import (
 )
 
 TopicPartition = tuple[str, int]
+MemberCheck = Callable[[str, str, int, "str | None"], None]
+"""(group id, member id, generation, group instance id) -> None, or the refusal raised."""
 UNLISTED_STATES = frozenset({"Dead", "PrepareEpochFence"})
 """Kafka's transaction states that kbroker's coordinator never stores: a known state for
 ListTransactions' filter, matching nothing."""
@@ -57,12 +59,19 @@ class TransactionApi:
     """The transaction requests of one broker (see the module docstring)."""
 
     def __init__(
-        self, broker_id: int, coordinator: TransactionCoordinator, metadata: MetadataCache, access: Access
+        self,
+        broker_id: int,
+        coordinator: TransactionCoordinator,
+        metadata: MetadataCache,
+        access: Access,
+        check_member: MemberCheck | None = None,
     ) -> None:
         self._broker_id = broker_id
         self._coordinator = coordinator
         self._metadata = metadata
         self._access = access
+        self._check_member = check_member
+        """The group coordinator's check of a TxnOffsetCommit's member (KIP-447); None: unchecked."""
 
     def _check_id(self, operation: Op, transactional_id: str) -> None:
         if not transactional_id:
@@ -143,15 +152,25 @@ class TransactionApi:
         producer_epoch: int,
         group_id: str,
         offsets: Mapping[TopicPartition, CommittedOffset],
+        *,
+        member_id: str = "",
+        generation_id: int = -1,
+        group_instance_id: str | None = None,
     ) -> dict[TopicPartition, BrokerResponseError | None]:
         """TxnOffsetCommit, sent to the group's coordinator as Kafka's clients do (another
         broker: NOT_COORDINATOR): the offsets are held with the transaction until it ends.
+        A request naming the consumer's member (KIP-447: its generation, member id and
+        static instance) is refused whole if that member is not current
+        (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID): a zombie consumer's
+        producer cannot commit.
         The transaction's state is written from here whether or not this broker
         coordinates the transactional id; a write that raced another broker's answers the
         retriable CONCURRENT_TRANSACTIONS."""
         self._check_id(Op.WRITE, transactional_id)
         self._access.check_group(Op.READ, group_id)
         self._check_group_coordinator(group_id)
+        if self._check_member is not None and (member_id or generation_id >= 0 or group_instance_id):
+            self._check_member(group_id, member_id, generation_id, group_instance_id)
         refused = self._access.refused_topics(Op.READ, (t for t, _ in offsets))
         results: dict[TopicPartition, BrokerResponseError | None] = {
             tp: refused[tp[0]] for tp in offsets if tp[0] in refused

@@ -351,6 +351,13 @@ class GroupCoordinator:
         with self._lock:
             self._committed.setdefault(group_id, {}).update((tp, c.offset) for tp, c in offsets.items())
 
+    def check_txn_commit(
+        self, group_id: str, member_id: str, generation: int, group_instance_id: str | None = None
+    ) -> None:
+        """KIP-447: TxnOffsetCommit's member, generation and instance against the group
+        (see :meth:`Group.check_txn_commit`); NOT_COORDINATOR on another broker."""
+        self._group(group_id).check_txn_commit(member_id, generation, group_instance_id)
+
     def commit_transactional(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
         """Write the offsets a transaction committed (its coordinator completing it; the
         member was checked at TxnOffsetCommit): the transaction coordinator's OffsetSink."""

@@ -619,6 +619,20 @@ class Group:
                 raise RebalanceInProgressError(f"group {self.group_id!r} is rebalancing")
             self.members[member_id].last_heartbeat = time.monotonic()
 
+    def check_txn_commit(self, member_id: str, generation: int, group_instance_id: str | None = None) -> None:
+        """May a transactional producer commit this group's offsets for this member
+        (KIP-447's TxnOffsetCommit; Kafka's doTxnCommitOffsets)? A request naming a
+        member must name a current one, of the current generation, not a fenced static
+        instance; one naming none (a producer given only the group id) may commit."""
+        with self.cond:
+            self._check_alive()
+            if group_instance_id:
+                self._check_fenced(member_id, group_instance_id)
+            if member_id:
+                self._member(member_id)
+            if generation >= 0:
+                self._check_generation(generation)
+
     def next_expiry(self) -> float | None:
         """When the next member's session or pending member id runs out (monotonic), if any."""
         with self.cond:

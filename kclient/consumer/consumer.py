@@ -51,7 +51,14 @@ from kclient.proto.kbroker.v1 import log_pb2
 from kclient.records import ColumnBuffers, RecordColumns, arrow_schema
 from kclient.retry import retry
 from kclient.security import DEFAULT_SECURITY_CONFIG, SecurityConfig
-from kclient.structs import ConsumerRecord, IsolationLevel, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from kclient.structs import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    IsolationLevel,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from kclient.transport import Transport
 
 if TYPE_CHECKING:
@@ -214,6 +221,13 @@ class Consumer:
         self._fetcher.clear()
 
     # --- offsets in the group ------------------------------------------------------
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group, generation and member id (Java's ``groupMetadata()``),
+        for ``Producer.send_offsets_to_transaction``: a commit by a member that a
+        rebalance has since replaced is refused (KIP-447)."""
+        group = self._group("group_metadata()")
+        return ConsumerGroupMetadata(group.group_id, group.generation, group.member_id)
 
     def _group(self, what: str) -> ConsumerCoordinator:
         self._check_open()

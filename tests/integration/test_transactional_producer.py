@@ -14,7 +14,7 @@ import pytest
 
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from kclient.errors import InvalidProducerEpochError, ProducerFencedError
+from kclient.errors import IllegalGenerationError, InvalidProducerEpochError, ProducerFencedError
 
 pytestmark = pytest.mark.integration
 
@@ -188,3 +188,33 @@ def test_commit_survives_a_sigkill_of_the_transaction_coordinator(
     assert sorted(read(cluster, topic, 3, "read_committed", timeout_s=90)) == sorted(
         f"v{i}".encode() for i in range(30)
     )
+
+
+def test_a_zombie_consumers_offsets_are_refused(cluster: LocalCluster) -> None:
+    """KIP-447: send_offsets_to_transaction with the consumer's group metadata; a member
+    or generation the group no longer has is refused, and nothing of it is committed."""
+    topic = f"txn-zombie-{uuid.uuid4().hex[:8]}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    create(cluster, topic)
+    tp = TopicPartition(topic, 0)
+    with Consumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group, enable_auto_commit=False) as c:
+        deadline = time.monotonic() + 30
+        while not c.assignment():
+            assert time.monotonic() < deadline, "the consumer never joined"
+            c.poll(timeout_ms=200)
+        current = c.group_metadata()
+        assert current.group_id == group and current.generation_id >= 1 and current.member_id
+        p = producer(cluster, f"tx-zombie-{uuid.uuid4().hex[:8]}")
+        try:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send_offsets_to_transaction({tp: 5}, current)
+            p.commit_transaction()
+            stale = current._replace(generation_id=current.generation_id - 1)
+            p.begin_transaction()
+            with pytest.raises(IllegalGenerationError):
+                p.send_offsets_to_transaction({tp: 9}, stale)
+            p.abort_transaction()
+        finally:
+            p.close()
+        assert c.committed(tp) == 5

@@ -136,3 +136,16 @@ def test_the_next_expiry_is_the_earliest_session_deadline() -> None:
     assert deadline is not None
     assert g.expire(deadline - 0.01) == []
     assert g.expire(deadline + 0.01) == [a]
+
+
+def test_a_transactional_commit_is_checked_against_the_member_it_names() -> None:
+    g, _, _ = new_group()
+    a, ra = join(g)
+    result, _ = g.join_poll(a, ra)
+    assert result is not None
+    g.check_txn_commit(a, result.generation)  # the current member and generation
+    g.check_txn_commit("", -1)  # a producer that names only the group (KIP-447 allows it)
+    with pytest.raises(IllegalGenerationError):
+        g.check_txn_commit(a, result.generation - 1)  # a zombie's last generation
+    with pytest.raises(UnknownMemberIdError):
+        g.check_txn_commit("gone", result.generation)

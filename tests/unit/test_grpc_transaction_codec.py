@@ -213,7 +213,10 @@ class FakeTxn:
     def add_offsets(self, tid: str, pid: int, epoch: int, group: str) -> None:
         self._call("add_offsets", tid, pid, epoch, group)
 
-    def commit_offsets(self, tid: str, pid: int, epoch: int, group: str, offsets: dict[Any, Any]) -> dict[Any, Any]:
+    def commit_offsets(
+        self, tid: str, pid: int, epoch: int, group: str, offsets: dict[Any, Any], **member: Any
+    ) -> dict[Any, Any]:
+        self.member = member
         self._call("commit_offsets", tid, pid, epoch, group, offsets)
         return dict.fromkeys(offsets)
 
@@ -316,7 +319,9 @@ def test_add_offsets_end_txn_and_txn_offset_commit_reach_the_core() -> None:
     txn = FakeTxn()
     service = _service(FakeLog(), txn_api=txn)
     _run(service, "AddOffsetsToTxn", txn_pb2.AddOffsetsToTxnRequest(transactional_id="tx", producer_id=7, group_id="g"))
-    commit = txn_pb2.TxnOffsetCommitRequest(transactional_id="tx", group_id="g", producer_id=7, producer_epoch=1)
+    commit = txn_pb2.TxnOffsetCommitRequest(
+        transactional_id="tx", group_id="g", producer_id=7, producer_epoch=1, generation_id=4, member_id="m-1"
+    )
     commit.topics.add(name="in").partitions.add(index=2, offset=10, metadata="m")
     resp = _run(service, "TxnOffsetCommit", commit)
     _run(
@@ -324,6 +329,7 @@ def test_add_offsets_end_txn_and_txn_offset_commit_reach_the_core() -> None:
     )
     names = [name for name, _ in txn.asked]
     assert names == ["add_offsets", "commit_offsets", "end_txn"]
+    assert txn.member == {"member_id": "m-1", "generation_id": 4, "group_instance_id": None}  # KIP-447
     assert txn.asked[0][1] == ("tx", 7, 0, "g")
     assert txn.asked[1][1][:4] == ("tx", 7, 1, "g")
     [(tp, committed)] = txn.asked[1][1][4].items()

@@ -77,8 +77,18 @@ class FakeTxn:
         self._called("end_txn", tid, pid, epoch, commit)
 
     def commit_offsets(
-        self, tid: str, pid: int, epoch: int, group: str, offsets: Mapping[TP, CommittedOffset]
+        self,
+        tid: str,
+        pid: int,
+        epoch: int,
+        group: str,
+        offsets: Mapping[TP, CommittedOffset],
+        *,
+        member_id: str = "",
+        generation_id: int = -1,
+        group_instance_id: str | None = None,
     ) -> dict[TP, Any]:
+        self.member = (member_id, generation_id, group_instance_id)
         self._called("commit_offsets", tid, pid, epoch, group, dict(offsets))
         return dict.fromkeys(offsets)
 
@@ -225,6 +235,8 @@ def test_each_api_round_trips_to_the_core_and_back(api_key: int, version: int) -
         assert call == ("end_txn", "app", PID, EPOCH, True) and int(resp.error_code) == 0
     elif api_key == 28:
         assert call == ("commit_offsets", "app", PID, EPOCH, "readers", {("in", 0): CommittedOffset(42, "m")})
+        # v3 (KIP-447) names the consumer's member: the core checks it against the group
+        assert txn.member == (("m-1", 4, None) if version >= 3 else ("", -1, None))
         assert [(t.name, int(p.partition_index), int(p.error_code)) for t in resp.topics for p in t.partitions] == [
             ("in", 0, 0)
         ]

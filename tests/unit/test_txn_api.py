@@ -13,6 +13,7 @@ from kbroker.cluster.zkdata import CommittedOffset, TxnState
 from kbroker.group.coordinator import coordinator_for
 from kclient.errors import (
     GroupAuthorizationFailedError,
+    IllegalGenerationError,
     NotCoordinatorError,
     OperationNotAttemptedError,
     ProducerFencedError,
@@ -119,3 +120,31 @@ def test_list_transactions_answers_the_ids_the_caller_may_describe() -> None:
     assert [m.transactional_id for m in spread.list_transactions()[1]] == [
         t for t in sorted(ids) if spread.coordinator_of(t) == 1
     ]
+
+
+def test_txn_offset_commit_checks_the_consumers_member_when_named() -> None:
+    f = Fixture()
+    metadata = FakeMetadataCache((1,), {"in": 1})
+    checked: list[tuple[str, str, int, str | None]] = []
+
+    def check(group: str, member: str, generation: int, instance: str | None) -> None:
+        checked.append((group, member, generation, instance))
+        if generation == 3:
+            raise IllegalGenerationError("generation 3 is not the group's 4")
+
+    api = TransactionApi(1, f.coordinator, metadata, Access(FakeAuthorizer()), check)  # type: ignore[arg-type]
+    pid, epoch = api.init_producer_id("app", 10000)
+    api.add_offsets("app", pid, epoch, "readers")
+    offsets = {("in", 0): CommittedOffset(3)}
+    assert api.commit_offsets("app", pid, epoch, "readers", offsets) == {("in", 0): None}
+    assert checked == []  # a producer that names only the group is not checked
+    assert api.commit_offsets("app", pid, epoch, "readers", offsets, member_id="m-1", generation_id=4) == {
+        ("in", 0): None
+    }
+    with pytest.raises(IllegalGenerationError):  # a zombie consumer's producer
+        api.commit_offsets(
+            "app", pid, epoch, "readers", {("in", 0): CommittedOffset(9)}, member_id="m-1", generation_id=3
+        )
+    assert checked == [("readers", "m-1", 4, None), ("readers", "m-1", 3, None)]
+    [(_, _, meta)] = api.describe(["app"])
+    assert meta is not None and meta.pending_offsets["readers"][("in", 0)].offset == 3  # the refused one left nothing

@@ -87,7 +87,14 @@ class TxnRpcs:
         resp = txn_pb2.TxnOffsetCommitResponse()
         try:
             errors = self._txn().commit_offsets(
-                request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.group_id,
+                offsets,
+                member_id=request.member_id,
+                generation_id=request.generation_id if request.HasField("generation_id") else -1,
+                group_instance_id=request.group_instance_id if request.HasField("group_instance_id") else None,
             )
         except Exception as exc:
             err = as_response_error(exc)

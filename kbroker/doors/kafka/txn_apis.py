@@ -29,6 +29,7 @@ pool (``offload``).
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -174,7 +175,12 @@ class TxnApis:
         results: Mapping[TopicPartition, BaseException | None]
         try:
             results = await self._offload(
-                self._txn().commit_offsets,
+                functools.partial(
+                    self._txn().commit_offsets,
+                    member_id=getattr(p, "member_id", "") or "",  # v3+ (KIP-447)
+                    generation_id=int(getattr(p, "generation_id", -1)),
+                    group_instance_id=getattr(p, "group_instance_id", None),
+                ),
                 p.transactional_id,
                 int(p.producer_id),
                 int(p.producer_epoch),
