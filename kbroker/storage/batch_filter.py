@@ -167,6 +167,7 @@ def filter_batch(
     keep_empty: bool,
     now_ms: int | None = None,
     delete_retention_ms: int = 0,
+    discardable_marker: bool = False,
 ) -> FilterResult:
     """The batch at ``pos`` with only the records whose ``keep`` flag is set.
 
@@ -174,12 +175,31 @@ def filter_batch(
     With ``now_ms`` (the cleaner), tombstones also follow the delete horizon: dropped
     once it has passed, and a batch that keeps a tombstone but has no horizon gets one
     (``now_ms + delete_retention_ms``). A batch whose records all go is dropped, or with
-    ``keep_empty`` written as an empty batch. Control batches are kept whole.
+    ``keep_empty`` written as an empty batch. Control batches are kept whole, except a
+    ``discardable_marker`` (a transaction marker with no data of its transaction left),
+    which follows the delete horizon as a tombstone does (KIP-534): it gets one, then
+    goes once it has passed.
     """
     size = header.batch_length + LOG_OVERHEAD
-    if header.attributes & CONTROL_FLAG_MASK:
-        return FilterResult(bytes(memoryview(buf)[pos : pos + size]), header.record_count)
     horizon = delete_horizon(header)
+    if header.attributes & CONTROL_FLAG_MASK:
+        whole = bytes(memoryview(buf)[pos : pos + size])
+        if not discardable_marker or now_ms is None:
+            return FilterResult(whole, header.record_count)
+        if horizon is not None:
+            return FilterResult(None, 0) if now_ms >= horizon else FilterResult(whole, header.record_count, horizon)
+        body = batch_body(buf, pos, header)
+        marker = parse_records(body, header.record_count)
+        new_first = now_ms + delete_retention_ms
+        records = rebase_timestamps(body, marker, header.first_timestamp, new_first)
+        data = build_batch(
+            header,
+            records,
+            header.record_count,
+            first_timestamp=new_first,
+            attributes=header.attributes | DELETE_HORIZON_FLAG_MASK,
+        )
+        return FilterResult(data, header.record_count, new_first)
     if not (now_ms is None or horizon is None or now_ms < horizon):
         keep = [k and not t for k, t in zip(keep, tombstones, strict=True)]
     kept_count = sum(keep)

@@ -16,8 +16,10 @@ the first offset it must not touch (:func:`first_uncleanable_offset`):
    to the cleaning time + ``delete.retention.ms`` the first time the batch is cleaned
    (KIP-534, see :mod:`.batch_filter`). The batches of aborted transactions are
    dropped whole and never enter the map (a key's latest value is its latest
-   *committed* one); transaction markers are kept, and so is each segment's
-   aborted-transaction index (it moves to the cleaned segment). Batches are rebuilt around the kept records (see
+   *committed* one). A transaction marker whose transaction has no record left (every
+   ABORT marker, and a COMMIT one whose records were all superseded) follows the delete
+   horizon as a tombstone does, then goes (Kafka's rule). Each segment's
+   aborted-transaction index moves to the cleaned segment. Batches are rebuilt around the kept records (see
    :mod:`.batch_filter`): offsets never change. Kept whole, or kept empty, are: the
    last batch of every producer in the producer state (so an idempotent retry is still
    recognised as a duplicate), and the last batch of each group (so the cleaned
@@ -53,7 +55,15 @@ from kbroker.storage.log import Log
 from kbroker.storage.offset_map import OffsetMap, key_hash
 from kbroker.storage.segment import LogSegment
 from kclient.errors import KafkaStorageError
-from kclient.records import CONTROL_FLAG_MASK, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header
+from kclient.records import (
+    CONTROL_FLAG_MASK,
+    CONTROL_TYPE_COMMIT,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    control_type,
+    read_header,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -236,6 +246,9 @@ class Cleaner:
         self.offset_map = offset_map
         self._throttler = throttler or Throttler(float("inf"))
         self._pause = pause
+        self._kept_in_txn: dict[int, bool] = {}
+        """Producer id -> a record of its open transaction was kept (this cleaning, so far):
+        its COMMIT marker stays."""
 
     def clean(
         self, log: Log, first_dirty: int, first_uncleanable: int, now_ms: int, *, recopy: bool = False
@@ -254,6 +267,7 @@ class Cleaner:
         segments = log.segments
         config = log.config
         producers = log.last_producer_batches()
+        self._kept_in_txn = {}
         to_clean = [s for s in segments[:-1] if s.base_offset < end]
         for group in group_segments_by_size(to_clean, config.segment_bytes, config.segment_index_bytes):
             if all(s.size == 0 for s in group):
@@ -332,8 +346,10 @@ class Cleaner:
         )
         swapped = False
         try:
-            self._recopy(log, group, cleaned, now_ms, producers, stats)
-            cleaned.txn_index.reset(txn for s in group for txn in s.txn_index.entries)
+            markers = self._recopy(log, group, cleaned, now_ms, producers, stats)
+            # An aborted transaction stays in the index as long as its ABORT marker stays
+            # (Kafka's cleanedIndex): a reader must meet the marker that ends it.
+            cleaned.txn_index.reset(t for s in group for t in s.txn_index.entries if t.last_offset in markers)
             cleaned.on_become_inactive()
             cleaned.flush()
             modified = max(s.last_modified_ms for s in group)
@@ -359,8 +375,10 @@ class Cleaner:
         now_ms: int,
         producers: set[tuple[int, int]],
         stats: CleanerStats,
-    ) -> None:
+    ) -> set[int]:
+        """Recopy ``group`` into ``cleaned``; the offsets of the transaction markers kept."""
         omap = self.offset_map
+        markers: set[int] = set()
         pending: list[bytes | bytearray | memoryview] = []
         pending_batches: list[tuple[int, BatchHeader]] = []
         pending_size = 0
@@ -382,6 +400,7 @@ class Cleaner:
         last_segment = group[-1]
         last_header: BatchHeader | None = None
         aborted = AbortedRanges(log, group[0].base_offset, group[-1].next_offset)
+        kept_in_txn = self._kept_in_txn
         for segment in group:
             if log.closed:
                 raise CleanerAbortedError(f"{log.name} was closed while it was cleaned")
@@ -395,13 +414,23 @@ class Cleaner:
                 self._throttler.maybe_throttle(size)
                 keep_empty = (header.producer_id, header.last_offset) in producers
                 cols = batch_columns(buf, pos, header)
-                if aborted.holds(header):
+                discardable_marker = False
+                if header.is_control:
+                    # Kafka's CleanedTransactionMetadata: an ABORT marker's data always went;
+                    # a COMMIT marker's went if none of its transaction's records was kept.
+                    pid = header.producer_id
+                    committed = control_type(buf, pos) == CONTROL_TYPE_COMMIT
+                    discardable_marker = not (committed and kept_in_txn.pop(pid, False))
+                    keep = []
+                elif aborted.holds(header):
                     keep = [False] * len(cols.offsets)
                 else:
                     keep = [
                         key is not None and offset >= latest(key_hash(key))
                         for offset, key in zip(cols.offsets, cols.keys, strict=True)
                     ]
+                    if header.is_transactional and any(keep):
+                        kept_in_txn[header.producer_id] = True
                 tombstones = [value is None for value in cols.values]
                 result = filter_batch(
                     buf,
@@ -412,11 +441,14 @@ class Cleaner:
                     keep_empty=keep_empty,
                     now_ms=now_ms,
                     delete_retention_ms=retention,
+                    discardable_marker=discardable_marker,
                 )
                 if is_last_segment:
                     last_header, kept_last = header, result.data is not None
                 if result.data is None:
                     continue
+                if header.is_control:
+                    markers.add(header.base_offset)
                 stats.records_kept += result.kept
                 data = result.data
                 horizon = result.horizon
@@ -436,3 +468,4 @@ class Cleaner:
                 pending.append(empty)
                 pending_size += len(empty)
         write_pending()
+        return markers

@@ -14,7 +14,7 @@ from kbroker.storage.log import Log
 from kbroker.storage.offset_map import OffsetMap
 from kbroker.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 from kclient.errors import InvalidProducerEpochError, InvalidTxnStateError
-from kclient.records import BatchBuilder, build_control_batch, decode_batches, iter_headers
+from kclient.records import BatchBuilder, BatchHeader, build_control_batch, decode_batches, iter_headers
 
 CONFIG = small_config(segment_bytes=1000)
 NOW = int(time.time() * 1000)
@@ -33,6 +33,18 @@ def plain_batch(count: int = 1) -> bytes:
     for i in range(count):
         builder.append(NOW + i, None, b"plain".ljust(20, b"."))
     return builder.build()
+
+
+def all_headers(log: Log) -> list[BatchHeader]:
+    """Every batch header of the log, segment after segment."""
+    out: list[BatchHeader] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20)
+        headers = [h for _, h in iter_headers(data.records)]
+        out += headers
+        offset = max(data.next_offset, headers[-1].last_offset + 1 if headers else offset + 1)
+    return out
 
 
 def marker(log: Log, pid: int, *, commit: bool, epoch: int = 0) -> int:
@@ -227,8 +239,15 @@ def test_compaction_keeps_every_committed_keys_latest_value_and_drops_aborted_da
         assert values[b"k1"] == b"committed-1"  # the aborted later value did not win
         assert b"k3" not in values  # aborted data is gone
         assert values[b"k2"] == b"committed-2"
-        assert any(h.is_control for _, h in batches)  # markers stay
+        assert [h.base_offset for _, h in batches if h.is_control] == [2, 5]  # markers stay, for now
         assert log.collect_aborted_transactions(0, 6) == [AbortedTxn(1, 3, 5, 6)]  # the index moved with the data
+        # After delete.retention.ms, the ABORT marker (its data is gone) goes, and its
+        # index entry with it; the COMMIT marker of a transaction with kept records stays.
+        later = NOW + 10**9 + config.delete_retention_ms + 1
+        cleaner.clean(log, 0, first_uncleanable_offset(log, later), later, recopy=True)
+        data = log.read(0, 1 << 20, max_offset=upper).records
+        assert [h.base_offset for _, h in iter_headers(data) if h.is_control] == [2]
+        assert log.collect_aborted_transactions(0, 6) == []
     finally:
         log.close()
 
@@ -266,3 +285,26 @@ def test_a_producer_known_only_by_a_marker_takes_any_sequence_of_its_epoch(log: 
     log.append_as_leader(txn_batch(11, 40, epoch=2), 0)
     with pytest.raises(InvalidProducerEpochError):
         log.append_as_leader(txn_batch(11, 41, epoch=1), 0)
+
+
+def test_a_commit_marker_goes_once_every_record_of_its_transaction_was_superseded(tmp_path: Path) -> None:
+    config = small_config(
+        segment_bytes=600, cleanup_policy="compact", min_cleanable_dirty_ratio=0.01, file_delete_delay_ms=0
+    )
+    log = Log.open(tmp_path / "superseded-0", config)
+    try:
+        log.append_as_leader(keyed_txn(4, 0, [("k", "old")]), 0)  # 0
+        marker(log, 4, commit=True)  # 1
+        for i in range(12):
+            log.append_as_leader(keyed_txn(5, i, [("k", f"new{i}")]), 0)  # supersedes producer 4's record
+            marker(log, 5, commit=True)
+        log.roll()
+        cleaner = Cleaner(OffsetMap(1 << 20), pause=lambda *a: None)
+        for now in (NOW + 10**9, NOW + 10**9 + config.delete_retention_ms + 1):
+            cleaner.clean(log, 0, first_uncleanable_offset(log, now), now, recopy=True)
+        kept = [(h.producer_id, h.is_control, h.record_count) for h in all_headers(log)]
+        assert (4, True, 1) not in kept  # its transaction has nothing left: the marker went too
+        assert (4, False, 0) in kept  # its last batch stays, empty (the producer state needs it)
+        assert kept[-2:] == [(5, False, 1), (5, True, 1)]  # the live record's transaction keeps its marker
+    finally:
+        log.close()
