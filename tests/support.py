@@ -122,7 +122,6 @@ def serve_fetch(request: Any, leader_of: Callable[[str, int], Any]) -> Any:
     return resp
 
 
-
 def serve_offset_for_leader_epoch(request: Any, log_of: Callable[[str, int], Any]) -> Any:
     """A leader's OffsetForLeaderEpoch answer, in process: each partition of ``request``
     answered from the leader-epoch cache of ``log_of(topic, partition)`` (a
@@ -137,6 +136,7 @@ def serve_offset_for_leader_epoch(request: Any, log_of: Callable[[str, int], Any
             epoch, end = log.leader_epoch_cache.end_offset_for(p.leader_epoch, log.log_end_offset)
             tr.partitions.add(index=p.index, leader_epoch=epoch, end_offset=end)
     return resp
+
 
 class InProcessControllerChannel:
     """A controller channel (:class:`kbroker.cluster.controller.ChannelLike`) that hands
@@ -547,3 +547,25 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Aborted(Exception):
+    """What :meth:`FakeContext.abort` raises (grpc.aio's abort ends the handler)."""
+
+
+class FakeContext:
+    """The parts of a gRPC servicer context the door's codecs use."""
+
+    def __init__(self) -> None:
+        self.trailing: tuple[tuple[str, str], ...] = ()
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def set_trailing_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.trailing = metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        self.aborted = (code, details)
+        raise Aborted(details)
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5555"

@@ -12,14 +12,13 @@ Thread safety: the channel cache has a lock; calls run on the scraping thread.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Collection
 
 import grpc
 
 from kbroker.cluster.metadata_cache import MetadataCache
-from kbroker.replication.fetcher import insecure_channel
-from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2
+from kbroker.replication.broker_stubs import BrokerStubs
+from kclient.proto.kbroker.v1 import log_pb2
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +30,7 @@ TIMEOUT_S = 2.0
 class LeaderEndOffsets:
     def __init__(self, metadata: MetadataCache, channel: Callable[[str], grpc.Channel] | None = None) -> None:
         self._metadata = metadata
-        self._new_channel = channel or insecure_channel
-        self._lock = threading.Lock()
-        self._stubs: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]] = {}
-
-    def _stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
-        with self._lock:
-            found = self._stubs.get(address)
-            if found is None:
-                channel = self._new_channel(address)
-                found = self._stubs[address] = (channel, broker_pb2_grpc.BrokerStub(channel))
-            return found[1]
-
-    def _forget(self, address: str) -> None:
-        with self._lock:
-            found = self._stubs.pop(address, None)
-        if found is not None:
-            found[0].close()
+        self._stubs = BrokerStubs(channel)
 
     def __call__(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
         """High watermark of each partition whose leader answered."""
@@ -73,10 +56,10 @@ class LeaderEndOffsets:
                 ]
             )
             try:
-                resp = self._stub(broker.address).ListOffsets(request, timeout=TIMEOUT_S)
+                resp = self._stubs.stub(broker.address).ListOffsets(request, timeout=TIMEOUT_S)
             except grpc.RpcError as exc:
                 log.debug("lag: broker %d did not answer ListOffsets: %s", leader, exc)
-                self._forget(broker.address)
+                self._stubs.forget(broker.address)
                 continue
             for t in resp.topics:
                 for r in t.partitions:
@@ -85,7 +68,4 @@ class LeaderEndOffsets:
         return out
 
     def close(self) -> None:
-        with self._lock:
-            stubs, self._stubs = self._stubs, {}
-        for channel, _ in stubs.values():
-            channel.close()
+        self._stubs.close()

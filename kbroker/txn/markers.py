@@ -13,23 +13,22 @@ coordinator keeps the transaction in PrepareCommit/PrepareAbort and tries again
 at least once. A second copy of a marker is harmless: the partition's producer state has
 no open transaction left for it to close.
 
-Thread safety: calls may come from several threads (request pool, housekeeping); stubs
-are cached per address under a lock.
+Thread safety: calls may come from several threads (request pool, housekeeping); the
+stubs are cached by :class:`~kbroker.replication.broker_stubs.BrokerStubs`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Collection
 
 import grpc
 
 from kbroker.cluster.metadata_cache import MetadataCache
-from kbroker.replication.fetcher import insecure_channel
+from kbroker.replication.broker_stubs import BrokerStubs
 from kbroker.replication.replica_manager import TopicPartition, TxnMarker
 from kclient.errors import BrokerResponseError, LeaderNotAvailableError, for_code
-from kclient.proto.kbroker.v1 import broker_pb2_grpc, txn_pb2
+from kclient.proto.kbroker.v1 import txn_pb2
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +51,8 @@ class LeaderMarkerWriter:
         self._broker_id = broker_id
         self._metadata = metadata
         self._local = local
-        self._new_channel = channel or insecure_channel
         self._timeout_ms = timeout_ms
-        self._lock = threading.Lock()
-        self._stubs: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]] = {}
+        self._stubs = BrokerStubs(channel)
 
     def write_markers(
         self,
@@ -100,9 +97,9 @@ class LeaderMarkerWriter:
             ]
         )
         try:
-            resp = self._stub(address).WriteTxnMarkers(request, timeout=self._timeout_ms / 1000 + 5)
+            resp = self._stubs.stub(address).WriteTxnMarkers(request, timeout=self._timeout_ms / 1000 + 5)
         except grpc.RpcError as exc:
-            self._forget(address)
+            self._stubs.forget(address)
             err = LeaderNotAvailableError(f"the leader at {address} did not answer WriteTxnMarkers: {exc.code()}")
             return dict.fromkeys(partitions, err)
         if resp.error_code:
@@ -116,22 +113,5 @@ class LeaderMarkerWriter:
         missing = LeaderNotAvailableError(f"the leader at {address} did not answer for this partition")
         return {tp: out.get(tp, missing) for tp in partitions}
 
-    def _stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
-        with self._lock:
-            found = self._stubs.get(address)
-            if found is None:
-                channel = self._new_channel(address)
-                found = self._stubs[address] = (channel, broker_pb2_grpc.BrokerStub(channel))
-            return found[1]
-
-    def _forget(self, address: str) -> None:
-        with self._lock:
-            found = self._stubs.pop(address, None)
-        if found is not None:
-            found[0].close()
-
     def close(self) -> None:
-        with self._lock:
-            stubs, self._stubs = self._stubs, {}
-        for channel, _ in stubs.values():
-            channel.close()
+        self._stubs.close()

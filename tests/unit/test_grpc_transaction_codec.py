@@ -30,25 +30,7 @@ from kclient.errors import (
 from kclient.proto.kbroker.v1 import cluster_pb2, common_pb2, group_pb2, log_pb2, txn_pb2
 from kclient.structs import AbortedTransaction, IsolationLevel
 from kclient.transport import ERROR_CODE_METADATA_KEY
-
-
-class Aborted(Exception):
-    pass
-
-
-class FakeContext:
-    """The parts of a gRPC servicer context the codecs use."""
-
-    def __init__(self) -> None:
-        self.trailing: tuple[tuple[str, str], ...] = ()
-        self.aborted: tuple[grpc.StatusCode, str] | None = None
-
-    def set_trailing_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
-        self.trailing = metadata
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        self.aborted = (code, details)
-        raise Aborted(details)
+from tests.support import Aborted, FakeContext
 
 
 class FakeLog:
