@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+import kbroker
 from kbroker.api.apis import BrokerApis
 from kbroker.api.call_context import CallContext, ListenerAuthenticator
 from kbroker.api.request_budget import INTER_BROKER_METADATA_KEY, RequestBudgets
@@ -609,6 +610,7 @@ class _CallDetails(_Details, grpc.ClientCallDetails):  # type: ignore[misc]
 def parse_args(argv: list[str] | None) -> BrokerConfig:
     parser = argparse.ArgumentParser(prog="kbroker", description="Run a kbroker broker.")
     parser.add_argument("config", nargs="?", type=Path, help="server.properties file (Kafka key names)")
+    parser.add_argument("--version", action="version", version=f"kbroker {kbroker.version()}")
     add_flags(parser)
     parser.add_argument(
         "--override", "-o", action="append", default=[], metavar="KEY=VALUE", help="any Kafka broker setting"

@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
+import kbroker
 from kbroker.cli import (
     acls,
     backends,
@@ -112,6 +113,7 @@ def build_parser() -> KctlArgumentParser:
         description="Operate a kbroker cluster: topics, brokers, leaders, consumer groups, console produce, consume.",
         epilog="Exit status: 0 ok, 1 failed, 2 bad command line. Errors are one 'kctl: ...' line on stderr.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {kbroker.version()}")
     _connection_flags(parser, zookeeper=True, default=None, found=found)
     parser.set_defaults(verbose=False)
     # The same flags after the verb; SUPPRESS keeps a value given before the noun.
