@@ -377,9 +377,7 @@ class ProducerStateManager:
         """Forget producers whose last batch lies entirely below ``log_start_offset``, but
         not one whose transaction is open: its marker is still to come, and must find it."""
         doomed = [
-            pid
-            for pid, e in self._producers.items()
-            if e.last_log_offset < log_start_offset and e.txn_first_offset < 0
+            pid for pid, e in self._producers.items() if e.last_log_offset < log_start_offset and e.txn_first_offset < 0
         ]
         for pid in doomed:
             del self._producers[pid]
