@@ -1,9 +1,10 @@
 """Shared fixtures: a real ZooKeeper for the whole run, a chroot per test, broker processes.
 
 ZooKeeper comes from, in order: ``$KBROKER_TEST_ZOOKEEPER`` (an address), a
-testcontainers ZooKeeper where a Docker engine answers, or real ZooKeeper servers
-started from the local jars (Debian's ``zookeeper`` package). Broker logs are printed
-when a test fails.
+testcontainers ZooKeeper where a Docker engine answers and has the project's
+ZooKeeper image (``scripts/images`` builds it from Debian's packages: no registry
+answers here), or real ZooKeeper servers started from the local jars (Debian's
+``zookeeper`` package). Broker logs are printed when a test fails.
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ import pytest
 from kbroker.local.cluster import LocalCluster
 from kbroker.local.zookeeper import ZooKeeperEnsemble, ZooKeeperNotFound, classpath
 
+ZOOKEEPER_IMAGE = "kbroker-zookeeper:latest"
+"""The ZooKeeper image ``scripts/images`` builds."""
 
-def _docker_answers() -> bool:
+
+def _docker_has(image: str) -> bool:
+    """Does a Docker engine answer, with ``image`` built?"""
     try:
         import docker  # type: ignore[import-untyped]
 
-        docker.from_env(timeout=2).ping()
+        client = docker.from_env(timeout=2)
+        client.ping()
+        client.images.get(image)
         return True
     except Exception:
         return False
@@ -36,11 +43,12 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if os.environ.get("KBROKER_TEST_ZOOKEEPER"):
         yield os.environ["KBROKER_TEST_ZOOKEEPER"]
         return
-    if _docker_answers():
+    if _docker_has(ZOOKEEPER_IMAGE):
+        os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # Ryuk's image cannot be pulled here
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.waiting_utils import wait_for_logs
 
-        container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181)
+        container = DockerContainer(ZOOKEEPER_IMAGE).with_exposed_ports(2181)
         container.start()
         try:
             wait_for_logs(container, "binding to port", timeout=60)
