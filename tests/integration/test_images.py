@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,51 +23,18 @@ import pytest
 
 from kbroker.local.zookeeper import free_port
 from kclient import AdminClient, Consumer, NewTopic, Producer
+from tests.container_support import KBROKER_IMAGE, VERSION, ZOOKEEPER_IMAGE, docker, docker_unavailable, ensure_images
 
-ROOT = Path(__file__).resolve().parents[2]
-VERSION: str = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-KBROKER_IMAGE = f"kbroker:{VERSION}"
-ZOOKEEPER_IMAGE = "kbroker-zookeeper:latest"
-
-
-def _docker_answers() -> bool:
-    try:
-        import docker  # type: ignore[import-untyped]
-
-        docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
-
-
-if not _docker_answers():
-    pytest.skip(
-        "no Docker engine answers (start dockerd, or run scripts/images, which starts it)", allow_module_level=True
-    )
+_why = docker_unavailable()
+if _why:
+    pytest.skip(_why, allow_module_level=True)
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration, pytest.mark.timeout(900)]
 
 
-def docker(*args: str, timeout: float = 120, check: bool = True) -> str:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert done.returncode == 0, f"docker {' '.join(args)} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done.stdout.strip()
-
-
-def _has_image(name: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
-
-
 @pytest.fixture(scope="module")
 def images() -> None:
-    if _has_image(KBROKER_IMAGE) and _has_image(ZOOKEEPER_IMAGE):
-        return
-    started = time.monotonic()
-    done = subprocess.run([str(ROOT / "scripts" / "images")], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"scripts/images exited {done.returncode}\n{done.stdout}\n{done.stderr}"
-    print(done.stdout)
-    print(f"scripts/images took {time.monotonic() - started:.0f} s")
+    ensure_images(KBROKER_IMAGE, ZOOKEEPER_IMAGE)
 
 
 class Containers:
