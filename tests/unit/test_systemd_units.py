@@ -82,13 +82,17 @@ def verify(root: Path, *units: str) -> tuple[int, list[str]]:
 
 def exposure(root: Path, unit: str) -> tuple[float, str, str]:
     """``systemd-analyze security --offline=true``'s overall exposure level of ``unit``:
-    (score, level, the whole output)."""
-    done = analyze("security", "--offline=true", f"--root={root}", unit)
+    (score, level, the whole output). Its own verdict agrees: with ``--threshold`` (in
+    tenths, 0 to 100) it exits non-zero exactly when the score is above MAX_EXPOSURE."""
+    threshold = f"--threshold={round(MAX_EXPOSURE * 10)}"
+    done = analyze("security", "--offline=true", threshold, f"--root={root}", unit)
     output = done.stdout + done.stderr
     m = _EXPOSURE.search(output)
     assert m is not None, f"no overall exposure level in systemd-analyze security's output:\n{output}"
     assert m.group("unit") == unit
-    return float(m.group("score")), m.group("level"), output
+    score = float(m.group("score"))
+    assert (done.returncode != 0) == (score > MAX_EXPOSURE), f"exit status {done.returncode}:\n{output}"
+    return score, m.group("level"), output
 
 
 def shipped_units() -> dict[str, str]:
