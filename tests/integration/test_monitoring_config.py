@@ -13,20 +13,30 @@ and alert rules (``deploy/prometheus/``) and the Grafana dashboard
   (the names are read from :mod:`kbroker.metrics`, see
   :func:`tests.monitoring_support.exported_metric_names`).
 
+One test (marked ``integration``) starts a real broker and checks that what its
+``/metrics`` serves is what :func:`exported_metric_names` reads without one.
+
 Grafana itself is not run; ``tests/integration/test_compose_cluster.py`` evaluates every
 dashboard query (:func:`dashboard_queries`) against the compose cluster's Prometheus.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
 
+from kbroker.local.cluster import LocalCluster
+from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2
 from tests.monitoring_support import (
     ALERTS,
     DASHBOARD,
@@ -223,3 +233,35 @@ def test_metric_names_of_promql() -> None:
         ' * 1e3 + 0x1f > bool 2 unless {__name__="c"} or histogram_quantile(0.9, d_bucket[10m:1m])'
     )
     assert metric_names(q) == {"a_total", "b", "c", "d_bucket"}
+
+
+@pytest.mark.integration
+def test_a_real_broker_serves_the_metrics_the_queries_read(cluster_factory: Callable[..., LocalCluster]) -> None:
+    c = cluster_factory(1, **{"metrics.port": "0"})
+    with AdminClient(c.bootstrap) as admin:
+        admin.create_topics([NewTopic("mon", num_partitions=1, replication_factor=1)])
+    with Producer(bootstrap_servers=c.bootstrap, acks="all") as p:
+        for i in range(5):
+            p.send("mon", value=b"v%d" % i)
+        p.flush()
+    with Consumer(bootstrap_servers=c.bootstrap, group_id="mon-g", auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("mon", 0)])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 3 and time.monotonic() < deadline:
+            got += sum(len(records) for records in consumer.poll(timeout_ms=500, max_records=3).values())
+        assert got >= 3
+        consumer.commit({TopicPartition("mon", 0): 3})  # a lag of 2
+    (broker,) = c.brokers.values()
+    with grpc.insecure_channel(broker.address) as channel:  # an error, for errors_total
+        with pytest.raises(grpc.RpcError):
+            broker_pb2_grpc.BrokerStub(channel).Fetch(log_pb2.FetchRequest(max_bytes=-1), timeout=10)
+    found = re.search(rb"metrics: (http://\S+/metrics)", broker.log_path.read_bytes())
+    assert found, f"the broker logged no metrics URL:\n{broker.log_tail()}"
+    with urllib.request.urlopen(found.group(1).decode(), timeout=10) as resp:
+        text = resp.read().decode()
+    served = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and line[0] != "#"}
+    exported = exported_metric_names()
+    assert served - exported == set(), "the broker serves names exported_metric_names() misses"
+    read = set().union(*(metric_names(q) for q in [*dashboard_queries(), *alert_exprs()])) - PROMETHEUS_OWN
+    assert read - served == set(), "queried metrics this broker does not serve"
