@@ -4,7 +4,10 @@ ZooKeeper comes from, in order: ``$KBROKER_TEST_ZOOKEEPER`` (an address), a
 testcontainers ZooKeeper where a Docker engine answers and has the project's
 ZooKeeper image (``scripts/images`` builds it from Debian's packages: no registry
 answers here), or real ZooKeeper servers started from the local jars (Debian's
-``zookeeper`` package). Broker logs are printed when a test fails.
+``zookeeper`` package). ``$KBROKER_TEST_ZOOKEEPER_FROM`` (``container`` or ``jars``)
+picks one of the last two: ``scripts/test`` runs its main step on the container and
+the ``-m slow`` step on the jars, so that CI exercises both. The run's header says
+which. Broker logs are printed when a test fails.
 """
 
 from __future__ import annotations
@@ -37,13 +40,36 @@ def _docker_has(image: str) -> bool:
         return False
 
 
+def zookeeper_source() -> str:
+    """Where this run's ZooKeeper comes from: ``address``, ``container`` or ``jars``."""
+    if os.environ.get("KBROKER_TEST_ZOOKEEPER"):
+        return "address"
+    wanted = os.environ.get("KBROKER_TEST_ZOOKEEPER_FROM", "")
+    if wanted not in ("", "container", "jars"):
+        raise pytest.UsageError(f"KBROKER_TEST_ZOOKEEPER_FROM={wanted!r}: use container or jars")
+    if wanted:
+        return wanted
+    return "container" if _docker_has(ZOOKEEPER_IMAGE) else "jars"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    source = zookeeper_source()
+    where = {
+        "address": f"$KBROKER_TEST_ZOOKEEPER ({os.environ.get('KBROKER_TEST_ZOOKEEPER')})",
+        "container": f"a testcontainers container of {ZOOKEEPER_IMAGE}",
+        "jars": "servers started from the local jars",
+    }[source]
+    return f"ZooKeeper for the integration tests: {where}"
+
+
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A ZooKeeper connect string (no chroot) shared by the whole run."""
-    if os.environ.get("KBROKER_TEST_ZOOKEEPER"):
+    source = zookeeper_source()
+    if source == "address":
         yield os.environ["KBROKER_TEST_ZOOKEEPER"]
         return
-    if _docker_has(ZOOKEEPER_IMAGE):
+    if source == "container":
         os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # Ryuk's image cannot be pulled here
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.waiting_utils import wait_for_logs
