@@ -79,8 +79,11 @@ class ComposeProject:
 
     BROKERS = (1, 2, 3)
 
-    def __init__(self, overrides: Sequence[Path] = (), image: str | None = None) -> None:
+    def __init__(
+        self, overrides: Sequence[Path] = (), image: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.name = f"kbc{uuid.uuid4().hex[:8]}"
+        self.extra_env = env or {}
         self.files = [COMPOSE_FILE, *overrides]
         self.grpc_ports = {b: free_port() for b in self.BROKERS}
         self.kafka_ports = {b: free_port() for b in self.BROKERS}
@@ -95,7 +98,7 @@ class ComposeProject:
         ports = {f"KBROKER_GRPC_PORT_{b}": str(p) for b, p in self.grpc_ports.items()}
         ports |= {f"KBROKER_KAFKA_PORT_{b}": str(p) for b, p in self.kafka_ports.items()}
         ports |= {"KBROKER_PROMETHEUS_PORT": str(self.prometheus_port), "KBROKER_IMAGE": image or self.image}
-        return {**os.environ, **ports}
+        return {**os.environ, **self.extra_env, **ports}
 
     def compose(self, *args: str, timeout: float = 300, image: str | None = None, check: bool = True) -> str:
         cmd = ["docker-compose", "-p", self.name]
