@@ -150,13 +150,16 @@ _ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):(?P<port>\d+)(?P<chroot>/[\
 def test_example_addresses_are_those_scripts_run_prints() -> None:
     """New users paste the docs' addresses: every 127.0.0.1/localhost address in them is one
     of scripts/run's ports (ZooKeeper 2181 with its /kbroker chroot; broker i's gRPC 9092+i,
-    INTERNAL 19092+i, Kafka door 29092+i, metrics 9404+i), and the harness substitutes
-    those scripts/run prints for broker 0."""
+    INTERNAL 19092+i, Kafka door 29092+i, metrics 9404+i) or one that deploy/compose.yaml
+    publishes by default (Prometheus 9090), and the harness substitutes those scripts/run
+    prints for broker 0."""
     from kbroker.local import run
 
     ports = {run.ZK_PORT} | {
         base + i for base in (run.CLIENT_PORT, run.INTERNAL_PORT, run.KAFKA_PORT, run.METRICS_PORT) for i in range(10)
     }
+    compose = (ROOT / "deploy" / "compose.yaml").read_text(encoding="utf-8")
+    ports |= {int(p) for p in re.findall(r"\$\{KBROKER_\w+_PORT\w*:-(\d+)\}", compose)}
     wrong = []
     for path in doc_files():
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
