@@ -38,6 +38,15 @@ def docker_unavailable() -> str | None:
         return f"no Docker engine answers ({type(exc).__name__}): start dockerd, or run scripts/images, which starts it"
 
 
+def require_docker() -> None:
+    """Skip the calling test module, saying why, where no Docker engine answers."""
+    import pytest
+
+    why = docker_unavailable()
+    if why:
+        pytest.skip(why, allow_module_level=True)
+
+
 def docker(*args: str, timeout: float = 120, check: bool = True) -> str:
     """Run the docker CLI; its stdout, stripped. ``check``: a non-zero exit fails the test."""
     done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)

@@ -44,15 +44,13 @@ from tests.container_support import (
     ComposeProject,
     build_images,
     docker,
-    docker_unavailable,
     ensure_images,
+    require_docker,
 )
 from tests.integration.test_faults import NumberedProducer, read_everything, validate
 from tests.support import wait_until
 
-_why = docker_unavailable()
-if _why:
-    pytest.skip(_why, allow_module_level=True)
+require_docker()
 
 ck = pytest.importorskip("confluent_kafka")
 

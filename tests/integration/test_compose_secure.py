@@ -23,14 +23,12 @@ from tests.container_support import (
     ROOT,
     ZOOKEEPER_IMAGE,
     ComposeProject,
-    docker_unavailable,
     ensure_images,
+    require_docker,
 )
 from tests.support import wait_until
 
-_why = docker_unavailable()
-if _why:
-    pytest.skip(_why, allow_module_level=True)
+require_docker()
 
 ck = pytest.importorskip("confluent_kafka")
 

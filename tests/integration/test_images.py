@@ -23,11 +23,9 @@ import pytest
 
 from kbroker.local.zookeeper import free_port
 from kclient import AdminClient, Consumer, NewTopic, Producer
-from tests.container_support import KBROKER_IMAGE, VERSION, ZOOKEEPER_IMAGE, docker, docker_unavailable, ensure_images
+from tests.container_support import KBROKER_IMAGE, VERSION, ZOOKEEPER_IMAGE, docker, ensure_images, require_docker
 
-_why = docker_unavailable()
-if _why:
-    pytest.skip(_why, allow_module_level=True)
+require_docker()
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration, pytest.mark.timeout(900)]
 
