@@ -43,9 +43,12 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -455,8 +458,9 @@ def consume_records(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout-ms must be >= 0, got {args.timeout_ms}")
     config = consumer_config(args)
     try:
-        count = _consume(args, bootstrap, fmt, start, config)
-    except KeyboardInterrupt:
+        with _interrupt_stops() as stop:
+            count = _consume(args, bootstrap, fmt, start, config, stop)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before the loop began
         return 0
     if args.verbose:
         print(f"kctl: processed a total of {count} message(s)", file=sys.stderr)
@@ -490,8 +494,35 @@ def _place(args: argparse.Namespace, consumer: Consumer, bootstrap: str, start: 
         consumer.seek(tps[0], start)
 
 
+@contextmanager
+def _interrupt_stops() -> Iterator[threading.Event]:
+    """Ctrl-C (SIGINT) sets the event instead of raising KeyboardInterrupt wherever the
+    main thread happens to be (inside the client, holding one of its locks, the consumer
+    could not close after it); the poll loop sees it within POLL_MS and the consumer
+    closes normally. A second Ctrl-C raises as usual. Outside the main thread: as is."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, previous)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _consume(
-    args: argparse.Namespace, bootstrap: str, fmt: RecordFormat, start: int | str | None, config: dict[str, Any]
+    args: argparse.Namespace,
+    bootstrap: str,
+    fmt: RecordFormat,
+    start: int | str | None,
+    config: dict[str, Any],
+    stop: threading.Event,
 ) -> int:
     out = sys.stdout.buffer
     count = 0
@@ -501,7 +532,7 @@ def _consume(
         _place(args, consumer, bootstrap, start)
         timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000.0
         idle_since = time.monotonic()
-        while args.max_messages is None or count < args.max_messages:
+        while (args.max_messages is None or count < args.max_messages) and not stop.is_set():
             wait_ms = POLL_MS
             if timeout_s is not None:
                 left_ms = int((idle_since + timeout_s - time.monotonic()) * 1000)

@@ -28,7 +28,6 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 import pytest
@@ -37,6 +36,7 @@ import yaml
 from kbroker.local.cluster import LocalCluster
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2
+from tests.container_support import PROMETHEUS_IMAGE, docker_unavailable, ensure_images
 from tests.monitoring_support import (
     ALERTS,
     DASHBOARD,
@@ -52,25 +52,9 @@ from tests.monitoring_support import (
     variable_queries,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-PROMETHEUS_IMAGE = "kbroker-prometheus:latest"
 MOUNT = "/etc/prometheus"
 
 Promtool = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def _docker_answers() -> bool:
-    try:
-        import docker  # type: ignore[import-untyped]
-
-        docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
-
-
-def _has_image(name: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +69,10 @@ def promtool() -> Promtool:
             return subprocess.run([host, *paths], cwd=PROMETHEUS_DIR, capture_output=True, text=True, timeout=120)
 
         return run_host
-    if not _docker_answers():
-        pytest.skip("no promtool on this host and no Docker engine answers (start dockerd, or run scripts/images)")
-    if not _has_image(PROMETHEUS_IMAGE):
-        done = subprocess.run([str(ROOT / "scripts" / "images")], cwd=ROOT, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, f"scripts/images exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    why = docker_unavailable()
+    if why:
+        pytest.skip(f"no promtool on this host, and {why}")
+    ensure_images(PROMETHEUS_IMAGE)
 
     def run_docker(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
