@@ -24,10 +24,18 @@ topic's assignment is one znode):
   replicas than that on any broker is PolicyViolationError. It counts every topic's
   assignment, so it also bounds a request that creates many topics. Two concurrent
   creations may together pass it by the size of one (it is checked, not reserved).
+
+Without a ZooKeeper connection (its quorum lost, or this broker cut off from it), a
+create, delete or grow waits up to ``zookeeper_wait_s`` (default 5 s) for it, then raises
+RequestTimedOutError having changed nothing. kazoo queues a request made while
+disconnected and blocks until the connection returns: without this bound a request
+thread would be pinned for the whole outage, and a creation the client had long seen
+time out would happen when the quorum returned.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
@@ -43,6 +51,7 @@ from kclient.errors import (
     InvalidTopicError,
     PolicyViolationError,
     ReassignmentInProgressError,
+    RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -50,6 +59,8 @@ from kclient.topic_name import validate_topic_name
 
 MAX_PARTITIONS_PER_TOPIC = 10_000
 MAX_BROKER_PARTITIONS = 4_000
+ZOOKEEPER_WAIT_S = 5.0
+"""How long a topic change waits for a lost ZooKeeper connection (see the module)."""
 
 
 class TopicAdmin:
@@ -63,8 +74,10 @@ class TopicAdmin:
         default_replication_factor: int = 1,
         max_partitions_per_topic: int = MAX_PARTITIONS_PER_TOPIC,
         max_broker_partitions: int = MAX_BROKER_PARTITIONS,
+        zookeeper_wait_s: float = ZOOKEEPER_WAIT_S,
     ) -> None:
         self._zk = zk
+        self.zookeeper_wait_s = zookeeper_wait_s
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self.max_partitions_per_topic = max_partitions_per_topic
@@ -106,6 +119,7 @@ class TopicAdmin:
         if assignment:
             partitions = len(assignment)
         self._check_partitions(name, partitions)
+        self._wait_for_zookeeper(f"creating topic {name!r}")
         if self._zk.topic_exists(name):
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         normal = name.replace(".", "_")
@@ -138,8 +152,20 @@ class TopicAdmin:
             self._zk.create_topic(name, chosen, config)
         return chosen
 
+    def _wait_for_zookeeper(self, what: str) -> None:
+        """Return once the session is connected; RequestTimedOutError after ``zookeeper_wait_s``."""
+        deadline = time.monotonic() + self.zookeeper_wait_s
+        while not self._zk.connected:
+            if time.monotonic() >= deadline:
+                raise RequestTimedOutError(
+                    f"{what}: no ZooKeeper connection for {self.zookeeper_wait_s:g} s "
+                    "(is its quorum lost?); nothing was changed"
+                )
+            time.sleep(0.05)
+
     def delete_topic(self, name: str) -> None:
         validate_topic_name(name)
+        self._wait_for_zookeeper(f"deleting topic {name!r}")
         if not self._zk.topic_exists(name):
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         self._zk.mark_topic_for_deletion(name)
@@ -150,6 +176,7 @@ class TopicAdmin:
         """Grow ``name`` to ``total`` partitions; ``assignments``: the replicas of each new
         partition in order (Kafka's CreatePartitions assignments), else placed here."""
         validate_topic_name(name)
+        self._wait_for_zookeeper(f"adding partitions to topic {name!r}")
         found = self._zk.topic_znode(name)
         if found is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
