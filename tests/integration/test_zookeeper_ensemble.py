@@ -19,7 +19,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +33,8 @@ from kbroker.local.cluster import LocalCluster
 from kbroker.local.zookeeper import ZooKeeperEnsemble, ZooKeeperNotFound, classpath, free_port
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from kclient.errors import RequestTimedOutError, TopicAlreadyExistsError
+from tests.container_support import ZOOKEEPER_IMAGE, docker_unavailable, ensure_images
+from tests.integration.test_faults import NumberedProducer, read_everything, validate
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -159,7 +160,6 @@ def test_a_zookeeper_that_loses_its_port_to_another_is_not_taken_for_ready(tmp_p
 
 # --- the same, on a containerised ensemble (kbroker-zookeeper, issue 25) -----------------
 
-ZOOKEEPER_IMAGE = "kbroker-zookeeper:latest"
 """The ZooKeeper image ``scripts/images`` builds (Debian's ZooKeeper 3.8)."""
 PREFIX = f"kbzk-{os.getpid()}-"
 """Every container and network this module makes is named so (and only those are removed)."""
@@ -170,24 +170,6 @@ ENSEMBLE_BROKER = {
 }
 TOPIC = "acked"
 PARTITIONS = 3
-
-
-def _docker_skip_reason() -> str | None:
-    """Why the container test cannot run here (``None``: it can)."""
-    try:
-        import docker  # type: ignore[import-untyped]
-    except ImportError:
-        return "the docker SDK is not installed (it comes with testcontainers)"
-    try:
-        client = docker.from_env(timeout=2)
-        client.ping()
-    except Exception as exc:
-        return f"no Docker engine answers ({type(exc).__name__}): start dockerd, or run scripts/images"
-    try:
-        client.images.get(ZOOKEEPER_IMAGE)
-    except Exception:
-        return f"the image {ZOOKEEPER_IMAGE} is not built: run scripts/images"
-    return None
 
 
 def srvr(port: int, timeout_s: float = 1.0) -> str | None:
@@ -326,10 +308,10 @@ class ZkContainers:
 
 @pytest.fixture
 def zk_containers(request: pytest.FixtureRequest) -> Iterator[ZkContainers]:
-    reason = _docker_skip_reason()
+    reason = docker_unavailable()
     if reason is not None:
-        print(f"skipped: {reason}")
         pytest.skip(reason)
+    ensure_images(ZOOKEEPER_IMAGE)
     made = ZkContainers()
     try:
         made.start()
@@ -344,59 +326,13 @@ def zk_containers(request: pytest.FixtureRequest) -> Iterator[ZkContainers]:
         made.remove()
 
 
-class AckedProducer(threading.Thread):
-    """An idempotent acks=all producer sending ``k<i>``/``v<i>`` (about 300 a second)
-    until stopped; records every acknowledgement: ``acked[i] = (partition, offset)`` and
-    ``ack_times`` (monotonic), and every failure."""
+def acks_since(producer: NumberedProducer, t: float) -> int:
+    return sum(1 for at, _ in list(producer.ack_log) if at > t)
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True, name="acked-producer")
-        self.producer = Producer(
-            bootstrap_servers=bootstrap,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=5,
-            request_timeout_ms=5000,
-            delivery_timeout_ms=120000,
-        )
-        self.topic = topic
-        self.acked: dict[int, tuple[int, int]] = {}
-        self.ack_times: list[float] = []
-        self.failed: dict[int, str] = {}
-        self.stop = threading.Event()
-        self.sent = 0
-        self._lock = threading.Lock()
 
-    def run(self) -> None:
-        i = 0
-        while not self.stop.is_set():
-            for _ in range(10):
-                fut = self.producer.send(self.topic, b"v%d" % i, key=b"k%d" % i)
-                fut.add_callback(self._ok, i)
-                fut.add_errback(self._bad, i)
-                i += 1
-            self.sent = i
-            time.sleep(0.03)
-        self.producer.flush(timeout=150)
-        self.producer.close()
-
-    def _ok(self, i: int, meta: Any) -> None:
-        with self._lock:
-            self.acked[i] = (meta.partition, meta.offset)
-            self.ack_times.append(time.monotonic())
-
-    def _bad(self, i: int, exc: BaseException) -> None:
-        with self._lock:
-            self.failed[i] = repr(exc)
-
-    def acks_since(self, t: float) -> int:
-        with self._lock:
-            return sum(1 for a in self.ack_times if a > t)
-
-    def first_ack_after(self, t: float) -> float | None:
-        with self._lock:
-            later = [a for a in self.ack_times if a > t]
-        return min(later) - t if later else None
+def first_ack_after(producer: NumberedProducer, t: float) -> float | None:
+    later = [at for at, _ in list(producer.ack_log) if at > t]
+    return min(later) - t if later else None
 
 
 def _leaders(admin: AdminClient, topic: str) -> dict[int, int]:
@@ -409,7 +345,7 @@ def _full_isr(admin: AdminClient, topic: str, replicas: int = 3) -> bool:
     return all(len(p.isr) == replicas and p.leader >= 0 for p in described.partitions)
 
 
-def _failover(cluster: LocalCluster, admin: AdminClient, producer: AckedProducer) -> tuple[float, float]:
+def _failover(cluster: LocalCluster, admin: AdminClient, producer: NumberedProducer) -> tuple[float, float]:
     """SIGKILL the leader of partition 0; seconds until another broker leads it, and until
     the producer has an acknowledgement again; then the broker restarts and the ISR heals."""
     victim = _leaders(admin, TOPIC)[0]
@@ -417,8 +353,8 @@ def _failover(cluster: LocalCluster, admin: AdminClient, producer: AckedProducer
     cluster.brokers[victim].kill()
     wait_until(lambda: _leaders(admin, TOPIC)[0] not in (victim, -1), timeout_s=60, what=f"a new leader after {victim}")
     elected = time.monotonic() - t0
-    wait_until(lambda: producer.acks_since(t0 + elected) > 0, timeout_s=60, what="acks after the failover")
-    acked = producer.first_ack_after(t0 + elected) or 0.0
+    wait_until(lambda: acks_since(producer, t0 + elected) > 0, timeout_s=60, what="acks after the failover")
+    acked = first_ack_after(producer, t0 + elected) or 0.0
     cluster.brokers[victim].start()
     wait_until(lambda: _full_isr(admin, TOPIC), timeout_s=60, what=f"broker {victim} back in every ISR")
     return elected, elected + acked
@@ -453,19 +389,6 @@ def _kctl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _read_all(bootstrap: str, topic: str) -> dict[int, list[Any]]:
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", request_timeout_ms=10000) as c:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        c.assign(tps)
-        ends = c.end_offsets(tps)
-        out: dict[int, list[Any]] = {p: [] for p in range(PARTITIONS)}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(c.position(tp) < ends[tp] for tp in tps):
-            for tp, recs in c.poll(timeout_ms=500).items():
-                out[tp.partition].extend(recs)
-        return out
-
-
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_recover(
@@ -479,14 +402,14 @@ def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_
 
     chroot = f"/kbzk-{uuid.uuid4().hex[:8]}"
     cluster = LocalCluster(tmp_path / "brokers", zk.connect_string + chroot, ENSEMBLE_BROKER)
-    producer: AckedProducer | None = None
+    producer: NumberedProducer | None = None
     times: dict[str, float] = {}
     try:
         cluster.start(3)
         admin = AdminClient(cluster.bootstrap, request_timeout_ms=15000)
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, topic_configs={"min.insync.replicas": "2"})])
         wait_until(lambda: _full_isr(admin, TOPIC), what="a full ISR")
-        producer = AckedProducer(cluster.bootstrap, TOPIC)
+        producer = NumberedProducer(cluster.bootstrap, TOPIC)
         producer.start()
         wait_until(lambda: len(producer.acked) > 200, what="first acks")
 
@@ -496,8 +419,8 @@ def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_
         zk.kill(first)
         rest = [n for n in zk.names if n != first]
         times["zk election (leader killed)"] = zk.wait_quorum(rest, timeout_s=60)
-        wait_until(lambda: producer.acks_since(t0) > 100, timeout_s=60, what="acks with one node down")
-        times["first ack after the leader's kill"] = producer.first_ack_after(t0) or -1.0
+        wait_until(lambda: acks_since(producer, t0) > 100, timeout_s=60, what="acks with one node down")
+        times["first ack after the leader's kill"] = first_ack_after(producer, t0) or -1.0
         t = time.monotonic()
         _create_topic(admin, "one-node-down")
         times["create a topic (one node down)"] = time.monotonic() - t
@@ -519,7 +442,7 @@ def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_
         times["create a topic refused (no quorum)"] = time.monotonic() - t
         print(f"create_topics without a quorum: {type(refused.value).__name__}: {refused.value}")
         assert times["create a topic refused (no quorum)"] < 15  # the broker's 5 s wait, then the answer
-        before = producer.acks_since(t1)
+        before = acks_since(producer, t1)
         # kctl both ways: one line on stderr, exit 1, in bounded time (ZooKeeper's: its 10 s
         # connection timeout; the broker's: its 5 s wait for the connection).
         for via, expect in (
@@ -535,7 +458,7 @@ def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_
             assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
             assert time.monotonic() - t < 30
         time.sleep(max(0.0, t1 + 8 - time.monotonic()))  # past the brokers' ZooKeeper session timeout (6 s)
-        during = producer.acks_since(t1)
+        during = acks_since(producer, t1)
         print(f"acks without a quorum: {during} in {time.monotonic() - t1:.1f} s ({before} before the refusal)")
         assert all(b.running() for b in cluster.brokers.values())
         assert during > 0, "leaders keep serving acks=all writes without a ZooKeeper quorum"
@@ -566,7 +489,7 @@ def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_
         producer.stop.set()
         producer.join(180)
         assert not producer.is_alive()
-        by_partition = _read_all(cluster.bootstrap, TOPIC)
+        by_partition = read_everything(cluster.bootstrap, TOPIC, PARTITIONS)
         admin.close()
     except BaseException:
         print(cluster.logs())
@@ -577,24 +500,7 @@ def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_
             producer.join(60)
         cluster.stop()
 
-    seen: dict[int, tuple[int, int]] = {}
-    duplicated = 0
-    for p, records in by_partition.items():
-        for r in records:
-            i = int(r.value[1:])
-            assert r.key == b"k%d" % i
-            duplicated += i in seen
-            seen[i] = (p, r.offset)
-    lost = [i for i in producer.acked if i not in seen]
-    moved = [i for i, where in producer.acked.items() if i in seen and seen[i] != where]
     for what, seconds in times.items():
         print(f"{what}: {seconds:.2f} s")
-    print(
-        f"sent={producer.sent} acked={len(producer.acked)} failed={len(producer.failed)} read={len(seen)} "
-        f"lost={len(lost)} duplicated={duplicated} moved={len(moved)} "
-        f"errors={sorted(set(producer.failed.values()))[:3]} test={time.monotonic() - started:.0f} s"
-    )
-    assert not lost, f"acknowledged records lost: {lost[:20]}"
-    assert not moved, f"acknowledged records found at other offsets: {moved[:20]}"
-    assert duplicated == 0, "the idempotent producer wrote a record twice"
-    assert len(producer.acked) > 1000
+    print(f"test={time.monotonic() - started:.0f} s")
+    validate(producer, by_partition)
