@@ -30,6 +30,15 @@ Ownership znodes are advisory (Kafka-era tools read them), so a large assignment
 written in several multis of at most MAX_REQUEST_BYTES each, up to
 :data:`MAX_OWNER_WRITE_BYTES` in all (InvalidRequestError beyond).
 
+Without a ZooKeeper connection (its quorum lost, or this broker cut off from it) the
+store refuses rather than waits: a read or a commit waits up to
+:data:`~kbroker.cluster.zk_client.CONNECTION_WAIT_S` for the connection, and the
+coordinator's mirror writes (generation, members, owners) up to :data:`MIRROR_WAIT_S`, a
+blip's length (they run under the group's lock), then raise
+CoordinatorNotAvailableError having done nothing (Kafka's answer when a coordinator
+cannot write its group log; clients retry it). kazoo would otherwise queue the call and
+block a request thread, holding the coordinator's locks, until the quorum returned.
+
 Thread safety: safe from any thread (kazoo is; the cache has a lock).
 """
 
@@ -43,14 +52,24 @@ from dataclasses import dataclass
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from kbroker.cluster import zkdata
-from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_client import CONNECTION_WAIT_S, ZkClient
 from kbroker.cluster.zkdata import CommittedOffset
-from kclient.errors import InvalidCommitOffsetSizeError, InvalidRequestError, InvalidTopicError
+from kclient.errors import (
+    CoordinatorNotAvailableError,
+    InvalidCommitOffsetSizeError,
+    InvalidRequestError,
+    InvalidTopicError,
+)
 
 TopicPartition = tuple[str, int]
 
 MAX_OWNER_WRITE_BYTES = 8 * zkdata.MAX_REQUEST_BYTES
 """All ownership znodes of one group generation together (several multis)."""
+
+
+MIRROR_WAIT_S = 1.0
+"""How long a mirror write (generation, members, owners) waits for a lost ZooKeeper
+connection: long enough for a blip, short enough that a group under its lock moves on."""
 
 
 @dataclass(frozen=True)
@@ -83,18 +102,28 @@ class GroupStore:
     def kazoo(self):  # type: ignore[no-untyped-def]
         return self._zk.kazoo
 
+    def _online(self, what: str, wait_s: float = CONNECTION_WAIT_S) -> None:
+        """Return once ZooKeeper is connected; CoordinatorNotAvailableError after ``wait_s``."""
+        if not self._zk.await_connection(wait_s):
+            raise CoordinatorNotAvailableError(
+                f"{what}: no ZooKeeper connection (is its quorum lost?); nothing was done"
+            )
+
     # --- groups --------------------------------------------------------------------
 
     def groups(self) -> list[str]:
+        self._online("listing groups")
         try:
             return sorted(zkdata.decode_segment(c) for c in self.kazoo.get_children(zkdata.CONSUMERS))
         except NoNodeError:
             return []
 
     def exists(self, group: str) -> bool:
+        self._online(f"group {group!r}")
         return self.kazoo.exists(zkdata.group_path(group)) is not None
 
     def generation(self, group: str) -> int:
+        self._online(f"loading group {group!r}")
         try:
             data, _ = self.kazoo.get(zkdata.group_path(group))
         except NoNodeError:
@@ -106,6 +135,7 @@ class GroupStore:
 
     def stored_group(self, group: str) -> StoredGroup | None:
         """The group znode (None when there is none)."""
+        self._online(f"group {group!r}")
         try:
             data, stat = self.kazoo.get(zkdata.group_path(group))
         except NoNodeError:
@@ -121,6 +151,7 @@ class GroupStore:
         return StoredGroup(generation, protocol_type, int(stat.mtime))
 
     def set_generation(self, group: str, generation: int, protocol_type: str) -> None:
+        self._online(f"storing group {group!r}", MIRROR_WAIT_S)
         body = json.dumps({"version": 1, "generation": generation, "protocol_type": protocol_type}).encode()
         path = zkdata.group_path(group)
         self._zk.check_request_size([(path, body)], f"group {group!r}")
@@ -130,6 +161,7 @@ class GroupStore:
             self.kazoo.create(path, body, makepath=True)
 
     def delete_group(self, group: str) -> None:
+        self._online(f"deleting group {group!r}")
         path = zkdata.group_path(group)
         self.kazoo.delete(path, recursive=True)
         with self._lock:
@@ -139,6 +171,7 @@ class GroupStore:
     # --- members and owners --------------------------------------------------------
 
     def add_member(self, group: str, member_id: str, info: Mapping[str, object]) -> None:
+        self._online(f"storing a member of group {group!r}", MIRROR_WAIT_S)
         path = zkdata.group_member_path(group, member_id)
         data = json.dumps(dict(info), sort_keys=True).encode()
         self._zk.check_request_size([(path, data)], f"member {member_id!r} of group {group!r}")
@@ -148,12 +181,14 @@ class GroupStore:
             self.kazoo.set(path, data)
 
     def remove_member(self, group: str, member_id: str) -> None:
+        self._online(f"removing a member of group {group!r}", MIRROR_WAIT_S)
         try:
             self.kazoo.delete(zkdata.group_member_path(group, member_id))
         except NoNodeError:
             pass
 
     def members(self, group: str) -> list[str]:
+        self._online(f"members of group {group!r}", MIRROR_WAIT_S)
         try:
             return sorted(zkdata.decode_segment(c) for c in self.kazoo.get_children(zkdata.group_members_path(group)))
         except NoNodeError:
@@ -168,6 +203,7 @@ class GroupStore:
                 f"group {group!r}: the ownership of {len(ops)} partitions is {total} bytes in ZooKeeper; "
                 f"the limit is {MAX_OWNER_WRITE_BYTES}"
             )
+        self._online(f"storing the owners of group {group!r}", MIRROR_WAIT_S)
         self.clear_owners(group)
         for topic in {t for t, _ in owners}:
             self._ensure_parent(zkdata.group_owners_path(group, topic))
@@ -178,6 +214,7 @@ class GroupStore:
             tx.commit()
 
     def clear_owners(self, group: str) -> None:
+        self._online(f"clearing the owners of group {group!r}", MIRROR_WAIT_S)
         base = zkdata.group_owners_path(group)
         try:
             topics = self.kazoo.get_children(base)
@@ -225,6 +262,7 @@ class GroupStore:
         self._zk.check_request_size(
             list(ops.values()), f"a commit of {len(ops)} offsets to group {group!r}", InvalidCommitOffsetSizeError
         )
+        self._online(f"committing offsets of group {group!r}")
         for topic in {t for t, _ in offsets}:
             self._ensure_parent(zkdata.group_offsets_path(group, topic))
         for attempt in (0, 1):
@@ -251,6 +289,7 @@ class GroupStore:
     ) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets (only those that exist) for ``partitions`` (None = all)."""
         zkdata.group_path(group)  # InvalidGroupIdError before anything else
+        self._online(f"fetching offsets of group {group!r}")
         wanted = list(partitions) if partitions is not None else sorted(self._scan(group))
         out: dict[TopicPartition, CommittedOffset] = {}
         for topic, p in wanted:

@@ -35,13 +35,12 @@ time out would happen when the quorum returned.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from kbroker.cluster.assignment import assign_replicas, assign_replicas_rack_aware
-from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_client import CONNECTION_WAIT_S, ZkClient
 from kbroker.cluster.zkdata import Assignment, BrokerInfo
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import (
@@ -59,8 +58,6 @@ from kclient.topic_name import validate_topic_name
 
 MAX_PARTITIONS_PER_TOPIC = 10_000
 MAX_BROKER_PARTITIONS = 4_000
-ZOOKEEPER_WAIT_S = 5.0
-"""How long a topic change waits for a lost ZooKeeper connection (see the module)."""
 
 
 class TopicAdmin:
@@ -74,7 +71,7 @@ class TopicAdmin:
         default_replication_factor: int = 1,
         max_partitions_per_topic: int = MAX_PARTITIONS_PER_TOPIC,
         max_broker_partitions: int = MAX_BROKER_PARTITIONS,
-        zookeeper_wait_s: float = ZOOKEEPER_WAIT_S,
+        zookeeper_wait_s: float = CONNECTION_WAIT_S,
     ) -> None:
         self._zk = zk
         self.zookeeper_wait_s = zookeeper_wait_s
@@ -154,14 +151,11 @@ class TopicAdmin:
 
     def _wait_for_zookeeper(self, what: str) -> None:
         """Return once the session is connected; RequestTimedOutError after ``zookeeper_wait_s``."""
-        deadline = time.monotonic() + self.zookeeper_wait_s
-        while not self._zk.connected:
-            if time.monotonic() >= deadline:
-                raise RequestTimedOutError(
-                    f"{what}: no ZooKeeper connection for {self.zookeeper_wait_s:g} s "
-                    "(is its quorum lost?); nothing was changed"
-                )
-            time.sleep(0.05)
+        if not self._zk.await_connection(self.zookeeper_wait_s):
+            raise RequestTimedOutError(
+                f"{what}: no ZooKeeper connection for {self.zookeeper_wait_s:g} s "
+                "(is its quorum lost?); nothing was changed"
+            )
 
     def delete_topic(self, name: str) -> None:
         validate_topic_name(name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from enum import StrEnum
@@ -37,6 +38,11 @@ from kclient.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+
+CONNECTION_WAIT_S = 5.0
+"""How long a client's request waits for a lost ZooKeeper connection before it is refused
+(:meth:`ZkClient.await_connection`), changing nothing."""
 
 
 class ControllerMovedError(NotControllerError):
@@ -159,6 +165,18 @@ class ZkClient:
     def connected(self) -> bool:
         """Is the connection to ZooKeeper up right now (kazoo's CONNECTED state)?"""
         return bool(self.kazoo.connected)
+
+    def await_connection(self, wait_s: float) -> bool:
+        """Is the connection up, or back within ``wait_s``? A request path asks this before
+        it calls kazoo: kazoo queues a call made while disconnected and blocks until the
+        connection returns, which would pin a request thread for a whole outage (a quorum
+        lost) and make the write land long after its caller gave up."""
+        deadline = time.monotonic() + wait_s
+        while not self.connected:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     @property
     def state(self) -> SessionState:

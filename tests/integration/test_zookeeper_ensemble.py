@@ -32,7 +32,7 @@ from kbroker.cluster import zkdata
 from kbroker.local.cluster import LocalCluster
 from kbroker.local.zookeeper import ZooKeeperEnsemble, ZooKeeperNotFound, classpath, free_port
 from kclient import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from kclient.errors import RequestTimedOutError, TopicAlreadyExistsError
+from kclient.errors import KafkaError, RequestTimedOutError, TopicAlreadyExistsError
 from tests.container_support import ZOOKEEPER_IMAGE, docker_unavailable, ensure_images
 from tests.integration.test_faults import NumberedProducer, read_everything, validate
 from tests.support import wait_until
@@ -460,6 +460,21 @@ def test_brokers_on_a_containerised_ensemble_lose_one_node_then_the_quorum_then_
         time.sleep(max(0.0, t1 + 8 - time.monotonic()))  # past the brokers' ZooKeeper session timeout (6 s)
         during = acks_since(producer, t1)
         print(f"acks without a quorum: {during} in {time.monotonic() - t1:.1f} s ({before} before the refusal)")
+        # Group offsets live in ZooKeeper: a commit and a fetch are refused in bounded time
+        # (COORDINATOR_NOT_AVAILABLE, retriable), not left waiting on a request thread.
+        for what, call in (
+            (
+                "commit offsets",
+                lambda: admin.alter_consumer_group_offsets("no-quorum-group", {TopicPartition(TOPIC, 0): 1}),
+            ),
+            ("fetch offsets", lambda: admin.list_consumer_group_offsets("no-quorum-group")),
+        ):
+            t = time.monotonic()
+            with pytest.raises(KafkaError) as refused_group:
+                call()
+            times[f"{what} refused (no quorum)"] = time.monotonic() - t
+            print(f"{what} without a quorum: {type(refused_group.value).__name__}: {refused_group.value}")
+            assert times[f"{what} refused (no quorum)"] < 30
         assert all(b.running() for b in cluster.brokers.values())
         assert during > 0, "leaders keep serving acks=all writes without a ZooKeeper quorum"
 
