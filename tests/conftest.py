@@ -74,7 +74,18 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.waiting_utils import wait_for_logs
 
-        container = DockerContainer(ZOOKEEPER_IMAGE).with_exposed_ports(2181)
+        # The settings of the local jars' servers (kbroker.local.zookeeper): the tests'
+        # 3-4 s sessions need a 500 ms tick (the image's 2 s tick floors a session at 4 s
+        # and expires it up to a tick late), and every client comes through Docker's port
+        # proxy from one address, so no per-address connection cap.
+        container = (
+            DockerContainer(ZOOKEEPER_IMAGE)
+            .with_exposed_ports(2181)
+            .with_env("ZOO_TICK_TIME", "500")
+            .with_env("ZOO_MAX_CLIENT_CNXNS", "0")
+            .with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
+            .with_env("ZOO_CFG_EXTRA", "minSessionTimeout=1000 maxSessionTimeout=60000")
+        )
         container.start()
         try:
             wait_for_logs(container, "binding to port", timeout=60)
