@@ -38,6 +38,15 @@ def set_password(zk_connect: str, user: str, password: str) -> None:
         zk.close()
 
 
+def _authenticates(address: str, tls: dict[str, str]) -> bool:
+    try:
+        with AdminClient(address, 5000, **sasl("SASL_SSL", "SCRAM-SHA-512", **tls)) as admin:
+            admin.list_topics()
+        return True
+    except SaslAuthenticationFailedError:
+        return False
+
+
 def sasl(protocol: str, mechanism: str, password: str = ADMIN_PASSWORD, **extra: Any) -> dict[str, Any]:
     return {
         "security_protocol": protocol,
@@ -84,6 +93,10 @@ def test_producer_consumer_admin_over_sasl_ssl_and_sasl_plaintext(
     secure = ",".join(b.listeners["SECURE"] for b in cluster.brokers.values())
     scram_plaintext = ",".join(b.listeners["SCRAM"] for b in cluster.brokers.values())
     tls = {"ssl_cafile": str(ca.cert_path)}
+    # A credential reaches the brokers by ZooKeeper's change notification, a moment after
+    # it is written (Kafka's tests wait for it on every broker too).
+    for b in cluster.brokers.values():
+        wait_until(lambda b=b: _authenticates(b.listeners["SECURE"], tls), 30, f"the credential on {b.broker_id}")
 
     with AdminClient(secure, 30000, **sasl("SASL_SSL", "SCRAM-SHA-512", **tls)) as admin:
         admin.create_topics([NewTopic("secured", 2, 2)])
