@@ -5,8 +5,8 @@ testcontainers ZooKeeper where a Docker engine answers and has the project's
 ZooKeeper image (``scripts/images`` builds it from Debian's packages: no registry
 answers here), or real ZooKeeper servers started from the local jars (Debian's
 ``zookeeper`` package). ``$KBROKER_TEST_ZOOKEEPER_FROM`` (``container`` or ``jars``)
-picks one of the last two: ``scripts/test`` runs its main step on the container and
-the ``-m slow`` step on the jars, so that CI exercises both. The run's header says
+picks one of the last two: ``scripts/test`` runs its main step on the jars and a step
+of broker, group and session tests on the container, so that CI exercises both. The run's header says
 which. Broker logs are printed when a test fails.
 """
 
