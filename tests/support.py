@@ -14,7 +14,25 @@ from kazoo.protocol.states import ZnodeStat
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.metadata_cache import ClusterSnapshot, TopicInfo
+from kbroker.cluster.zk_client import ZkClient
+from kbroker.security.credentials import CredentialStore, new_credential
 from kclient.errors import KafkaConnectionError
+from kclient.scram import ScramMechanism
+
+
+def set_scram_passwords(zk_connect: str, passwords: dict[str, str]) -> None:
+    """Give each user a SCRAM-SHA-256 and a SCRAM-SHA-512 credential from his password, in
+    one write per user (one change notification, as ``kafka-configs --add-config
+    'SCRAM-SHA-256=[...],SCRAM-SHA-512=[...]'``): a broker that reads the user between two
+    writes would cache half of them until the second notification arrives."""
+    zk = ZkClient(zk_connect)
+    zk.start()
+    try:
+        store = CredentialStore(zk)
+        for user, password in passwords.items():
+            store.alter(user, upsert={m: new_credential(m, password) for m in ScramMechanism})
+    finally:
+        zk.close()
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 60, what: str = "condition") -> None:

@@ -55,13 +55,12 @@ from tests.conftest import FAST_BROKER
 from tests.integration.test_broker_listeners import (
     ADMIN,
     ADMIN_PASSWORD,
-    add_user,
     scram_login,
     secure_cluster,
     session,
     tls_stub,
 )
-from tests.support import wait_until
+from tests.support import set_scram_passwords, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +98,7 @@ class Env:
     def user(self, name: str) -> str:
         """A fresh SCRAM user for one test (``name`` made unique)."""
         unique = f"{name}-{uuid.uuid4().hex[:6]}"
-        add_user(self.cluster.zk_connect, unique, PASSWORD)
+        set_scram_passwords(self.cluster.zk_connect, {unique: PASSWORD})
         return unique
 
     def as_(self, user: str, broker: int = 0) -> As:
@@ -161,7 +160,7 @@ def env(zookeeper: str, tmp_path_factory: pytest.TempPathFactory, request: pytes
         cluster = secure_cluster(
             factory, broker, 2, **{"auto.create.topics.enable": "true", "group.initial.rebalance.delay.ms": "0"}
         )
-        add_user(zk_connect, ADMIN, ADMIN_PASSWORD)
+        set_scram_passwords(zk_connect, {ADMIN: ADMIN_PASSWORD})
         yield Env(cluster, broker.ca_path)
     finally:
         for c in made:

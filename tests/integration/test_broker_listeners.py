@@ -40,7 +40,7 @@ from kclient.proto.kbroker.v1 import (
     security_pb2,
 )
 from kclient.scram import ScramClient, ScramMechanism
-from tests.support import wait_until
+from tests.support import set_scram_passwords, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -131,16 +131,6 @@ def allow_anonymous_clients(zk_connect: str) -> None:
         zk.close()
 
 
-def add_user(zk_connect: str, user: str, password: str) -> None:
-    zk = ZkClient(zk_connect)
-    zk.start()
-    try:
-        CredentialStore(zk).set_password(user, "SCRAM-SHA-512", password)
-        CredentialStore(zk).set_password(user, "SCRAM-SHA-256", password)
-    finally:
-        zk.close()
-
-
 def test_listeners_tls_replication_and_sasl_sessions(
     cluster_factory: Callable[..., LocalCluster],
     ca: tuple[certs.IssuedCert, certs.IssuedCert],
@@ -148,7 +138,7 @@ def test_listeners_tls_replication_and_sasl_sessions(
     broker_cert, client_cert = ca
     cluster = secure_cluster(cluster_factory, broker_cert, 2)
     b0, b1 = cluster.brokers[0], cluster.brokers[1]
-    add_user(cluster.zk_connect, ADMIN, ADMIN_PASSWORD)
+    set_scram_passwords(cluster.zk_connect, {ADMIN: ADMIN_PASSWORD})
     allow_anonymous_clients(cluster.zk_connect)
 
     # Metadata over PLAINTEXT lists every broker's CLIENT address, over SASL_SSL its SECURE one.
@@ -248,7 +238,7 @@ def test_a_deleted_user_loses_its_session(
 ) -> None:
     broker_cert, _ = ca
     cluster = secure_cluster(cluster_factory, broker_cert, 1)
-    add_user(cluster.zk_connect, "bob", "bob-secret")
+    set_scram_passwords(cluster.zk_connect, {"bob": "bob-secret"})
     secure = tls_stub(cluster.brokers[0].listeners["SECURE"], broker_cert.ca_path)
     token = scram_login(secure, "bob", "bob-secret", "SCRAM-SHA-256")
     assert secure.Metadata(metadata_pb2.MetadataRequest(), timeout=10, metadata=session(token)).brokers

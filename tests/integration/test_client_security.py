@@ -14,28 +14,15 @@ from typing import Any
 
 import pytest
 
-from kbroker.cluster.zk_client import ZkClient
 from kbroker.local.cluster import LocalCluster
 from kbroker.security import certs
-from kbroker.security.credentials import CredentialStore
 from kclient import AdminClient, Consumer, NewTopic, Producer
 from kclient.errors import KafkaError, NoBrokersAvailable, SaslAuthenticationFailedError
-from tests.support import wait_until
+from tests.support import set_scram_passwords, wait_until
 
 pytestmark = pytest.mark.integration
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
-
-
-def set_password(zk_connect: str, user: str, password: str) -> None:
-    zk = ZkClient(zk_connect)
-    zk.start()
-    try:
-        store = CredentialStore(zk)
-        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-            store.set_password(user, mechanism, password)
-    finally:
-        zk.close()
 
 
 def _authenticates(address: str, tls: dict[str, str]) -> bool:
@@ -89,7 +76,7 @@ def test_producer_consumer_admin_over_sasl_ssl_and_sasl_plaintext(
             "super.users": f"User:CN=broker;User:{ADMIN}",
         },
     )
-    set_password(cluster.zk_connect, ADMIN, ADMIN_PASSWORD)
+    set_scram_passwords(cluster.zk_connect, {ADMIN: ADMIN_PASSWORD})
     secure = ",".join(b.listeners["SECURE"] for b in cluster.brokers.values())
     scram_plaintext = ",".join(b.listeners["SCRAM"] for b in cluster.brokers.values())
     tls = {"ssl_cafile": str(ca.cert_path)}
@@ -150,7 +137,7 @@ def test_producer_logs_in_again_after_a_broker_restart_but_not_after_a_password_
             "sasl.enabled.mechanisms": "SCRAM-SHA-256",
         },
     )
-    set_password(cluster.zk_connect, ADMIN, ADMIN_PASSWORD)
+    set_scram_passwords(cluster.zk_connect, {ADMIN: ADMIN_PASSWORD})
     address = f"127.0.0.1:{client_port}"
     security = sasl("SASL_PLAINTEXT", "SCRAM-SHA-256")
     with AdminClient(address, 30000, **security) as admin:
@@ -169,7 +156,7 @@ def test_producer_logs_in_again_after_a_broker_restart_but_not_after_a_password_
         renewed = producer._transport.session(address)
         assert renewed is not None and (renewed is not session or session.logins == 2)
 
-        set_password(cluster.zk_connect, ADMIN, "changed")  # revokes the session; the old password is refused
+        set_scram_passwords(cluster.zk_connect, {ADMIN: "changed"})  # revokes the session; the old password is refused
         refused: list[BaseException] = []
 
         def send_refused() -> bool:

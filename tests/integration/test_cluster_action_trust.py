@@ -34,13 +34,12 @@ from kclient.records import BatchBuilder
 from tests.integration.test_broker_listeners import (
     ADMIN,
     ADMIN_PASSWORD,
-    add_user,
     scram_login,
     secure_cluster,
     session,
     tls_stub,
 )
-from tests.support import wait_until
+from tests.support import set_scram_passwords, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -143,8 +142,8 @@ def test_with_an_authorizer_a_replica_id_and_controlled_shutdown_need_cluster_ac
     authority = certs.make_ca(tmp_path / "ca")
     broker_cert = certs.issue(authority, tmp_path / "ca", "broker")
     cluster = secure_cluster(cluster_factory, broker_cert, 2)
-    add_user(cluster.zk_connect, ADMIN, ADMIN_PASSWORD)
-    add_user(cluster.zk_connect, "mallory", "mallory-secret")
+    set_scram_passwords(cluster.zk_connect, {ADMIN: ADMIN_PASSWORD})
+    set_scram_passwords(cluster.zk_connect, {"mallory": "mallory-secret"})
 
     def login(broker: int, user: str, password: str) -> tuple[broker_pb2_grpc.BrokerStub, object]:
         stub = tls_stub(cluster.brokers[broker].listeners["SECURE"], broker_cert.ca_path)

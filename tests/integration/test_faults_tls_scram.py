@@ -13,8 +13,8 @@ import pytest
 
 from kbroker.local.cluster import LocalCluster
 from kbroker.security import certs
-from tests.integration.test_broker_listeners import add_user
 from tests.integration.test_faults import FAST, sigkill_bounces
+from tests.support import set_scram_passwords
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +26,8 @@ def tls_scram_cluster(
 ) -> tuple[LocalCluster, dict[str, str]]:
     ca = certs.make_ca(tmp_path / "ca")
     broker = certs.issue(ca, tmp_path / "ca", "broker")
-    add_user(zk_connect, "broker", BROKER_PASSWORD)
-    add_user(zk_connect, "app", APP_PASSWORD)
+    set_scram_passwords(zk_connect, {"broker": BROKER_PASSWORD})
+    set_scram_passwords(zk_connect, {"app": APP_PASSWORD})
     jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="{}";'
     cluster = cluster_factory(
         n,

@@ -13,14 +13,12 @@ from typing import Any
 
 import pytest
 
-from kbroker.cluster.zk_client import ZkClient
 from kbroker.local.cluster import LocalCluster
 from kbroker.security import certs
-from kbroker.security.credentials import CredentialStore
 from kclient import AdminClient, NewTopic
 from kclient.scram import ScramClient, ScramMechanism
 from tests.kafka_wire import WireClient
-from tests.support import wait_until
+from tests.support import set_scram_passwords, wait_until
 
 ck = pytest.importorskip("confluent_kafka")
 ck_admin = pytest.importorskip("confluent_kafka.admin")
@@ -28,18 +26,6 @@ ck_admin = pytest.importorskip("confluent_kafka.admin")
 pytestmark = pytest.mark.integration
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
-
-
-def set_passwords(zk_connect: str, passwords: dict[str, str]) -> None:
-    zk = ZkClient(zk_connect)
-    zk.start()
-    try:
-        store = CredentialStore(zk)
-        for user, password in passwords.items():
-            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-                store.set_password(user, mechanism, password)
-    finally:
-        zk.close()
 
 
 class Secure:
@@ -96,7 +82,7 @@ def secure(cluster_factory: Callable[..., LocalCluster], tmp_path: Path) -> Secu
             "super.users": "User:CN=broker;User:admin",
         },
     )
-    set_passwords(cluster.zk_connect, PASSWORDS)
+    set_scram_passwords(cluster.zk_connect, PASSWORDS)
     return Secure(cluster, ca, pki)
 
 
@@ -268,7 +254,7 @@ def test_sasl_session_lifetime_reauthentication_and_expiry(cluster_factory: Call
         1,
         **{"kafka.listeners": "SASL_PLAINTEXT://127.0.0.1:0", "connections.max.reauth.ms": str(lifetime_ms)},
     )
-    set_passwords(cluster.zk_connect, PASSWORDS)
+    set_scram_passwords(cluster.zk_connect, PASSWORDS)
     with AdminClient(bootstrap_servers=cluster.bootstrap) as grpc_admin:
         grpc_admin.create_topics([NewTopic("reauth", 1, 1)])
     address = cluster.kafka_bootstrap("SASL_PLAINTEXT")

@@ -17,10 +17,10 @@ from kbroker.security import certs
 from tests.integration.test_broker_listeners import (
     ADMIN,
     ADMIN_PASSWORD,
-    add_user,
     secure_cluster,
 )
 from tests.integration.test_kctl import fails, kctl, ok
+from tests.support import set_scram_passwords
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def secured(cluster_factory: Callable[..., LocalCluster], tmp_path: Path) -> tup
     ca = certs.make_ca(tmp_path / "ca")
     broker = certs.issue(ca, tmp_path / "ca", "broker", "CN=broker")
     cluster = secure_cluster(cluster_factory, broker, 2)
-    add_user(cluster.zk_connect, ADMIN, ADMIN_PASSWORD)
+    set_scram_passwords(cluster.zk_connect, {ADMIN: ADMIN_PASSWORD})
     admin_props = properties(tmp_path / "admin.properties", broker.ca_path, ADMIN, ADMIN_PASSWORD)
     return cluster, cluster.brokers[0].listeners["SECURE"], admin_props
 

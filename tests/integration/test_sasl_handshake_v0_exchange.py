@@ -18,8 +18,8 @@ import pytest
 from kbroker.local.cluster import LocalCluster
 from kbroker.security import certs
 from kclient.scram import ScramClient, ScramMechanism
-from tests.integration.test_kafka_door_security import set_passwords
 from tests.kafka_wire import WireClient
+from tests.support import set_scram_passwords
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def door(cluster_factory: Callable[..., LocalCluster], tmp_path: Path) -> Door:
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
         },
     )
-    set_passwords(cluster.zk_connect, PASSWORDS)
+    set_scram_passwords(cluster.zk_connect, PASSWORDS)
     return Door(cluster, ca.cert_path)
 
 

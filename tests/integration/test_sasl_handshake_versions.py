@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from kbroker.local.cluster import LocalCluster
-from tests.integration.test_kafka_door_security import set_passwords
 from tests.kafka_wire import WireClient
+from tests.support import set_scram_passwords
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def scram(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
         },
     )
-    set_passwords(cluster.zk_connect, PASSWORDS)
+    set_scram_passwords(cluster.zk_connect, PASSWORDS)
     return cluster
 
 

@@ -25,8 +25,8 @@ from kclient.security import SecurityConfig
 from kclient.transport import Transport
 from tests.conftest import FAST_BROKER
 from tests.integration.fault_proxy import FaultProxy
-from tests.integration.test_broker_listeners import add_user, scram_login, session
-from tests.support import wait_until
+from tests.integration.test_broker_listeners import scram_login, session
+from tests.support import set_scram_passwords, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def env(zookeeper: str, tmp_path_factory: pytest.TempPathFactory, request: pytes
     failed_before = request.session.testsfailed
     try:
         cluster.start(1)
-        add_user(zk_connect, USER, PASSWORD)
+        set_scram_passwords(zk_connect, {USER: PASSWORD})
         yield Env(cluster, ca)
     finally:
         if request.session.testsfailed > failed_before:
