@@ -52,13 +52,21 @@ class FakeZooKeeper:
     """An in-memory stand-in for :class:`kbroker.cluster.zk_client.ZkClient` as the metadata
     cache uses it: kazoo's ``get_async``/``exists_async``/``get_children``/``exists`` (as
     ``.kazoo``), ``broker``, ``controller_epoch`` and ``add_state_listener``. Watches are
-    not kept (a test fires them); ``reads`` counts the ``get_async`` calls per path."""
+    not kept (a test fires them); ``reads`` counts the ``get_async`` calls per path.
+    ``connected`` false plays a lost quorum: ``await_connection`` answers False at once
+    and counts itself in ``connection_waits``."""
 
     def __init__(self) -> None:
         self.kazoo = self
         self.nodes: dict[str, bytes] = {}
         self.versions: Counter[str] = Counter()
         self.reads: Counter[str] = Counter()
+        self.connected = True
+        self.connection_waits = 0
+
+    def await_connection(self, wait_s: float) -> bool:
+        self.connection_waits += 1
+        return self.connected
 
     def set(self, path: str, data: bytes) -> None:
         if path in self.nodes:

@@ -102,8 +102,11 @@ class GroupStore:
     def kazoo(self):  # type: ignore[no-untyped-def]
         return self._zk.kazoo
 
-    def _online(self, what: str, wait_s: float = CONNECTION_WAIT_S) -> None:
-        """Return once ZooKeeper is connected; CoordinatorNotAvailableError after ``wait_s``."""
+    def _online(self, what: str, wait_s: float = CONNECTION_WAIT_S, *, group: str | None = None) -> None:
+        """Return once ZooKeeper is connected; CoordinatorNotAvailableError after ``wait_s``.
+        A ``group`` id ZooKeeper cannot hold is refused first (InvalidGroupIdError, at once)."""
+        if group is not None:
+            zkdata.group_path(group)
         if not self._zk.await_connection(wait_s):
             raise CoordinatorNotAvailableError(
                 f"{what}: no ZooKeeper connection (is its quorum lost?); nothing was done"
@@ -119,11 +122,11 @@ class GroupStore:
             return []
 
     def exists(self, group: str) -> bool:
-        self._online(f"group {group!r}")
+        self._online(f"group {group!r}", group=group)
         return self.kazoo.exists(zkdata.group_path(group)) is not None
 
     def generation(self, group: str) -> int:
-        self._online(f"loading group {group!r}")
+        self._online(f"loading group {group!r}", group=group)
         try:
             data, _ = self.kazoo.get(zkdata.group_path(group))
         except NoNodeError:
@@ -135,7 +138,7 @@ class GroupStore:
 
     def stored_group(self, group: str) -> StoredGroup | None:
         """The group znode (None when there is none)."""
-        self._online(f"group {group!r}")
+        self._online(f"group {group!r}", group=group)
         try:
             data, stat = self.kazoo.get(zkdata.group_path(group))
         except NoNodeError:
@@ -151,7 +154,7 @@ class GroupStore:
         return StoredGroup(generation, protocol_type, int(stat.mtime))
 
     def set_generation(self, group: str, generation: int, protocol_type: str) -> None:
-        self._online(f"storing group {group!r}", MIRROR_WAIT_S)
+        self._online(f"storing group {group!r}", MIRROR_WAIT_S, group=group)
         body = json.dumps({"version": 1, "generation": generation, "protocol_type": protocol_type}).encode()
         path = zkdata.group_path(group)
         self._zk.check_request_size([(path, body)], f"group {group!r}")
@@ -161,7 +164,7 @@ class GroupStore:
             self.kazoo.create(path, body, makepath=True)
 
     def delete_group(self, group: str) -> None:
-        self._online(f"deleting group {group!r}")
+        self._online(f"deleting group {group!r}", group=group)
         path = zkdata.group_path(group)
         self.kazoo.delete(path, recursive=True)
         with self._lock:
@@ -171,7 +174,7 @@ class GroupStore:
     # --- members and owners --------------------------------------------------------
 
     def add_member(self, group: str, member_id: str, info: Mapping[str, object]) -> None:
-        self._online(f"storing a member of group {group!r}", MIRROR_WAIT_S)
+        self._online(f"storing a member of group {group!r}", MIRROR_WAIT_S, group=group)
         path = zkdata.group_member_path(group, member_id)
         data = json.dumps(dict(info), sort_keys=True).encode()
         self._zk.check_request_size([(path, data)], f"member {member_id!r} of group {group!r}")
@@ -181,14 +184,14 @@ class GroupStore:
             self.kazoo.set(path, data)
 
     def remove_member(self, group: str, member_id: str) -> None:
-        self._online(f"removing a member of group {group!r}", MIRROR_WAIT_S)
+        self._online(f"removing a member of group {group!r}", MIRROR_WAIT_S, group=group)
         try:
             self.kazoo.delete(zkdata.group_member_path(group, member_id))
         except NoNodeError:
             pass
 
     def members(self, group: str) -> list[str]:
-        self._online(f"members of group {group!r}", MIRROR_WAIT_S)
+        self._online(f"members of group {group!r}", MIRROR_WAIT_S, group=group)
         try:
             return sorted(zkdata.decode_segment(c) for c in self.kazoo.get_children(zkdata.group_members_path(group)))
         except NoNodeError:
@@ -203,7 +206,7 @@ class GroupStore:
                 f"group {group!r}: the ownership of {len(ops)} partitions is {total} bytes in ZooKeeper; "
                 f"the limit is {MAX_OWNER_WRITE_BYTES}"
             )
-        self._online(f"storing the owners of group {group!r}", MIRROR_WAIT_S)
+        self._online(f"storing the owners of group {group!r}", MIRROR_WAIT_S, group=group)
         self.clear_owners(group)
         for topic in {t for t, _ in owners}:
             self._ensure_parent(zkdata.group_owners_path(group, topic))
@@ -214,7 +217,7 @@ class GroupStore:
             tx.commit()
 
     def clear_owners(self, group: str) -> None:
-        self._online(f"clearing the owners of group {group!r}", MIRROR_WAIT_S)
+        self._online(f"clearing the owners of group {group!r}", MIRROR_WAIT_S, group=group)
         base = zkdata.group_owners_path(group)
         try:
             topics = self.kazoo.get_children(base)
@@ -262,7 +265,7 @@ class GroupStore:
         self._zk.check_request_size(
             list(ops.values()), f"a commit of {len(ops)} offsets to group {group!r}", InvalidCommitOffsetSizeError
         )
-        self._online(f"committing offsets of group {group!r}")
+        self._online(f"committing offsets of group {group!r}", group=group)
         for topic in {t for t, _ in offsets}:
             self._ensure_parent(zkdata.group_offsets_path(group, topic))
         for attempt in (0, 1):
@@ -288,8 +291,7 @@ class GroupStore:
         self, group: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets (only those that exist) for ``partitions`` (None = all)."""
-        zkdata.group_path(group)  # InvalidGroupIdError before anything else
-        self._online(f"fetching offsets of group {group!r}")
+        self._online(f"fetching offsets of group {group!r}", group=group)
         wanted = list(partitions) if partitions is not None else sorted(self._scan(group))
         out: dict[TopicPartition, CommittedOffset] = {}
         for topic, p in wanted:
