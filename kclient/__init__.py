@@ -1,5 +1,15 @@
 """kclient: the Python client of kbroker (kafka-python's names and meanings)."""
 
+import os
+
+# gRPC's fork handlers, on by default in grpcio's core, start a poller thread in the child
+# of every fork; when that child is a subprocess.Popen with ``preexec_fn`` (PySpark starts
+# its JVM so), it closes the poller's descriptors before exec and a few in a hundred such
+# children die ("epoll_wait error: Bad file descriptor", grpc/grpc#43055). kclient does not
+# use a channel across fork, so the handlers are off unless the application says otherwise.
+# gRPC reads this once, at its import: it must be set before anything imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from kclient.admin import AdminClient, NewTopic, TopicDescription
 from kclient.assignors import (
     AbstractPartitionAssignor,
