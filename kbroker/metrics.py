@@ -24,6 +24,9 @@ Every metric (name, type: meaning):
   NOT_LEADER_FOR_PARTITION).
 - ``kafka_network_requestmetrics_totaltimems{request}`` histogram: time of an RPC in the
   broker, milliseconds (``_bucket``, ``_sum``, ``_count``).
+- ``kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms`` histogram: time of
+  a ZooKeeper request of this broker, from queued to answered, milliseconds (Kafka's
+  ZooKeeperRequestLatencyMs; :mod:`kbroker.cluster.zk_request_timer`).
 - ``kafka_server_replicamanager_leadercount`` gauge: partitions led by this broker.
 - ``kafka_server_replicamanager_partitioncount`` gauge: partition replicas hosted here.
 - ``kafka_server_replicamanager_underreplicatedpartitions`` gauge: led partitions whose
@@ -139,6 +142,12 @@ class BrokerMetrics:
             "kafka_network_requestmetrics_totaltimems",
             "RPC time in the broker (ms)",
             ["request"],
+            buckets=_LATENCY_BUCKETS_MS,
+            registry=r,
+        )
+        self.zookeeper_latency = Histogram(
+            "kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms",
+            "Time of a ZooKeeper request, from queued to answered (ms)",
             buckets=_LATENCY_BUCKETS_MS,
             registry=r,
         )

@@ -184,6 +184,7 @@ def test_the_dashboard_covers_what_kafka_users_expect() -> None:
         "kafka_log_log_size",
         "kafka_cluster_partition_laststableoffsetlag",
         "kafka_server_sessionexpirelistener_sessionstate",
+        "kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms_bucket",
     }
     assert expected <= read, f"no panel reads {sorted(expected - read)}"
 

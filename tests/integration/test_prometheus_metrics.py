@@ -95,6 +95,9 @@ def test_counters_and_gauges_move_with_the_cluster(cluster_factory: Callable[...
     assert s["kafka_server_replicamanager_underreplicatedpartitions"] == 0
     assert s['kafka_log_log_size{partition="0",topic="m"}'] > 0
     assert s['kafka_server_sessionexpirelistener_sessionstate{state="CONNECTED"}'] == 1
+    zk_requests = s["kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms_count"]
+    assert zk_requests > 0 and s["kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms_sum"] > 0
+    assert s['kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms_bucket{le="+Inf"}'] == zk_requests
     assert s[f'kafka_consumergroup_lag{{consumergroup="{group}",partition="0",topic="m"}}'] == 4
     scrapes = [scrape(b) for b in c.brokers.values()]
     assert sum(x["kafka_controller_kafkacontroller_activecontrollercount"] for x in scrapes) == 1
