@@ -54,7 +54,7 @@ class FakeZooKeeper:
     ``.kazoo``), ``broker``, ``controller_epoch`` and ``add_state_listener``. Watches are
     not kept (a test fires them); ``reads`` counts the ``get_async`` calls per path.
     ``connected`` false plays a lost quorum: ``await_connection`` answers False at once
-    and counts itself in ``connection_waits``."""
+    and counts itself in ``connection_waits`` (``require_connection`` is ZkClient's own)."""
 
     def __init__(self) -> None:
         self.kazoo = self
@@ -67,6 +67,9 @@ class FakeZooKeeper:
     def await_connection(self, wait_s: float) -> bool:
         self.connection_waits += 1
         return self.connected
+
+    require_connection = ZkClient.require_connection
+    """ZkClient's own refusal, over this fake's :meth:`await_connection`."""
 
     def set(self, path: str, data: bytes) -> None:
         if path in self.nodes:

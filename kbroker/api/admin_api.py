@@ -9,7 +9,9 @@ Authorization is here (Kafka's rule per request, below); the work is the roles':
 :class:`~kbroker.cluster.config_admin.ConfigAdmin` the config znodes, and
 :mod:`kbroker.api.log_dirs` reads the log directory. Topic creation and growth wait
 (up to the request's timeout) until every new partition has a leader, as Kafka's
-DelayedCreatePartitions does.
+DelayedCreatePartitions does. Without a ZooKeeper connection (its quorum lost), a
+DescribeConfigs or IncrementalAlterConfigs waits for it once (5 s, :class:`ConfigAdmin`),
+then answers each of its resources that passed its own checks REQUEST_TIMED_OUT.
 
 Thread safety: every method blocks (ZooKeeper) and runs on a door's request pool; the
 collaborators are thread-safe.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from kbroker.api.access import Access
 from kbroker.api.log_dirs import LogDir, describe_log_dirs
@@ -41,6 +44,7 @@ from kclient.errors import (
 
 Outcome = tuple[str, BrokerResponseError | None]
 """A resource's name and its answer: None (done) or why not."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,11 +243,12 @@ class AdminApi:
 
     def describe_configs(self, resources: Sequence[ConfigResource]) -> list[DescribedConfigs]:
         configs = self._configs()
+        offline = _Offline(configs)
         out = []
         for r in resources:
             try:
                 self._check_config_access(Op.DESCRIBE_CONFIGS, r.resource_type, r.name)
-                entries = configs.describe(ResourceType(r.resource_type), r.name, r.keys)
+                entries = offline.run(configs.describe, ResourceType(r.resource_type), r.name, r.keys)
             except Exception as exc:
                 out.append(DescribedConfigs(r.resource_type, r.name, as_response_error(exc)))
                 continue
@@ -255,6 +260,7 @@ class AdminApi:
     ) -> list[tuple[ConfigChanges, BrokerResponseError | None]]:
         """ALTER_CONFIGS per resource; a resource named twice is refused (both times)."""
         configs = self._configs()
+        offline = _Offline(configs)
         seen = Counter((r.resource_type, r.name) for r in resources)
 
         def alter(r: ConfigChanges) -> None:
@@ -265,7 +271,9 @@ class AdminApi:
             if unknown:
                 raise InvalidRequestError(f"Unknown config operation for {unknown[0]}")
             ops = [AlterOp(c.name, OpType(c.operation), c.value) for c in r.changes]
-            configs.incremental_alter(ResourceType(r.resource_type), r.name, ops, validate_only=validate_only)
+            offline.run(
+                configs.incremental_alter, ResourceType(r.resource_type), r.name, ops, validate_only=validate_only
+            )
 
         return [(r, _outcome(alter, r)) for r in resources]
 
@@ -276,6 +284,26 @@ class AdminApi:
         the topic's), None for everything."""
         self._access.check_cluster(Op.DESCRIBE)
         return describe_log_dirs(self._replicas, wanted)
+
+
+class _Offline:
+    """One request's ZooKeeper wait (:meth:`ConfigAdmin._wait_for_zookeeper`) over all its
+    resources: once a resource was refused for want of a connection, the next ones do not
+    wait again and, while it is still down, get the same REQUEST_TIMED_OUT (their own
+    argument checks first), so a request of many resources is refused in one wait."""
+
+    def __init__(self, configs: ConfigAdmin) -> None:
+        self._configs = configs
+        self._refusal: RequestTimedOutError | None = None
+
+    def run(self, action: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return action(*args, **kwargs)
+        except RequestTimedOutError as exc:
+            if self._refusal is None:
+                self._refusal = exc
+                self._configs.zookeeper_wait_s = 0.0
+            raise self._refusal from None
 
 
 def _outcome(action: Callable[..., object], *args: object) -> BrokerResponseError | None:

@@ -5,6 +5,13 @@
 typed answers out; a refusal of the whole request (CLUSTER_AUTHORIZATION_FAILED,
 NOT_CONTROLLER, INVALID_REQUEST) is raised.
 
+Without a ZooKeeper connection (its quorum lost), AlterPartitionReassignments and
+ListPartitionReassignments wait up to ``zookeeper_wait_s`` (5 s) for it once authorized
+and checked, then answer REQUEST_TIMED_OUT, nothing changed; the controller's event
+thread would otherwise run them whenever the quorum returned, long after the client gave
+up (ElectLeaders waits the same way, in
+:func:`~kbroker.cluster.preferred_election.elect_preferred_leaders`).
+
 Authorization is here; the work is the :class:`~kbroker.cluster.controller.Controller`'s,
 the metadata cache's (the controller channel's states) and
 :func:`~kbroker.cluster.preferred_election.elect_preferred_leaders`'.
@@ -21,9 +28,15 @@ from kbroker.cluster.controller import Controller
 from kbroker.cluster.controller_channel import PartitionStateUpdate as PartitionStateUpdate
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.preferred_election import elect_preferred_leaders
-from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_client import CONNECTION_WAIT_S, ZkClient
 from kbroker.security.acl import AclOperation as Op
-from kclient.errors import BrokerResponseError, InvalidRequestError, NotControllerError, as_response_error
+from kclient.errors import (
+    BrokerResponseError,
+    InvalidRequestError,
+    NotControllerError,
+    RequestTimedOutError,
+    as_response_error,
+)
 
 TopicPartition = tuple[str, int]
 Moves = dict[TopicPartition, tuple[list[int], list[int], list[int]]]
@@ -34,13 +47,25 @@ class ClusterApi:
     """The cluster requests of one broker (see the module docstring)."""
 
     def __init__(
-        self, broker_id: int, controller: Controller, metadata: MetadataCache, zk: ZkClient, access: Access
+        self,
+        broker_id: int,
+        controller: Controller,
+        metadata: MetadataCache,
+        zk: ZkClient,
+        access: Access,
+        *,
+        zookeeper_wait_s: float = CONNECTION_WAIT_S,
     ) -> None:
         self._broker_id = broker_id
         self._controller = controller
         self._metadata = metadata
         self._zk = zk
         self._access = access
+        self.zookeeper_wait_s = zookeeper_wait_s
+
+    def _wait_for_zookeeper(self, what: str) -> None:
+        """Return once the session is connected; RequestTimedOutError after ``zookeeper_wait_s``."""
+        self._zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s)
 
     def _check_controller(self) -> None:
         if not self._controller.is_active:
@@ -78,6 +103,7 @@ class ClusterApi:
                 raise InvalidRequestError(f"{tp[0]}-{tp[1]} appears more than once")
             moves[tp] = replicas
         self._check_controller()
+        self._wait_for_zookeeper(f"reassigning {len(moves)} partition(s)")
         try:
             results = self._controller.alter_partition_reassignments(moves, timeout_ms / 1000.0)
         except Exception as exc:
@@ -88,6 +114,7 @@ class ClusterApi:
         """Ongoing moves (of ``partitions``, or all): DESCRIBE on the Cluster; the controller only."""
         self._access.check_cluster(Op.DESCRIBE)
         self._check_controller()
+        self._wait_for_zookeeper("listing partition reassignments")
         try:
             return self._controller.list_partition_reassignments(
                 list(partitions) if partitions is not None else None, timeout_ms / 1000.0
@@ -108,7 +135,9 @@ class ClusterApi:
         if partitions and not known:
             return unknown
         try:
-            elected = elect_preferred_leaders(self._zk, self._metadata, known or None, timeout_ms / 1000.0)
+            elected = elect_preferred_leaders(
+                self._zk, self._metadata, known or None, timeout_ms / 1000.0, zookeeper_wait_s=self.zookeeper_wait_s
+            )
         except Exception as exc:
             raise as_response_error(exc) from exc
         unknown.update((tp, as_response_error(err) if err is not None else None) for tp, err in elected.items())

@@ -197,13 +197,22 @@ class TransactionApi:
     def describe(
         self, transactional_ids: Sequence[str]
     ) -> list[tuple[str, BrokerResponseError | None, TransactionMetadata | None]]:
-        """DescribeTransactions (KIP-664): DESCRIBE on each id; each answers its own error."""
+        """DescribeTransactions (KIP-664): DESCRIBE on each id; each answers its own error.
+        Once one id's state could not be loaded (COORDINATOR_NOT_AVAILABLE: ZooKeeper out
+        of reach after the store's wait), the later ids that pass their checks answer the
+        same without waiting again."""
         out: list[tuple[str, BrokerResponseError | None, TransactionMetadata | None]] = []
+        unavailable: CoordinatorNotAvailableError | None = None
         for tid in transactional_ids:
             try:
                 self._check_id(Op.DESCRIBE, tid)
                 self._check_coordinator(tid)
+                if unavailable is not None:
+                    raise unavailable
                 out.append((tid, None, self._coordinator.describe(tid)))
+            except CoordinatorNotAvailableError as exc:
+                unavailable = exc
+                out.append((tid, exc, None))
             except BrokerResponseError as exc:
                 out.append((tid, exc, None))
         return out

@@ -4,6 +4,12 @@
 :class:`ZkAclStore` reads and writes them for the brokers' authorizer
 (:class:`kbroker.security.authorizer.AclAuthorizer`, which caches them) and for
 ``kctl acls --zookeeper``, which uses it directly.
+
+Without a ZooKeeper connection (its quorum lost), :meth:`ZkAclStore.create_acls` and
+:meth:`ZkAclStore.delete_acls` wait up to ``zookeeper_wait_s`` (5 s) for it, after their
+bindings and filters are checked, then answer each valid item RequestTimedOutError
+having changed nothing (kazoo would queue the writes for the whole outage). The
+broker's DescribeAcls answers from the authorizer's cache and does not wait.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from kazoo.exceptions import (
 )
 
 from kbroker.cluster import zkdata
-from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_client import CONNECTION_WAIT_S, ZkClient
 from kbroker.security.acl import (
     AccessControlEntry,
     AclBinding,
@@ -35,7 +41,7 @@ from kbroker.security.acl import (
     encode_acls,
     validate_binding,
 )
-from kclient.errors import InvalidRequestError, KafkaError, UnknownError
+from kclient.errors import InvalidRequestError, KafkaError, RequestTimedOutError, UnknownError
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +107,9 @@ class ZkAclStore:
     brokers, kctl) are serialized by the znode versions.
     """
 
-    def __init__(self, zk: ZkClient) -> None:
+    def __init__(self, zk: ZkClient, *, zookeeper_wait_s: float = CONNECTION_WAIT_S) -> None:
         self.zk = zk
+        self.zookeeper_wait_s = zookeeper_wait_s
 
     def ensure_paths(self) -> None:
         kazoo = self.zk.kazoo
@@ -167,6 +174,15 @@ class ZkAclStore:
             for prefixed in (False, True)
         }
 
+    def _offline(self, what: str) -> KafkaError | None:
+        """None once the session is connected; the RequestTimedOutError to answer after
+        ``zookeeper_wait_s`` without it."""
+        try:
+            self.zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s)
+        except RequestTimedOutError as exc:
+            return exc
+        return None
+
     def _children(self, path: str) -> list[str]:
         try:
             return list(self.zk.kazoo.get_children(path))
@@ -227,7 +243,8 @@ class ZkAclStore:
         """Add each binding (already present is fine); per binding None or the error.
 
         Invalid bindings get InvalidRequestError and are not written; the others are
-        written one transaction per resource.
+        written one transaction per resource, or all get RequestTimedOutError without a
+        ZooKeeper connection (see the module docstring).
         """
         results: list[KafkaError | None] = [None] * len(bindings)
         by_pattern: dict[ResourcePattern, list[int]] = {}
@@ -238,6 +255,12 @@ class ZkAclStore:
                 results[i] = InvalidRequestError(f"Failed to create ACL {binding}: {exc.message}")
                 continue
             by_pattern.setdefault(binding.pattern, []).append(i)
+        offline = self._offline(f"creating {sum(map(len, by_pattern.values()))} ACL(s)") if by_pattern else None
+        if offline is not None:
+            for indexes in by_pattern.values():
+                for i in indexes:
+                    results[i] = offline
+            return results
         for pattern, indexes in by_pattern.items():
             added = frozenset(bindings[i].entry for i in indexes)
             try:
@@ -259,7 +282,8 @@ class ZkAclStore:
 
         The resources looked at are every stored one plus those a filter names exactly
         (ACLs written a moment ago by another client included). Filters with UNKNOWN
-        values get InvalidRequestError.
+        values get InvalidRequestError; without a ZooKeeper connection the others get
+        RequestTimedOutError, nothing removed.
         """
         deleted: list[list[AclBinding]] = [[] for _ in filters]
         errors: list[KafkaError | None] = [None] * len(filters)
@@ -269,6 +293,11 @@ class ZkAclStore:
                 errors[i] = InvalidRequestError(f"ACL filter contains UNKNOWN elements: {f}")
             else:
                 usable.append(i)
+        offline = self._offline(f"deleting the ACLs of {len(usable)} filter(s)") if usable else None
+        if offline is not None:
+            for i in usable:
+                errors[i] = offline
+            usable = []
         if usable:
             candidates = dict.fromkeys(self.resources())
             for i in usable:

@@ -22,6 +22,13 @@ Checks, all before anything is written (a refused resource changes nothing):
 
 Documentation, types, sensitivity and read-only flags of the answers come from the table.
 
+Without a ZooKeeper connection (its quorum lost), a describe or an alter waits up to
+``zookeeper_wait_s`` (5 s) for it once its arguments passed the checks above that need no
+ZooKeeper (resource type and name, repeated or missing values, config names and values),
+then raises RequestTimedOutError having changed nothing (as a topic creation does,
+:mod:`kbroker.cluster.topic_admin`); kazoo would otherwise queue the call for the whole
+outage, and the write would land long after its client gave up.
+
 Precedence of a value (Kafka's): topic override > per-broker dynamic > cluster-default
 dynamic > static (``server.properties`` / flags) > Kafka's default.
 
@@ -37,7 +44,7 @@ from enum import IntEnum
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_client import CONNECTION_WAIT_S, ZkClient
 from kbroker.cluster.zkdata import DEFAULT_BROKER_ENTITY, broker_entity
 from kbroker.config import BROKER_CONFIGS, LOG_DEFAULT_KEYS
 from kbroker.config_def import ConfigKey
@@ -46,6 +53,7 @@ from kclient.errors import (
     InvalidConfigError,
     InvalidConfigurationError,
     InvalidRequestError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from kclient.topic_name import validate_topic_name
@@ -237,15 +245,26 @@ class ConfigAdmin:
     ``broker_id``: the answering broker (its static configs are ``static_broker``,
     broker-key names, e.g. from :func:`static_broker_configs`); they are reported only
     for that broker's own resource and as the static layer of topic defaults.
+    ``zookeeper_wait_s``: how long a request waits for a lost ZooKeeper connection.
     Thread-safe: no mutable state.
     """
 
     def __init__(
-        self, zk: ZkClient, *, broker_id: int | None = None, static_broker: Mapping[str, str] | None = None
+        self,
+        zk: ZkClient,
+        *,
+        broker_id: int | None = None,
+        static_broker: Mapping[str, str] | None = None,
+        zookeeper_wait_s: float = CONNECTION_WAIT_S,
     ) -> None:
         self._zk = zk
         self._broker_id = broker_id
         self._static = dict(static_broker or {})
+        self.zookeeper_wait_s = zookeeper_wait_s
+
+    def _wait_for_zookeeper(self, what: str) -> None:
+        """Return once the session is connected; RequestTimedOutError after ``zookeeper_wait_s``."""
+        self._zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s)
 
     # --- describe ----------------------------------------------------------------
 
@@ -253,9 +272,13 @@ class ConfigAdmin:
         """Every config of the resource (or only ``keys``), sorted by name."""
         wanted = set(keys)
         if rtype is ResourceType.TOPIC:
+            validate_topic_name(name)
+            self._wait_for_zookeeper("describing configs")
             entries = self._describe_topic(name)
         elif rtype is ResourceType.BROKER:
-            entries = self._describe_broker(broker_name(name))
+            broker = broker_name(name)
+            self._wait_for_zookeeper("describing configs")
+            entries = self._describe_broker(broker)
         else:
             raise InvalidRequestError(f"Unsupported resource type {rtype}")
         return [e for e in sorted(entries, key=lambda e: e.name) if not wanted or e.name in wanted]
@@ -274,7 +297,6 @@ class ConfigAdmin:
         return layers
 
     def _describe_topic(self, topic: str) -> list[ConfigEntry]:
-        validate_topic_name(topic)
         if not self._zk.topic_exists(topic):
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         overrides = self._zk.entity_config("topics", topic)[0]
@@ -324,6 +346,8 @@ class ConfigAdmin:
             entity_type, entity = "brokers", _entity_name(broker_name(name))
         else:
             raise InvalidRequestError(f"Unsupported resource type {rtype}")
+        self._check_ops(entity_type, ops)
+        self._wait_for_zookeeper("altering configs")
         while True:
             if entity_type == "topics" and not self._zk.topic_exists(name):
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -336,6 +360,17 @@ class ConfigAdmin:
                 return
             except (BadVersionError, NodeExistsError):
                 continue  # changed meanwhile: re-apply the operations to the new content
+
+    def _check_ops(self, entity_type: str, ops: list[AlterOp]) -> None:
+        """The checks of :meth:`_prepare` that do not depend on the stored config, made
+        before ZooKeeper is asked: INVALID_REQUEST (a repeated name, a missing value,
+        APPEND/SUBTRACT on a non-list config), INVALID_CONFIG (a bad name or SET value)."""
+        if entity_type != "topics":
+            self._prepare(entity_type, {}, ops)  # a broker's values are checked one by one
+            return
+        apply_ops({}, ops, LIST_TOPIC_CONFIGS & set(CONFIG_NAMES.values()), {})
+        # APPEND/SUBTRACT results depend on the stored list: checked in _prepare only.
+        LogConfig.from_properties({op.name: op.value for op in ops if op.op is OpType.SET and op.value is not None})
 
     def _prepare(self, entity_type: str, current: dict[str, str], ops: list[AlterOp]) -> dict[str, str]:
         if entity_type == "topics":

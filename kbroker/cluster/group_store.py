@@ -107,10 +107,7 @@ class GroupStore:
         A ``group`` id ZooKeeper cannot hold is refused first (InvalidGroupIdError, at once)."""
         if group is not None:
             zkdata.group_path(group)
-        if not self._zk.await_connection(wait_s):
-            raise CoordinatorNotAvailableError(
-                f"{what}: no ZooKeeper connection (is its quorum lost?); nothing was done"
-            )
+        self._zk.require_connection(what, CoordinatorNotAvailableError, wait_s)
 
     # --- groups --------------------------------------------------------------------
 

@@ -22,9 +22,9 @@ from kazoo.exceptions import NodeExistsError
 
 from kbroker.cluster import zkdata
 from kbroker.cluster.metadata_cache import MetadataCache
-from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_client import CONNECTION_WAIT_S, ZkClient
 from kbroker.cluster.zk_errors import mapped
-from kclient.errors import KafkaError, PreferredLeaderNotAvailableError
+from kclient.errors import KafkaError, PreferredLeaderNotAvailableError, RequestTimedOutError
 
 POLL_S = 0.05
 
@@ -63,13 +63,29 @@ def request_preferred_election(
 
 
 def elect_preferred_leaders(
-    zk: ZkClient, metadata: MetadataCache, partitions: Sequence[tuple[str, int]] | None, timeout_s: float
+    zk: ZkClient,
+    metadata: MetadataCache,
+    partitions: Sequence[tuple[str, int]] | None,
+    timeout_s: float,
+    *,
+    zookeeper_wait_s: float = CONNECTION_WAIT_S,
 ) -> dict[tuple[str, int], KafkaError | None]:
     """ElectLeaders (preferred): ask the controller (or join an election already asked
     for), wait up to ``timeout_s``, and answer per partition (``partitions``, or every
     partition of the cluster) from ZooKeeper's states: None where the preferred replica
     leads now, else PREFERRED_LEADER_NOT_AVAILABLE saying whether the election is still
-    running. ZooKeeper out of reach raises the typed ZooKeeperError."""
+    running. Without a ZooKeeper connection it waits up to ``zookeeper_wait_s`` for it,
+    then raises RequestTimedOutError having asked nothing (kazoo would queue the request
+    znode's creation for the whole outage, and the election would run when the quorum
+    returned, long after the client gave up); another ZooKeeper failure raises the typed
+    ZooKeeperError."""
+    zk.require_connection(
+        f"electing the preferred leaders of {len(partitions)} partition(s)"
+        if partitions
+        else "electing the preferred leaders of every partition",
+        RequestTimedOutError,
+        zookeeper_wait_s,
+    )
     deadline = time.monotonic() + timeout_s
     request_preferred_election(zk, partitions, timeout_s, join_pending=True)
     metadata.sync()

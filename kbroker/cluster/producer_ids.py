@@ -15,6 +15,11 @@ new producer id is always 0 (epochs are bumped by the producer itself, KIP-360).
 Errors: a ZooKeeper problem (connection loss, session expiry) becomes
 :class:`CoordinatorNotAvailableError` (retriable: the producer asks again); a
 malformed znode or an exhausted id space is a non-retriable :class:`KafkaError`.
+Without a ZooKeeper connection (its quorum lost) a claim waits up to
+:data:`CLAIM_WAIT_S` for it, then raises CoordinatorNotAvailableError having claimed
+nothing (kazoo would queue the call for the whole outage, under the manager's lock,
+which every InitProducerId of this broker then queues behind). Ids of the current block
+are handed out as before.
 
 Thread safety: ``generate`` may be called from any thread (one lock; a block claim
 happens under it, once every 1000 ids).
@@ -44,14 +49,18 @@ BLOCK_SIZE = 1000
 MAX_PRODUCER_ID = 2**63 - 1
 MAX_CLAIM_ATTEMPTS = 100
 """Compare-and-set attempts before giving up (only lost races count)."""
+CLAIM_WAIT_S = 1.0
+"""How long a block claim waits for a lost ZooKeeper connection: a blip's length (it holds
+the lock every producer id of this broker is handed out under)."""
 
 
 class ProducerIdManager:
     """Hands out producer ids from blocks claimed in ZooKeeper."""
 
-    def __init__(self, zk: ZkClient, broker_id: int) -> None:
+    def __init__(self, zk: ZkClient, broker_id: int, *, claim_wait_s: float = CLAIM_WAIT_S) -> None:
         self._zk = zk
         self._broker_id = broker_id
+        self.claim_wait_s = claim_wait_s
         self._lock = threading.Lock()
         self._next_id = 0
         self._block_end = -1  # nothing claimed yet: the first generate() claims a block
@@ -67,6 +76,11 @@ class ProducerIdManager:
             return pid, 0
 
     def _claim_block(self) -> ProducerIdBlock:
+        self._zk.require_connection(
+            f"broker {self._broker_id} claiming a block of producer ids",
+            CoordinatorNotAvailableError,
+            self.claim_wait_s,
+        )
         try:
             return self._claim_block_once()
         except (KazooException, KazooTimeoutError) as exc:

@@ -151,11 +151,7 @@ class TopicAdmin:
 
     def _wait_for_zookeeper(self, what: str) -> None:
         """Return once the session is connected; RequestTimedOutError after ``zookeeper_wait_s``."""
-        if not self._zk.await_connection(self.zookeeper_wait_s):
-            raise RequestTimedOutError(
-                f"{what}: no ZooKeeper connection for {self.zookeeper_wait_s:g} s "
-                "(is its quorum lost?); nothing was changed"
-            )
+        self._zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s)
 
     def delete_topic(self, name: str) -> None:
         validate_topic_name(name)

@@ -33,6 +33,7 @@ from kclient.errors import (
     KafkaError,
     NotControllerError,
     ReassignmentInProgressError,
+    RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -177,6 +178,18 @@ class ZkClient:
                 return False
             time.sleep(0.05)
         return True
+
+    def require_connection(
+        self, what: str, error: type[KafkaError] = RequestTimedOutError, wait_s: float = CONNECTION_WAIT_S
+    ) -> None:
+        """Return once the connection is up (:meth:`await_connection`); else raise ``error``
+        saying ``what`` was refused, nothing changed. Request paths call it after their
+        argument checks and before their first ZooKeeper call: RequestTimedOutError for an
+        admin request (topics, configs, ACLs, SCRAM users, reassignments, elections),
+        CoordinatorNotAvailableError for a coordinator's (groups, transactions), both
+        retriable."""
+        if not self.await_connection(wait_s):
+            raise error(f"{what}: no ZooKeeper connection for {wait_s:g} s (is its quorum lost?); nothing was changed")
 
     @property
     def state(self) -> SessionState:

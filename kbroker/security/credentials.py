@@ -4,6 +4,15 @@ They are stored in ZooKeeper as Kafka stores them (``/config/users/<user>``, one
 ``config_change_`` notification per write): :class:`kbroker.cluster.credential_store.ZkCredentialStore`
 reads and writes those znodes; this module holds the SCRAM side (mechanisms, salted
 credentials, what may be stored) and the cache, and Kafka's admin RPCs over them.
+
+Without a ZooKeeper connection (its quorum lost), the admin side (:meth:`CredentialStore.alter`
+and the writes over it, :meth:`CredentialStore.describe`) waits up to ``zookeeper_wait_s``
+(5 s) for it once its arguments are checked, then raises RequestTimedOutError having
+changed nothing: kazoo would otherwise queue the call for the whole outage, and the write
+would land long after its client gave up. The lookups of SASL authentication
+(:meth:`CredentialStore.lookup`) do not wait this way: a cached user authenticates as
+before; an uncached one waits for ZooKeeper like any kazoo call (its lookup cannot report
+an outage apart from an unknown user).
 """
 
 from __future__ import annotations
@@ -14,12 +23,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kbroker.cluster.credential_store import ZkCredentialStore
-from kbroker.cluster.zk_client import ZkClient
+from kbroker.cluster.zk_client import CONNECTION_WAIT_S, ZkClient
 from kbroker.cluster.zk_events import ZkEventThread
 from kclient.errors import (
     BrokerResponseError,
     DuplicateResourceError,
     KafkaError,
+    RequestTimedOutError,
     ResourceNotFoundError,
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
@@ -85,13 +95,25 @@ class CredentialStore:
     is dropped (a notification may have been missed). Without :meth:`start` nothing is
     cached: every lookup reads ZooKeeper (tools).
 
+    Admin calls (:meth:`describe`, :meth:`alter` and the writes over it) are refused with
+    RequestTimedOutError after ``zookeeper_wait_s`` without a ZooKeeper connection (see
+    the module docstring); :meth:`credentials` and :meth:`lookup` do not wait this way.
+
     Thread safety: every method may be called from any thread. A read that raced with an
     invalidation is not cached (an invalidation counter guards the store), so the cache
     never keeps a credential older than the last notification seen.
     ``on_user_changed`` runs on the watcher thread, one call at a time.
     """
 
-    def __init__(self, zk: ZkClient, *, on_user_changed: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self,
+        zk: ZkClient,
+        *,
+        on_user_changed: Callable[[str], object] | None = None,
+        zookeeper_wait_s: float = CONNECTION_WAIT_S,
+    ) -> None:
+        self._zk = zk
+        self.zookeeper_wait_s = zookeeper_wait_s
         self._store = ZkCredentialStore(zk)
         self._on_user_changed = on_user_changed
         self._lock = threading.Lock()
@@ -135,9 +157,15 @@ class CredentialStore:
         """user -> {mechanism: iterations}, from ZooKeeper (not the cache).
 
         ``users=None``: every user with at least one SCRAM credential, sorted by name.
-        Named users without a credential are absent from the answer.
+        Named users without a credential are absent from the answer. A name ZooKeeper
+        cannot hold is refused at once (InvalidRequestError); RequestTimedOutError without
+        a ZooKeeper connection.
         """
-        names = self._store.users() if users is None else list(users)
+        named = None if users is None else list(users)
+        for name in named or ():
+            ZkCredentialStore.check_user(name)
+        self._wait_for_zookeeper("describing SCRAM credentials", self.zookeeper_wait_s)
+        names = self._store.users() if named is None else named
         out: dict[str, dict[ScramMechanism, int]] = {}
         for name in names:
             entries = scram_entries(self._store.read(name))
@@ -177,11 +205,13 @@ class CredentialStore:
         upsert: dict[ScramMechanism, ScramCredential] | None = None,
         delete: Iterable[ScramMechanism] = (),
         missing_ok: bool = False,
+        wait_s: float | None = None,
     ) -> list[ScramMechanism]:
         """Set and remove several of ``user``'s credentials in one write (one notification);
         the mechanisms removed. Nothing is written if a check fails: UnacceptableCredentialError
         (bad user or iterations), ResourceNotFoundError (a credential to delete is absent:
-        with ``missing_ok`` only if none of them is there)."""
+        with ``missing_ok`` only if none of them is there), RequestTimedOutError (no
+        ZooKeeper connection within ``wait_s``, by default ``zookeeper_wait_s``)."""
         upsert = dict(upsert or {})
         wanted = list(delete)
         self._check_user(user)
@@ -190,6 +220,7 @@ class CredentialStore:
                 m.check_iterations(credential.iterations)
             except ScramCredentialError as exc:
                 raise UnacceptableCredentialError(str(exc)) from None
+        self._wait_for_zookeeper("altering SCRAM credentials", self.zookeeper_wait_s if wait_s is None else wait_s)
         removed: list[ScramMechanism] = []
 
         def change(config: dict[str, str]) -> dict[str, str]:
@@ -206,6 +237,9 @@ class CredentialStore:
 
         self._store.update(user, change)
         return removed
+
+    def _wait_for_zookeeper(self, what: str, wait_s: float) -> None:
+        self._zk.require_connection(what, RequestTimedOutError, wait_s)
 
     @staticmethod
     def _check_user(user: str) -> None:
@@ -304,7 +338,9 @@ def alter_user_scram_credentials(
     the order users first appear. Each user's changes are checked, then written at once
     (all or nothing per user): UNACCEPTABLE_CREDENTIAL (empty user, iterations out of
     bounds, empty salt or salted password), UNSUPPORTED_SASL_MECHANISM, DUPLICATE_RESOURCE
-    (a user and mechanism twice in the request), RESOURCE_NOT_FOUND (deleting what is absent).
+    (a user and mechanism twice in the request), RESOURCE_NOT_FOUND (deleting what is absent),
+    REQUEST_TIMED_OUT (no ZooKeeper connection: the first user to be written waits for it,
+    the others are refused at once while it is still down).
     """
     dels, ups = list(deletions), list(upsertions)
     results: dict[str, BrokerResponseError | None] = {}
@@ -312,6 +348,7 @@ def alter_user_scram_credentials(
         results.setdefault(user, None)
     pairs = [(d.user, d.mechanism) for d in dels] + [(u.user, u.mechanism) for u in ups]
     duplicated = {user for user, name in pairs if pairs.count((user, name)) > 1}
+    offline: RequestTimedOutError | None = None
     for user in results:
         try:
             if not user:
@@ -328,7 +365,10 @@ def alter_user_scram_credentials(
                 except ScramCredentialError as exc:
                     raise UnacceptableCredentialError(str(exc)) from None
             delete = [mechanism_of(d.mechanism) for d in dels if d.user == user]
-            store.alter(user, upsert=upsert, delete=delete)
+            store.alter(user, upsert=upsert, delete=delete, wait_s=None if offline is None else 0.0)
+        except RequestTimedOutError as exc:
+            offline = offline or exc
+            results[user] = offline
         except BrokerResponseError as exc:
             results[user] = exc
     return results
@@ -340,29 +380,34 @@ def describe_user_scram_credentials(
     """Kafka's DescribeUserScramCredentials: (user, error or None, {mechanism: iterations}).
 
     No users named: every user with a credential. A named user without one gets
-    RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE.
+    RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE, a name ZooKeeper cannot hold
+    INVALID_REQUEST; the others are read at once, and without a ZooKeeper connection the
+    request is refused whole (RequestTimedOutError raised).
     """
     named = list(users)
     if not named:
         return [(user, None, found) for user, found in store.describe().items()]
-    out: list[tuple[str, BrokerResponseError | None, dict[ScramMechanism, int]]] = []
+    refused: dict[str, BrokerResponseError] = {}
     for user in dict.fromkeys(named):
         if named.count(user) > 1:
-            out.append(
-                (
-                    user,
-                    DuplicateResourceError(
-                        f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"
-                    ),
-                    {},
-                )
+            refused[user] = DuplicateResourceError(
+                f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"
             )
             continue
         try:
-            found = store.describe([user]).get(user, {})
+            ZkCredentialStore.check_user(user)
         except BrokerResponseError as exc:  # a name ZooKeeper cannot hold
-            out.append((user, exc, {}))
-            continue
-        missing = ResourceNotFoundError(f"Attempt to describe a user credential that does not exist: {user}")
-        out.append((user, None, found) if found else (user, missing, {}))
+            refused[user] = exc
+    wanted = [user for user in dict.fromkeys(named) if user not in refused]
+    described = store.describe(wanted) if wanted else {}
+    out: list[tuple[str, BrokerResponseError | None, dict[ScramMechanism, int]]] = []
+    for user in dict.fromkeys(named):
+        found = described.get(user, {})
+        if user in refused:
+            out.append((user, refused[user], {}))
+        elif found:
+            out.append((user, None, found))
+        else:
+            missing = ResourceNotFoundError(f"Attempt to describe a user credential that does not exist: {user}")
+            out.append((user, missing, {}))
     return out

@@ -17,6 +17,7 @@ from kbroker.cluster.config_admin import (
     apply_ops,
     static_broker_configs,
 )
+from kbroker.cluster.zk_client import ZkClient
 from kbroker.storage.log_config import LogConfig
 from kclient.errors import InvalidConfigurationError, InvalidRequestError, UnknownTopicOrPartitionError
 
@@ -25,13 +26,19 @@ SET, DELETE, APPEND, SUBTRACT = OpType.SET, OpType.DELETE, OpType.APPEND, OpType
 
 
 class FakeZk:
-    """The three ZkClient calls ConfigAdmin makes; ``writes`` records each set_entity_config."""
+    """The ZkClient calls ConfigAdmin makes (connected: ``require_connection`` passes);
+    ``writes`` records each set_entity_config."""
 
     def __init__(self, topics: tuple[str, ...] = ("t",)) -> None:
         self.topics = set(topics)
         self.configs: dict[tuple[str, str], tuple[dict[str, str], int]] = {}
         self.writes: list[tuple[str, str, dict[str, str]]] = []
         self.conflicts = 0
+
+    def await_connection(self, wait_s: float) -> bool:
+        return True
+
+    require_connection = ZkClient.require_connection
 
     def topic_exists(self, topic: str) -> bool:
         return topic in self.topics

@@ -20,6 +20,7 @@ from kbroker.cluster.config_admin import (
     ResourceType,
     validate_broker_config,
 )
+from kbroker.cluster.zk_client import ZkClient
 from kbroker.config import (
     BROKER_CONFIGS,
     LOG_DEFAULT_KEYS,
@@ -220,6 +221,11 @@ def test_dynamic_validation_without_a_whole_config(name: str, value: str, error:
 class _Zk:
     def __init__(self, configs: dict[tuple[str, str], dict[str, str]]) -> None:
         self.configs = configs
+
+    def await_connection(self, wait_s: float) -> bool:
+        return True
+
+    require_connection = ZkClient.require_connection
 
     def topic_exists(self, topic: str) -> bool:
         return True
