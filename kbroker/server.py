@@ -40,7 +40,6 @@ from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.topic_admin import TopicAdmin
 from kbroker.cluster.txn_store import TransactionStore
 from kbroker.cluster.zk_client import BrokerIdInUseError, SessionState, ZkClient
-from kbroker.cluster.zk_request_timer import time_requests
 from kbroker.cluster.zkdata import BrokerInfo, CommittedOffset
 from kbroker.config import BrokerConfig, add_flags, build_config, flag_settings, load_properties
 from kbroker.doors.grpc.server import GrpcServer
@@ -116,7 +115,7 @@ class KafkaServer:
         """The advertised Kafka-protocol listeners with their bound ports."""
         self.metrics = BrokerMetrics()
         """This broker's Prometheus registry (served when metrics.port >= 0)."""
-        time_requests(self.zk.kazoo, self.metrics.zookeeper_latency.observe)
+        self.zk.time_requests(self.metrics.zookeeper_latency.observe)
         self.metrics_port = -1
         """The bound port of the metrics endpoint, -1 when off."""
         self.logs: LogManager | None = None

@@ -25,6 +25,7 @@ from kazoo.protocol.states import KazooState
 
 from kbroker.cluster import zk_acl, zkdata
 from kbroker.cluster.zk_errors import mapped
+from kbroker.cluster.zk_request_timer import time_requests
 from kbroker.cluster.zkdata import Assignment, BrokerInfo, LeaderAndIsr, Reassignment, TopicZNode
 from kbroker.security.zk_credential import NO_AUTH_HINT, ZkCredential
 from kclient.errors import (
@@ -166,6 +167,11 @@ class ZkClient:
     def connected(self) -> bool:
         """Is the connection to ZooKeeper up right now (kazoo's CONNECTED state)?"""
         return bool(self.kazoo.connected)
+
+    def time_requests(self, observe: Callable[[float], object]) -> None:
+        """Call ``observe(milliseconds)`` once per request from now on, from queued to
+        answered (:mod:`kbroker.cluster.zk_request_timer`; Kafka's ZooKeeperRequestLatencyMs)."""
+        time_requests(self.kazoo, observe)
 
     def await_connection(self, wait_s: float) -> bool:
         """Is the connection up, or back within ``wait_s``? A request path asks this before
