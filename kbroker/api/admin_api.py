@@ -10,8 +10,9 @@ Authorization is here (Kafka's rule per request, below); the work is the roles':
 :mod:`kbroker.api.log_dirs` reads the log directory. Topic creation and growth wait
 (up to the request's timeout) until every new partition has a leader, as Kafka's
 DelayedCreatePartitions does. Without a ZooKeeper connection (its quorum lost), a
-DescribeConfigs or IncrementalAlterConfigs waits for it once (5 s, :class:`ConfigAdmin`),
-then answers each of its resources that passed its own checks REQUEST_TIMED_OUT.
+request on topics or configs waits for it once (5 s, :class:`TopicAdmin`,
+:class:`ConfigAdmin`), then answers each of its resources that passed its own checks
+REQUEST_TIMED_OUT.
 
 Thread safety: every method blocks (ZooKeeper) and runs on a door's request pool; the
 collaborators are thread-safe.
@@ -135,12 +136,14 @@ class AdminApi:
         creatable = self._access.creatable(t.name for t in topics)
         written: dict[str, int] = {}
         out: list[Outcome] = []
+        one_wait = _OneWait()
         for t in topics:
             if t.name not in creatable:
                 out.append((t.name, self._access.topic_error(Op.CREATE, t.name)))
                 continue
             try:
-                chosen = self._admin.create_topic(
+                chosen = one_wait.run(
+                    self._admin.create_topic,
                     t.name,
                     t.num_partitions,
                     t.replication_factor,
@@ -165,9 +168,10 @@ class AdminApi:
     def delete_topics(self, names: Sequence[str], timeout_ms: int) -> list[Outcome]:
         """DELETE on each topic; answered once the controller removed it (or timed out)."""
         refused = self._access.refused_topics(Op.DELETE, names)
+        one_wait = _OneWait()
 
         def delete(name: str) -> None:
-            self._admin.delete_topic(name)
+            one_wait.run(self._admin.delete_topic, name)
             if not self._wait(lambda snap: name not in snap.topics, timeout_ms):
                 raise RequestTimedOutError(f"topic {name!r} is marked for deletion but not deleted yet")
 
@@ -178,9 +182,12 @@ class AdminApi:
     ) -> list[Outcome]:
         """ALTER on each topic; answered once every new partition has a leader."""
         refused = self._access.refused_topics(Op.ALTER, (t.name for t in topics))
+        one_wait = _OneWait()
 
         def grow(t: NewPartitions) -> None:
-            self._admin.create_partitions(t.name, t.count, validate_only=validate_only, assignments=t.assignments)
+            one_wait.run(
+                self._admin.create_partitions, t.name, t.count, validate_only=validate_only, assignments=t.assignments
+            )
             if not validate_only and self._leaderless({t.name: t.count}, timeout_ms):
                 raise RequestTimedOutError(f"topic {t.name!r} was written but not every partition has a leader yet")
 
@@ -243,12 +250,12 @@ class AdminApi:
 
     def describe_configs(self, resources: Sequence[ConfigResource]) -> list[DescribedConfigs]:
         configs = self._configs()
-        offline = _Offline(configs)
+        one_wait = _OneWait()
         out = []
         for r in resources:
             try:
                 self._check_config_access(Op.DESCRIBE_CONFIGS, r.resource_type, r.name)
-                entries = offline.run(configs.describe, ResourceType(r.resource_type), r.name, r.keys)
+                entries = one_wait.run(configs.describe, ResourceType(r.resource_type), r.name, r.keys)
             except Exception as exc:
                 out.append(DescribedConfigs(r.resource_type, r.name, as_response_error(exc)))
                 continue
@@ -260,7 +267,7 @@ class AdminApi:
     ) -> list[tuple[ConfigChanges, BrokerResponseError | None]]:
         """ALTER_CONFIGS per resource; a resource named twice is refused (both times)."""
         configs = self._configs()
-        offline = _Offline(configs)
+        one_wait = _OneWait()
         seen = Counter((r.resource_type, r.name) for r in resources)
 
         def alter(r: ConfigChanges) -> None:
@@ -271,7 +278,7 @@ class AdminApi:
             if unknown:
                 raise InvalidRequestError(f"Unknown config operation for {unknown[0]}")
             ops = [AlterOp(c.name, OpType(c.operation), c.value) for c in r.changes]
-            offline.run(
+            one_wait.run(
                 configs.incremental_alter, ResourceType(r.resource_type), r.name, ops, validate_only=validate_only
             )
 
@@ -286,24 +293,21 @@ class AdminApi:
         return describe_log_dirs(self._replicas, wanted)
 
 
-class _Offline:
-    """One request's ZooKeeper wait (:meth:`ConfigAdmin._wait_for_zookeeper`) over all its
-    resources: once a resource was refused for want of a connection, the next ones do not
-    wait again and, while it is still down, get the same REQUEST_TIMED_OUT (their own
-    argument checks first), so a request of many resources is refused in one wait."""
+class _OneWait:
+    """One request's wait for a lost ZooKeeper connection, over all its resources: the
+    first that needs ZooKeeper waits the role's time (5 s); once one was refused
+    (REQUEST_TIMED_OUT), the rest only look (a wait of 0), each after its own argument
+    checks, so a request naming many resources is refused after one wait, not one each."""
 
-    def __init__(self, configs: ConfigAdmin) -> None:
-        self._configs = configs
-        self._refusal: RequestTimedOutError | None = None
+    def __init__(self) -> None:
+        self.wait_s: float | None = None
 
     def run(self, action: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
-            return action(*args, **kwargs)
-        except RequestTimedOutError as exc:
-            if self._refusal is None:
-                self._refusal = exc
-                self._configs.zookeeper_wait_s = 0.0
-            raise self._refusal from None
+            return action(*args, zookeeper_wait_s=self.wait_s, **kwargs)
+        except RequestTimedOutError:
+            self.wait_s = 0.0
+            raise
 
 
 def _outcome(action: Callable[..., object], *args: object) -> BrokerResponseError | None:

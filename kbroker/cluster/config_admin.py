@@ -262,22 +262,26 @@ class ConfigAdmin:
         self._static = dict(static_broker or {})
         self.zookeeper_wait_s = zookeeper_wait_s
 
-    def _wait_for_zookeeper(self, what: str) -> None:
-        """Return once the session is connected; RequestTimedOutError after ``zookeeper_wait_s``."""
-        self._zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s)
+    def _wait_for_zookeeper(self, what: str, wait_s: float | None) -> None:
+        """Return once the session is connected; RequestTimedOutError after ``wait_s``
+        (None: ``zookeeper_wait_s``)."""
+        self._zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s if wait_s is None else wait_s)
 
     # --- describe ----------------------------------------------------------------
 
-    def describe(self, rtype: ResourceType, name: str, keys: Iterable[str] = ()) -> list[ConfigEntry]:
-        """Every config of the resource (or only ``keys``), sorted by name."""
+    def describe(
+        self, rtype: ResourceType, name: str, keys: Iterable[str] = (), *, zookeeper_wait_s: float | None = None
+    ) -> list[ConfigEntry]:
+        """Every config of the resource (or only ``keys``), sorted by name; ``zookeeper_wait_s``
+        overrides the wait for a lost connection (a request's later resources: 0)."""
         wanted = set(keys)
         if rtype is ResourceType.TOPIC:
             validate_topic_name(name)
-            self._wait_for_zookeeper("describing configs")
+            self._wait_for_zookeeper("describing configs", zookeeper_wait_s)
             entries = self._describe_topic(name)
         elif rtype is ResourceType.BROKER:
             broker = broker_name(name)
-            self._wait_for_zookeeper("describing configs")
+            self._wait_for_zookeeper("describing configs", zookeeper_wait_s)
             entries = self._describe_broker(broker)
         else:
             raise InvalidRequestError(f"Unsupported resource type {rtype}")
@@ -335,9 +339,16 @@ class ConfigAdmin:
     # --- alter -------------------------------------------------------------------
 
     def incremental_alter(
-        self, rtype: ResourceType, name: str, ops: Iterable[AlterOp], *, validate_only: bool = False
+        self,
+        rtype: ResourceType,
+        name: str,
+        ops: Iterable[AlterOp],
+        *,
+        validate_only: bool = False,
+        zookeeper_wait_s: float | None = None,
     ) -> None:
-        """Apply ``ops`` to the resource's stored config, or raise (writing nothing)."""
+        """Apply ``ops`` to the resource's stored config, or raise (writing nothing);
+        ``zookeeper_wait_s`` as :meth:`describe`'s."""
         ops = list(ops)
         if rtype is ResourceType.TOPIC:
             validate_topic_name(name)
@@ -347,7 +358,7 @@ class ConfigAdmin:
         else:
             raise InvalidRequestError(f"Unsupported resource type {rtype}")
         self._check_ops(entity_type, ops)
-        self._wait_for_zookeeper("altering configs")
+        self._wait_for_zookeeper("altering configs", zookeeper_wait_s)
         while True:
             if entity_type == "topics" and not self._zk.topic_exists(name):
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")

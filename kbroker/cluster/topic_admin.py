@@ -103,7 +103,10 @@ class TopicAdmin:
         assignment: Mapping[int, list[int]] | None = None,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
+        zookeeper_wait_s: float | None = None,
     ) -> Assignment:
+        """Write a new topic (not with ``validate_only``); its assignment. ``zookeeper_wait_s``
+        overrides the wait for a lost connection (a request's later topics: 0)."""
         validate_topic_name(name)
         config = dict(configs or {})
         LogConfig.from_properties(config)  # raises InvalidConfigurationError
@@ -116,7 +119,7 @@ class TopicAdmin:
         if assignment:
             partitions = len(assignment)
         self._check_partitions(name, partitions)
-        self._wait_for_zookeeper(f"creating topic {name!r}")
+        self._wait_for_zookeeper(f"creating topic {name!r}", zookeeper_wait_s)
         if self._zk.topic_exists(name):
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         normal = name.replace(".", "_")
@@ -149,24 +152,31 @@ class TopicAdmin:
             self._zk.create_topic(name, chosen, config)
         return chosen
 
-    def _wait_for_zookeeper(self, what: str) -> None:
-        """Return once the session is connected; RequestTimedOutError after ``zookeeper_wait_s``."""
-        self._zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s)
+    def _wait_for_zookeeper(self, what: str, wait_s: float | None) -> None:
+        """Return once the session is connected; RequestTimedOutError after ``wait_s``
+        (None: ``zookeeper_wait_s``)."""
+        self._zk.require_connection(what, RequestTimedOutError, self.zookeeper_wait_s if wait_s is None else wait_s)
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str, *, zookeeper_wait_s: float | None = None) -> None:
         validate_topic_name(name)
-        self._wait_for_zookeeper(f"deleting topic {name!r}")
+        self._wait_for_zookeeper(f"deleting topic {name!r}", zookeeper_wait_s)
         if not self._zk.topic_exists(name):
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         self._zk.mark_topic_for_deletion(name)
 
     def create_partitions(
-        self, name: str, total: int, *, validate_only: bool = False, assignments: Sequence[Sequence[int]] = ()
+        self,
+        name: str,
+        total: int,
+        *,
+        validate_only: bool = False,
+        assignments: Sequence[Sequence[int]] = (),
+        zookeeper_wait_s: float | None = None,
     ) -> Assignment:
         """Grow ``name`` to ``total`` partitions; ``assignments``: the replicas of each new
         partition in order (Kafka's CreatePartitions assignments), else placed here."""
         validate_topic_name(name)
-        self._wait_for_zookeeper(f"adding partitions to topic {name!r}")
+        self._wait_for_zookeeper(f"adding partitions to topic {name!r}", zookeeper_wait_s)
         found = self._zk.topic_znode(name)
         if found is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")

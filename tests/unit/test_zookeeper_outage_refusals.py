@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kbroker.api.access import Access
-from kbroker.api.admin_api import AdminApi, ConfigChange, ConfigChanges, ConfigResource
+from kbroker.api.admin_api import AdminApi, ConfigChange, ConfigChanges, ConfigResource, NewPartitions, NewTopic
 from kbroker.api.cluster_api import ClusterApi
 from kbroker.api.txn_api import TransactionApi
 from kbroker.cluster.acl_store import ZkAclStore
@@ -240,7 +240,7 @@ def test_malformed_config_requests_are_refused_without_waiting(
 
 def _admin_api(zk: DownZk) -> AdminApi:
     replicas = SimpleNamespace(log_manager=SimpleNamespace(default_config=LogConfig()))
-    return AdminApi(1, replicas, FakeMetadataCache(), zk, None, Access())  # type: ignore[arg-type]
+    return AdminApi(1, replicas, FakeMetadataCache(), zk, TopicAdmin(zk), Access())  # type: ignore[arg-type]
 
 
 def test_a_config_request_of_many_resources_waits_once(zk: DownZk) -> None:
@@ -256,7 +256,7 @@ def test_a_config_request_of_many_resources_waits_once(zk: DownZk) -> None:
         InvalidTopicError,
         RequestTimedOutError,
     ]
-    assert f"for {CONNECTION_WAIT_S:g} s" in str(errors[1])
+    assert f"for {CONNECTION_WAIT_S:g} s" in str(errors[0]) and OUTAGE in str(errors[1])
     assert zk.waits == [CONNECTION_WAIT_S, 0.0, 0.0]  # one wait; the others only look
     assert zk.calls == []
 
@@ -432,4 +432,27 @@ def test_describe_transactions_waits_once_for_the_request(zk: DownZk) -> None:
         ("b", CoordinatorNotAvailableError),
     ]
     assert zk.waits == [CONNECTION_WAIT_S]
+    assert zk.calls == []
+
+
+def test_a_topic_request_of_many_topics_waits_once(zk: DownZk) -> None:
+    api = _admin_api(zk)
+    created = api.create_topics([NewTopic(n, 1, 1) for n in ("a", "bad/name", "b", "c")], 1000)
+    assert [type(e) for _, e in created] == [
+        RequestTimedOutError,
+        InvalidTopicError,
+        RequestTimedOutError,
+        RequestTimedOutError,
+    ]
+    assert all(OUTAGE in str(e) for n, e in created if n != "bad/name")
+    assert zk.waits == [CONNECTION_WAIT_S, 0.0, 0.0]
+
+    for request in (
+        lambda: api.delete_topics(["a", "b"], 1000),
+        lambda: api.create_partitions([NewPartitions("a", 2), NewPartitions("b", 2)], 1000),
+    ):
+        zk.waits.clear()
+        answers = request()
+        assert [type(e) for _, e in answers] == [RequestTimedOutError, RequestTimedOutError]
+        assert zk.waits == [CONNECTION_WAIT_S, 0.0]
     assert zk.calls == []
