@@ -59,6 +59,18 @@ class ZkCredentialStore:
         except NoNodeError:
             return []
 
+    def read_all(self) -> dict[str, dict[str, str]]:
+        """Every user's config, read in one pipeline (a broker's cache at start)."""
+        pending = [(u, self.zk.kazoo.get_async(zkdata.user_config_path(u))) for u in self.users()]
+        out: dict[str, dict[str, str]] = {}
+        for user, result in pending:
+            try:
+                data, _ = result.get()
+            except NoNodeError:
+                continue  # deleted meanwhile
+            out[user] = zkdata.decode_entity_config(data)
+        return out
+
     def update(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
         """Write ``change(config)`` over ``user``'s config with compare-and-set (and its
         notification); exceptions of ``change`` propagate, nothing written. KafkaError after

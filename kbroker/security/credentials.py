@@ -10,9 +10,10 @@ and the writes over it, :meth:`CredentialStore.describe`) waits up to ``zookeepe
 (5 s) for it once its arguments are checked, then raises RequestTimedOutError having
 changed nothing: kazoo would otherwise queue the call for the whole outage, and the write
 would land long after its client gave up. The lookups of SASL authentication
-(:meth:`CredentialStore.lookup`) do not wait this way: a cached user authenticates as
-before; an uncached one waits for ZooKeeper like any kazoo call (its lookup cannot report
-an outage apart from an unknown user).
+(:meth:`CredentialStore.lookup`) are served from the broker's cache, which holds every
+user from the start, as Kafka's credential cache does: logins go on through the outage.
+A user the cache does not hold (created during the outage, or changed just before it) is
+looked up in ZooKeeper, waiting at most :data:`LOGIN_WAIT_S`, then unknown.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ from kclient.scram import (
 )
 
 log = logging.getLogger(__name__)
+
+LOGIN_WAIT_S = 1.0
+"""How long a SASL lookup of a user the cache does not hold waits for a lost ZooKeeper
+connection (it holds a request thread and a client's handshake) before the user is
+unknown."""
 
 
 def mechanism_of(mechanism: ScramMechanism | str) -> ScramMechanism:
@@ -88,12 +94,15 @@ class CredentialStore:
     retried on a concurrent change, so one user's mechanisms can be changed by several
     tools at once without a lost update.
 
-    The cache (:meth:`lookup`) is filled on demand. After :meth:`start`, a daemon thread
-    ``scram-credentials`` watches ``/config/changes``; each new ``users/<u>``
-    notification drops ``u`` from the cache and then calls ``on_user_changed(u)`` (for
-    the broker: revoke ``u``'s sessions). After a ZooKeeper disconnection the whole cache
-    is dropped (a notification may have been missed). Without :meth:`start` nothing is
-    cached: every lookup reads ZooKeeper (tools).
+    The cache (:meth:`lookup`): after :meth:`start`, a daemon thread ``scram-credentials``
+    loads every user (one pipelined read), then watches ``/config/changes``; each new
+    ``users/<u>`` notification drops ``u`` from the cache and then calls
+    ``on_user_changed(u)`` (for the broker: revoke ``u``'s sessions). A user not cached is
+    read from ZooKeeper on demand and cached. After a ZooKeeper reconnection every user is
+    loaded again (a notification may have been missed). Without ZooKeeper, cached users
+    are served as they are, and a lookup of another waits :data:`LOGIN_WAIT_S` for the
+    connection, then finds nobody. Without :meth:`start` nothing is cached: every lookup
+    reads ZooKeeper (tools).
 
     Admin calls (:meth:`describe`, :meth:`alter` and the writes over it) are refused with
     RequestTimedOutError after ``zookeeper_wait_s`` without a ZooKeeper connection (see
@@ -133,6 +142,9 @@ class CredentialStore:
             if cached is not None:
                 return cached
             caching, before = self._caching, self._invalidations
+        if caching and not self._zk.await_connection(LOGIN_WAIT_S):
+            log.warning("SCRAM user %r is not cached and ZooKeeper is not connected: unknown for now", user)
+            return {}
         found = scram_entries(self._store.read(user))
         if caching:
             with self._lock:
@@ -279,17 +291,31 @@ class CredentialStore:
     # the watcher thread
 
     def _handle(self, kind: str) -> None:
-        if kind == "reconnected":  # notifications may have been missed: forget everything
-            self.invalidate()
         self._process_changes()
+        if kind == "reconnected":  # a notification may have been missed: load everyone again
+            self._load_all()
+
+    def _load_all(self) -> None:
+        """Replace the cache by every user's credentials as ZooKeeper has them now."""
+        with self._lock:
+            self._invalidations += 1
+            self._cache.clear()
+            before = self._invalidations
+        loaded = {user: scram_entries(config) for user, config in self._store.read_all().items()}
+        with self._lock:
+            if self._invalidations == before and self._caching:
+                for user, found in loaded.items():
+                    self._cache.setdefault(user, found)  # a read-through meanwhile is as new
+        log.info("SCRAM credentials of %d user(s) cached", len(loaded))
 
     def _process_changes(self) -> None:
         seqs = self._store.notifications(self._events.watch)
         if not self._primed:
-            # First look: older notifications are history; drop what was cached meanwhile.
+            # First look: older notifications are history. Every user is loaded after the
+            # newest of them was seen: a later change has a later notification.
             self._primed = True
             self._last_seq = seqs[-1][0] if seqs else -1
-            self.invalidate()
+            self._load_all()
             return
         for seq, child in seqs:
             if seq <= self._last_seq:

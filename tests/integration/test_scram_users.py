@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from kbroker.cluster import zkdata
 from kbroker.cluster.zk_client import ZkClient
 from kbroker.security.credentials import (
+    LOGIN_WAIT_S,
     CredentialStore,
     ScramDeletion,
     ScramUpsertion,
@@ -29,6 +31,7 @@ from kclient.errors import (
     UnsupportedSaslMechanismError,
 )
 from kclient.scram import ScramClient, ScramCredential, ScramMechanism
+from tests.integration.fault_proxy import FaultProxy
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -326,3 +329,47 @@ def test_users_notifications_leave_dynamic_broker_configs_alone(zk: ZkClient, zk
         assert ("users", "olga") in [c[:2] for c in map(zk.config_change, zk.config_changes()) if c]
     finally:
         dynamic.stop()
+
+
+def test_the_brokers_cache_holds_every_user_from_the_start_and_serves_logins_without_zookeeper(
+    zk: ZkClient, zk_connect: str
+) -> None:
+    """As Kafka's credential cache: every user is loaded when the cache starts, so logins go
+    on while ZooKeeper is unreachable; a user the cache does not hold is unknown after a
+    short wait, and found again once ZooKeeper is back."""
+    tool = CredentialStore(zk)
+    for user in ("ivy", "jack"):
+        tool.set_password(user, SHA512, f"{user}-pw")
+    proxy = FaultProxy()
+    server, chroot = zk_connect.split("/", 1)
+    proxy.forward_to(server)
+    broker_zk = ZkClient(f"{proxy.address}/{chroot}")
+    broker_zk.start()
+    cache = CredentialStore(broker_zk)
+    cache.start()
+    try:
+        cache.sync()
+        # Loaded at start, not on demand: a znode removed behind the cache's back (no
+        # notification) is still served from it.
+        zk.kazoo.delete(zkdata.user_config_path("ivy"))
+        assert cache.lookup("ivy", SHA512) is not None
+
+        proxy.target = None  # ZooKeeper unreachable: new connections are refused
+        proxy.reset_all()
+        wait_until(lambda: not broker_zk.connected, 10, "the cache's ZooKeeper connection to drop")
+        started = time.monotonic()
+        assert cache.lookup("jack", SHA512) is not None
+        assert time.monotonic() - started < 0.5  # served from the cache, no wait
+        tool.set_password("kim", SHA512, "kim-pw")  # written to ZooKeeper during the outage
+        started = time.monotonic()
+        assert cache.lookup("kim", SHA512) is None
+        assert time.monotonic() - started < LOGIN_WAIT_S + 2  # bounded, not the outage's length
+
+        proxy.forward_to(server)
+        wait_until(lambda: cache.lookup("kim", SHA512) is not None, 30, "kim once ZooKeeper is back")
+        wait_until(lambda: cache.lookup("ivy", SHA512) is None, 30, "the cache reloaded after the reconnection")
+        assert cache.lookup("jack", SHA512) is not None
+    finally:
+        cache.stop()
+        broker_zk.close()
+        proxy.close()
