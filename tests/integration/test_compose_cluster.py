@@ -357,11 +357,13 @@ def broker_fault(
     t0 = time.monotonic()
     fault()
     done = time.monotonic()  # acks that arrive while the docker command runs were answered before
-    wait_until(lambda: settled(project, load.topic, live), 60, f"{name}: leaders on the other brokers")
-    times[f"{name}: leaders moved"] = time.monotonic() - t0
-    times[f"{name}: acks again on the {len(lost)} partitions it led"] = load.resumed(done, lost) + done - t0
-    t0 = time.monotonic()
-    heal()
+    try:
+        wait_until(lambda: settled(project, load.topic, live), 60, f"{name}: leaders on the other brokers")
+        times[f"{name}: leaders moved"] = time.monotonic() - t0
+        times[f"{name}: acks again on the {len(lost)} partitions it led"] = load.resumed(done, lost) + done - t0
+    finally:
+        t0 = time.monotonic()
+        heal()  # also when a wait failed: the module's cluster is shared with the next test
     wait_until(lambda: settled(project, load.topic, {1, 2, 3}), 120, f"{name}: every ISR full again")
     times[f"{name}: healed -> every ISR full"] = time.monotonic() - t0
 
