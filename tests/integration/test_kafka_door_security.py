@@ -135,6 +135,20 @@ def _read(conf: dict[str, Any], topic: str, partitions: int, n: int) -> list[byt
     return values
 
 
+def _sees_everywhere(secure: Secure, user: str, topic: str) -> None:
+    """Wait until every broker's Kafka door answers ``user``'s metadata of ``topic``
+    without an error (his DESCRIBE allowed: the ACLs reached its authorizer)."""
+    for address in secure.cluster.kafka_bootstrap("KSCRAM").split(","):
+
+        def sees(address: str = address) -> bool:
+            with WireClient(address) as wire:
+                assert _login(wire, user, PASSWORDS[user]).error_code == 0
+                (t,) = wire.call(METADATA, 1, {"topics": [{"name": topic}]}).topics
+                return t.error_code == 0
+
+        wait_until(sees, 30, f"the ACLs of {user} on {address}")
+
+
 def test_scram_over_sasl_ssl_and_sasl_plaintext_with_acls_enforced(secure: Secure) -> None:
     admin = ck_admin.AdminClient(secure.sasl("admin"))
     assert _results(admin.create_topics([ck_admin.NewTopic("secured", 2, 2)], operation_timeout=30)) == {
@@ -146,6 +160,11 @@ def test_scram_over_sasl_ssl_and_sasl_plaintext_with_acls_enforced(secure: Secur
             + _allow("User:bob", "secured", ck_admin.AclOperation.DESCRIBE)
         )
     )
+
+    # ACLs reach each broker by ZooKeeper's change notification, a moment after they are
+    # written (Kafka's tests wait for them on every broker too).
+    _sees_everywhere(secure, "alice", "secured")
+    _sees_everywhere(secure, "bob", "secured")
 
     # alice writes over SASL_SSL (SCRAM-SHA-512) and reads over SASL_PLAINTEXT (SCRAM-SHA-256)
     acked, errors = _produce(secure.sasl("alice"), "secured", 100)
