@@ -296,16 +296,16 @@ class CredentialStore:
             self._load_all()
 
     def _load_all(self) -> None:
-        """Replace the cache by every user's credentials as ZooKeeper has them now."""
+        """Replace the cache by every user's credentials as ZooKeeper has them now. The
+        old cache stays until the read is complete: a connection lost again mid-read leaves
+        the users cached before it, and the next reconnection loads again."""
         with self._lock:
-            self._invalidations += 1
-            self._cache.clear()
             before = self._invalidations
         loaded = {user: scram_entries(config) for user, config in self._store.read_all().items()}
         with self._lock:
             if self._invalidations == before and self._caching:
-                for user, found in loaded.items():
-                    self._cache.setdefault(user, found)  # a read-through meanwhile is as new
+                self._invalidations += 1  # a read-through still in flight is not cached
+                self._cache = loaded
         log.info("SCRAM credentials of %d user(s) cached", len(loaded))
 
     def _process_changes(self) -> None:
