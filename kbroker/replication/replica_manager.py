@@ -320,6 +320,21 @@ class ReplicaManager:
         log_config = self._config_for(topic, config)
         with self._lock:
             p = self._partitions.get((topic, index))
+        known_id = self._topic_ids.get((topic, index))
+        if p is not None and topic_id is not None and known_id is None:
+            known_id = _read_topic_id(p.log.dir)  # set up without an id: the file may hold one
+        if p is not None and topic_id is not None and known_id is not None and known_id != topic_id:
+            # Deleted and recreated between two reads of its znode: no deletion was seen, and
+            # the old incarnation's log (and its leader epochs) must not carry over.
+            log.warning(
+                "%s-%d: the topic was recreated (topic id %s, was %s); replacing the local log",
+                topic,
+                index,
+                topic_id,
+                known_id,
+            )
+            self._drop(topic, index, delete=True)
+            p = None
         if p is None:
             self._topic_ids.pop((topic, index), None)
             if self._logs.offline_reason(topic, index) is not None:
@@ -328,6 +343,7 @@ class ReplicaManager:
             if existing is not None and self._other_incarnation(existing, state, topic_id):
                 log.warning("%s-%d: local log is from a deleted incarnation of the topic; removing it", topic, index)
                 self._logs.delete(topic, index)
+                self._saved_hw.pop((topic, index), None)
             plog = self._logs.get_or_create(topic, index, log_config)
             hw = self._saved_hw.get((topic, index), 0)
             p = Partition(
@@ -458,6 +474,7 @@ class ReplicaManager:
         stray = p is None and self._logs.get(topic, index) is not None
         if delete and (p is not None or stray or self._logs.offline_reason(topic, index) is not None):
             self._logs.delete(topic, index)
+            self._saved_hw.pop((topic, index), None)  # the high watermark of a log that is gone
             if stray:
                 log.warning("%s-%d: deleting a local log: this broker is no longer a replica", topic, index)
             else:
