@@ -328,8 +328,10 @@ class RecordAccumulator:
                 q.in_flight += 1
                 b.in_flight = True
                 taken += 1
-                if seqs is not None and not b.sequenced:
-                    seqs.assign(b)
+                if seqs is not None:
+                    if not b.sequenced:
+                        seqs.assign(b)
+                    seqs.sending(b)
                 if b.attempts:
                     break
         out = [(addr, group) for addr, reqs in requests.items() for group in reqs if group]

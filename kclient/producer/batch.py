@@ -61,6 +61,7 @@ class ProducerBatch:
         "reserved",
         "result",
         "retry_at",
+        "sent_first",
         "sent_stamp",
         "sequenced",
         "stamp",
@@ -97,6 +98,9 @@ class ProducerBatch:
         """The stamp of the last send (what a broker's sequence error refers to)."""
         self.sequenced = False
         """Given its place in the partition's sequence stream (at its first send)."""
+        self.sent_first = False
+        """Every batch ahead of it in its stream was resolved when it was last sent: a
+        leader's sequence error about that send cannot predate a write ahead of it."""
         self.in_flight = False
         """A request carrying it is waiting for its answer."""
         self.maybe_written: Stamp | None = None

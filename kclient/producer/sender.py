@@ -16,12 +16,15 @@ Responses are handled on gRPC's callback thread (``_on_response``), batch by bat
   NOT_ENOUGH_REPLICAS_AFTER_APPEND) marks the batch ``maybe_written``: it is resent only
   with the same stamp, which the leader recognises if it wrote it (see ``sequences``);
 - with idempotence, OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind another unresolved
-  batch of its partition is retried (the earlier one failed and is resent first). For the
-  first unresolved batch it is a real gap (the leader lost records it had acknowledged)
-  or, for a batch that may have been written, possibly that batch itself beyond the
-  leader's memory: a batch never possibly written is resent in the partition's restarted
-  stream (a new epoch, as Kafka 2.5+ bumps it); one that may have been written fails with
-  the error, since resending it under a new stamp could write it twice;
+  batch of its partition is retried (the earlier one failed and is resent first), and so
+  is one that has become the first unresolved batch since it was sent (the leader served
+  it before the batch ahead of it, which is written now; its answer came late). For a
+  batch that was already the first unresolved one when sent, it is a real gap (the
+  leader lost records it had acknowledged) or, for a batch that may have been written,
+  possibly that batch itself beyond the leader's memory: a batch never possibly written
+  is resent in the partition's restarted stream (a new epoch, as Kafka 2.5+ bumps it);
+  one that may have been written fails with the error, since resending it under a new
+  stamp could write it twice;
 - anything else fails the batch; with idempotence its partition's stream restarts once
   none of its batches is in flight, and the batches that may have been written under
   their old stamps fail with it (KafkaError "outcome unknown").
@@ -332,6 +335,8 @@ class Sender:
                 t = topics[b.tp.topic] = req.topics.add(name=b.tp.topic)
             payload = b.payload()
             t.partitions.add(index=b.tp.partition, records=payload)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("to %s: %r%s", addr, b, f" (maybe written as {b.maybe_written})" if b.maybe_written else "")
             sent.append((b.count, len(payload), b.attempts > 1))
         self.metrics.request_sent(sent)
         start = time.monotonic()
@@ -390,6 +395,7 @@ class Sender:
             else:
                 err = self.transport.failed(addr, exc)
                 self._needs_metadata.set()
+            log.debug("from %s: %s for %s", addr, code, batches)
             for b in batches:
                 if b.maybe_written is None and code not in _REFUSED_BEFORE_SERVED:
                     b.maybe_written = b.sent_stamp  # the call may have been served; its answer is lost
@@ -429,7 +435,9 @@ class Sender:
                 if isinstance(err, _OUTCOME_UNKNOWN) and b.maybe_written is None:
                     b.maybe_written = b.sent_stamp
                 failed.append((b, err))
+                log.debug("from %s: %r: %s", addr, b, err)
             else:
+                log.debug("from %s: %r at offset %d", addr, b, pr.base_offset)
                 b.succeed(pr.base_offset, pr.log_append_time_ms)
                 completed.append(b)
         self._request_done(addr, completed)
@@ -493,12 +501,19 @@ class Sender:
         if isinstance(err, OutOfOrderSequenceNumberError):
             if not seqs.is_first_unresolved(b):
                 return True, False  # an earlier batch failed: it is resent first
+            if not b.sent_first:
+                # A batch ahead of it was in flight when it was sent, and is written now: the
+                # leader served this one first (calls are served concurrently) and its answer
+                # came late. No gap: resent, it follows.
+                return True, False
             if b.maybe_written is None:
                 log.warning(
-                    "%s-%d: out-of-order sequence for the first unacknowledged batch; "
+                    "%s-%d: out-of-order sequence for the first unacknowledged batch (%r: %s); "
                     "restarting the partition's sequence in a new epoch",
                     b.tp.topic,
                     b.tp.partition,
+                    b,
+                    err.message,
                 )
                 return True, True
             return False, False

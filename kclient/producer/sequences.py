@@ -163,6 +163,10 @@ class Sequences:
             while w and w[0].completed:
                 w.popleft()
 
+    def sending(self, b: ProducerBatch) -> None:
+        """``b`` (sequenced) goes out now: note whether a batch ahead of it is unresolved."""
+        b.sent_first = self.is_first_unresolved(b)
+
     def is_first_unresolved(self, b: ProducerBatch) -> bool:
         s = self.streams.get(b.tp)
         return s is not None and bool(s.window) and s.window[0] is b

@@ -67,14 +67,17 @@ def send_all(p: Producer, leader: FakeLeader, sent: Sequence[bytes]) -> list[Fut
     return futures + [p.send("t", v, partition=0) for v in sent[1:]]
 
 
-def serve(leader: FakeLeader, until, pick) -> None:  # type: ignore[no-untyped-def]
-    """Answer held calls, the call and the way chosen by ``pick(held) -> (index, action)``."""
+def serve(leader: FakeLeader, until, pick, idle=None) -> None:  # type: ignore[no-untyped-def]
+    """Answer held calls, the call and the way chosen by ``pick(held) -> (index, action)``;
+    ``idle()`` runs whenever no call is held."""
     deadline = time.monotonic() + 30
     while not until():
         assert time.monotonic() < deadline, "the producer did not finish"
         with leader.lock:
             n = len(leader.held)
         if not n:
+            if idle is not None:
+                idle()
             time.sleep(0.0005)
             continue
         i, action = pick(n)
@@ -162,6 +165,28 @@ def test_an_out_of_order_answer_for_a_batch_that_may_be_written_fails_it(monkeyp
     assert (h2.producer_epoch, h2.base_sequence) == (1, 0)
 
 
+def test_an_out_of_order_answer_that_predates_the_write_ahead_of_it_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches 1 and 2 are in flight; the leader serves 2 first (out of order: 1 is not
+    written yet), then 1. 2's refusal arrives after 1's acknowledgement, when 2 is the
+    first unresolved batch: it says nothing of a gap (1 was in flight when 2 was sent),
+    so 2 is resent as it is, not restarted in a new epoch, and nothing fails."""
+    leader = install_fake_leader(monkeypatch)
+    leader.hold = True
+    sent = values(3)
+    with Producer(bootstrap_servers="x:1", batch_size=1, linger_ms=0, retry_backoff_ms=5) as p:
+        futures = send_all(p, leader, sent)
+        wait_until(lambda: len(leader.held) == 2)
+        one, two = leader.take(0), leader.take(0)
+        two.serve()  # refused: sequence 2 while the leader expects 1
+        one.complete()
+        futures[1].get(5)
+        two.deliver()
+        leader.hold = False
+        assert futures[2].get(5).offset == 2
+    assert leader.logs[("t", 0)] == sent
+    assert {h.producer_epoch for h in leader.batch_headers[("t", 0)]} == {0}
+
+
 def test_a_failed_batch_restarts_the_stream_and_fails_those_that_may_be_written(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -217,21 +242,39 @@ def _act(name: str, call: FakeCall) -> None:
 def test_random_loss_and_reordering_never_duplicate_or_reorder(
     rng: random.Random, in_flight: int, batch_size: int
 ) -> None:
-    """Property: answers lost before or after the write, refused, or answered in any order
-    never put a record in the log twice or out of order, and every record is acknowledged
-    in the end (every error here is retriable)."""
+    """Property: answers lost before or after the write, refused, served in any order, or
+    answered long after they were served never put a record in the log twice or out of
+    order, and every record is acknowledged in the end (every error here is retriable)."""
     with pytest.MonkeyPatch.context() as mp:
         leader = install_fake_leader(mp)
         leader.hold = True
         sent = values(250)
         steps = [0]
+        late: list[FakeCall] = []
+        """Served, their answers (a success or a refusal) not yet delivered."""
+        when = random.Random(rng.random())
+        """Draws as many times as the threads' timing makes it: not hypothesis's own."""
+
+        def deliver_late() -> None:
+            if late:
+                late.pop(when.randrange(len(late))).deliver()
+
+        def act(name: str, call: FakeCall) -> None:
+            if when.random() < 0.5:
+                deliver_late()
+            if name == "served_answered_late":
+                call.serve()
+                late.append(call)
+            else:
+                _act(name, call)
 
         def pick(n: int) -> tuple[int, object]:
             steps[0] += 1
             if steps[0] > 400:  # the network heals: answers arrive in order
+                deliver_late()
                 return 0, lambda c: c.complete()
-            name = rng.choice(ACTIONS)
-            return rng.randrange(n), lambda c: _act(name, c)
+            name = rng.choice([*ACTIONS, "served_answered_late"])
+            return rng.randrange(n), lambda c: act(name, c)
 
         with Producer(
             bootstrap_servers="x:1",
@@ -241,6 +284,6 @@ def test_random_loss_and_reordering_never_duplicate_or_reorder(
             max_in_flight_requests_per_connection=in_flight,
         ) as p:
             futures = [p.send("t", v, partition=0) for v in sent]
-            serve(leader, lambda: all(f.done() for f in futures), pick)  # type: ignore[arg-type]
+            serve(leader, lambda: all(f.done() for f in futures), pick, deliver_late)  # type: ignore[arg-type]
         assert check_log(leader, sent, futures) == len(sent)
         assert leader.logs[("t", 0)] == sent
