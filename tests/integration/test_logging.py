@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kbroker.local.cluster import LocalCluster
-from kclient import AdminClient, NewTopic
+from kclient import AdminClient, NewTopic, Producer
 from tests.integration.test_faults import FAST, ZkView
 from tests.support import wait_until
 
@@ -28,6 +28,11 @@ def test_a_killed_leader_and_controller_tells_its_story(cluster_factory: Callabl
     view = ZkView(cluster.zk_connect)
     try:
         wait_until(lambda: all(len(view.state("story", p).isr) == 3 for p in range(3)), 30, "full ISR")
+        # A new partition's first ISR holds every replica before any follower fetched: one
+        # record per partition acknowledged by all three shows that each follower follows.
+        with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
+            for partition in range(3):
+                producer.send("story", b"before", partition=partition).get(30)
         victim = view.controller()  # the controller leads one partition too (leaders spread over 3)
         led = [p for p in range(3) if view.state("story", p).leader == victim]
         followed = [p for p in range(3) if p not in led]
