@@ -271,13 +271,19 @@ class Transport:
         return err
 
     def drop(self, address: str) -> None:
-        """Close the channel to ``address`` (its calls in flight fail); the next call opens a new one."""
+        """Close the channel to ``address`` (its calls in flight fail); the next call opens a new one.
+
+        The close runs on a thread of its own: called from a call's done-callback (as a
+        producer's response handler does), which runs on the channel's own thread,
+        ``close()`` would wait for that thread forever, and no other call of the channel
+        would ever complete.
+        """
         with self._lock:
             entry = self._channels.pop(address, None)
             self._sessions.pop(address, None)
         if entry is not None:
             log.debug("dropping the channel to %s after a timed-out call", address)
-            entry[0].close()
+            threading.Thread(target=entry[0].close, name=f"kclient-close-{address}", daemon=True).start()
 
     def call(self, address: str, method: str, request: Any, timeout_s: float | None = None) -> Any:
         rpc = getattr(self.stub(address), method)

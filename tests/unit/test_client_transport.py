@@ -110,6 +110,40 @@ def test_a_timed_out_call_drops_its_channel(brokers: tuple[FakeBroker, FakeBroke
         t.close()
 
 
+def test_a_call_timing_out_in_a_callback_fails_the_channels_other_calls(
+    brokers: tuple[FakeBroker, FakeBroker],
+) -> None:
+    """A future's done-callback maps its DEADLINE_EXCEEDED (as the producer's response
+    handler does), which drops the channel: the other call in flight on it fails at once,
+    and the callback returns (closing the channel on its own thread would hang both)."""
+    a, _ = brokers
+    a.slow_s = 5.0
+    t = Transport(a.address)
+    try:
+        stub = t.stub(a.address)
+        done: list[str] = []
+        first_returned = threading.Event()
+
+        def on_first(call: Any) -> None:
+            try:
+                call.result()
+            except grpc.RpcError as exc:
+                done.append(type(t.failed(a.address, exc)).__name__)
+            first_returned.set()
+
+        other = stub.Metadata.future(metadata_pb2.MetadataRequest(), timeout=30)
+        other.add_done_callback(lambda call: done.append(str(call.code())))
+        stub.Metadata.future(metadata_pb2.MetadataRequest(), timeout=0.3).add_done_callback(on_first)
+        assert first_returned.wait(5), "the callback that dropped the channel never returned"
+        deadline = time.monotonic() + 3
+        while len(done) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(done) == ["KafkaTimeoutError", "StatusCode.CANCELLED"]
+    finally:
+        a.slow_s = 0.0
+        t.close()
+
+
 def test_metadata_comes_from_a_broker_that_did_not_just_fail(brokers: tuple[FakeBroker, FakeBroker]) -> None:
     a, b = brokers
     t = Transport([a.address, b.address])
