@@ -456,6 +456,11 @@ class Producer:
         for b in aborted:
             b.fail(err)
             acc.complete(b, in_flight=False)
+        if not self._sender.aborted:
+            # Nothing left to send: the sender may still be in a metadata refresh (or a
+            # producer id request) of up to request_timeout_ms; closing the channels first
+            # cancels it, so close() does not wait it out.
+            self._transport.close()
         left = 5.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
         self._sender.join(min(left, 5.0))
         # Closing the channels cancels the calls in flight: their batches fail.

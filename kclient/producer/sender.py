@@ -270,8 +270,8 @@ class Sender:
     def _refresh_metadata(self) -> None:
         """Refresh when asked (a send failed) or every ``metadata_max_age_ms``, waiting at most
         until the oldest unsent batch's ``delivery_timeout_ms`` passes (it then fails on time)."""
-        if self.aborted:
-            return
+        if self.aborted or self.accumulator.closed:
+            return  # closing with nothing left to send (or giving up on what is left)
         if self._needs_metadata.is_set():
             self._needs_metadata.clear()
             self.metadata.request_update()
@@ -288,7 +288,7 @@ class Sender:
             timeout = min(timeout, max(oldest + self.delivery_timeout_s - now, 0.05))
         if self.metadata.maybe_refresh(timeout):
             self.on_metadata()
-        else:
+        elif not self.accumulator.closed:  # else close() cancelled it
             log.warning("metadata refresh failed; retrying after retry_backoff_ms")
 
     def _renew_producer_id(self) -> None:

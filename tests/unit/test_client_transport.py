@@ -211,3 +211,31 @@ def test_request_timed_out_makes_the_producer_find_the_new_leader(brokers: tuple
         meta = fut.get(10)
     assert meta.offset == 42
     assert "Produce" in b.calls
+
+
+def test_close_does_not_wait_out_a_metadata_refresh_with_nothing_to_send(
+    brokers: tuple[FakeBroker, FakeBroker],
+) -> None:
+    """Every batch has its outcome, and the sender is in a metadata refresh that a slow
+    broker answers only after seconds: close() cancels it instead of waiting it out."""
+    a, b = brokers
+    b.stop()  # one broker to ask, and it is slow
+    p = Producer(bootstrap_servers=a.address, acks=1, enable_idempotence=False, request_timeout_ms=4000)
+    try:
+        assert p.send("t", b"x", partition=0).get(10).offset == 42
+        a.slow_s = 3.0
+        before = a.calls.count("Metadata")
+        p._metadata.request_update()  # type: ignore[attr-defined]
+        p._sender._needs_metadata.set()  # type: ignore[attr-defined]
+        with p._accumulator.cond:  # type: ignore[attr-defined]
+            p._accumulator.cond.notify_all()  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 5
+        while a.calls.count("Metadata") == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert a.calls.count("Metadata") > before, "the sender did not start a refresh"
+        started = time.monotonic()
+        p.close()
+        took = time.monotonic() - started
+    finally:
+        a.slow_s = 0.0
+    assert took < 1.5, f"close() took {took:.1f} s behind a refresh of up to 3 s"
