@@ -1,6 +1,8 @@
 """Channels with keepalive and bounded reconnect backoff, a timed-out channel
-dropped, metadata refreshed every metadata_max_age_ms and from a broker other than the
-one that just failed; a broker-side REQUEST_TIMED_OUT makes the producer look again.
+dropped (also from a call's done-callback, without hanging the channel's other calls),
+metadata refreshed every metadata_max_age_ms and from a broker other than the one that
+just failed; a broker-side REQUEST_TIMED_OUT makes the producer look again, and close()
+does not wait out a slow broker's metadata refresh.
 
 The brokers here are in-process fake gRPC servers (no ZooKeeper, no log)."""
 
