@@ -150,6 +150,12 @@ class MetadataCache:
         self._controller_states: dict[str, tuple[str, dict[int, LeaderAndIsr]]] = {}
         """Event thread only: topic -> (topic id or "", partition -> the newest state the
         controller sent), for the newest incarnation the controller named."""
+        self._ended_topic_ids: set[str] = set()
+        """Event thread only: the ids of topic incarnations seen deleted or replaced. A
+        controller state naming one was sent before the deletion and arrived after it: it
+        is dropped, or a recreated topic's znode read before its new id is written would
+        take it (an old leader epoch on the new incarnation's empty log). A few bytes per
+        deleted topic, kept for the broker's life."""
         self._lock = threading.Lock()
         self._snapshot = ClusterSnapshot()
         self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
@@ -450,6 +456,8 @@ class MetadataCache:
                     znode = zkdata.decode_topic_znode(data)
                     if info is None:
                         info = TopicInfo(topic, znode.partitions)
+                    elif info.topic_id and znode.topic_id and info.topic_id != znode.topic_id:
+                        self._ended_topic_ids.add(info.topic_id)  # recreated between two reads
                     topics[topic] = replace(
                         info,
                         assignment=znode.partitions,
@@ -481,7 +489,11 @@ class MetadataCache:
         notify the topics known here whose states changed."""
         started = time.monotonic()
         touched: dict[str, set[int] | None] = {}
+        late: Counter[str] = Counter()
         for u in updates:
+            if u.topic_id in self._ended_topic_ids:
+                late[u.topic] += 1
+                continue
             entry = self._controller_states.get(u.topic)
             if entry is None or (u.topic_id and entry[0] != u.topic_id):
                 entry = self._controller_states[u.topic] = (u.topic_id, {})  # a (new) incarnation
@@ -493,6 +505,8 @@ class MetadataCache:
             parts = touched.setdefault(u.topic, set())
             assert parts is not None
             parts.add(u.partition)
+        for topic, n in sorted(late.items()):
+            log.info("topic %s: dropped %d late state(s) of a deleted incarnation", topic, n)
         old = self.snapshot().topics
         topics = dict(old)
         for topic in list(touched):
@@ -564,6 +578,8 @@ class MetadataCache:
         snap = self.snapshot()
         entry = self._controller_states.get(topic)
         info = snap.topics.get(topic)
+        if info is not None and info.topic_id:
+            self._ended_topic_ids.add(info.topic_id)
         if entry is not None and (info is None or _same_incarnation(entry[0], info.topic_id)):
             del self._controller_states[topic]  # not a newer incarnation's, sent ahead of its znode
         if topic in snap.topics:
@@ -591,6 +607,8 @@ _ORDER = {"assignment": 0, "config": 1}
 def _same_incarnation(a: str | None, b: str | None) -> bool:
     """Do two topic ids name the same incarnation (an unknown id matches any)?"""
     return not a or not b or a == b
+
+
 _KINDS = ("new", "new leader", "no leader", "isr", "replicas", "config")
 
 

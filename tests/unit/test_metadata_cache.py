@@ -155,3 +155,31 @@ def test_states_wait_for_their_topic_incarnation() -> None:
     assert sorted(calls) == [("t07", 0), ("t07", 1)]
     info = cache.snapshot().topics["t07"]
     assert info.topic_id == "id-new" and info.states[0].leader == 1 and 1 not in info.states
+
+
+def test_a_deleted_incarnations_late_state_does_not_reach_its_recreation() -> None:
+    """The controller sent t07's shrunken ISR (epoch 1), then deleted t07; the state arrives
+    after the deletion, and t07 is recreated with a znode that has no id yet (the controller
+    adds one a moment later). The new incarnation must not start at the old epoch 1."""
+    zk, cache, _ = _cluster()
+    seen: list[tuple[str, int, LeaderAndIsr | None, str | None]] = []
+    cache.on_partition_change(lambda topic, p, _r, state, _c, topic_id: seen.append((topic, p, state, topic_id)))
+    tpath = zkdata.topic_path("t07")
+    for path in [p for p in zk.nodes if p.startswith(tpath)]:
+        del zk.nodes[path]
+    cache._watch(WatchedEvent(EventType.CHILD, KazooState.CONNECTED, zkdata.BROKER_TOPICS))
+    cache._watch(WatchedEvent(EventType.DELETED, KazooState.CONNECTED, tpath))
+    cache._step(block=False)
+    assert "t07" not in cache.snapshot().topics
+    _states(cache, [_update("t07", 0, LeaderAndIsr(0, 1, [0], 2, 1))])  # late: the old id, "id-t07"
+    cache._step(block=False)
+    zk.set(tpath, zkdata.encode_assignment({0: [0, 1]}))  # recreated without an id
+    cache._watch(WatchedEvent(EventType.CHILD, KazooState.CONNECTED, zkdata.BROKER_TOPICS))
+    cache._step(block=False)
+    assert seen == [("t07", 0, None, None)]
+    zk.set(tpath, zkdata.encode_assignment({0: [0, 1]}, "id-again"))
+    cache._watch(WatchedEvent(EventType.CHANGED, KazooState.CONNECTED, tpath))
+    _states(cache, [_update("t07", 0, LeaderAndIsr(0, 0, [0, 1], 2, 0), "id-again")])
+    cache._step(block=False)
+    assert seen[-1] == ("t07", 0, LeaderAndIsr(0, 0, [0, 1], 2, 0), "id-again")
+    assert all(state is None or state.leader_epoch == 0 for _t, _p, state, _id in seen)
