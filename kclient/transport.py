@@ -345,14 +345,24 @@ class Transport:
             return one_round()
         return retry(one_round, what=method, deadline=deadline, backoff_s=backoff_s, raise_last=True)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Close every channel (their calls in flight fail). Without ``wait`` the channels
+        close on a thread of their own, for a caller that may be on a channel's thread."""
         with self._lock:
             self._closed = True
             channels = list(self._channels.values())
             self._channels.clear()
             self._sessions.clear()
-        for channel, _ in channels:
-            channel.close()
+        closing = [channel for channel, _ in channels]
+        if not wait:
+            threading.Thread(target=_close_all, args=(closing,), name="kclient-close", daemon=True).start()
+            return
+        _close_all(closing)
+
+
+def _close_all(channels: list[grpc.Channel]) -> None:
+    for channel in channels:
+        channel.close()
 
 
 class _FailCalls(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]

@@ -191,7 +191,7 @@ class RecordAccumulator:
             if q.open is not None:
                 self._close(q, q.open)
             b = ProducerBatch(
-                tp, time.monotonic(), q.next_order, len(payload), payload=payload, count=count, stamp=stamp
+                tp, time.monotonic(), q.next_order, len(payload), payload=payload, count=count, stamp=stamp, owner=self
             )
             q.next_order += 1
             if self.sequences is not None:
@@ -226,7 +226,7 @@ class RecordAccumulator:
             write_limit=self.batch_size,
         )
         self._note_partition(q.tp)
-        b = ProducerBatch(q.tp, now, q.next_order, reserve, builder=builder, stamp=stamp)
+        b = ProducerBatch(q.tp, now, q.next_order, reserve, builder=builder, stamp=stamp, owner=self)
         q.next_order += 1
         q.batches.append(b)
         q.open = b

@@ -79,6 +79,7 @@ class ProducerBatch:
         payload: bytes | None = None,
         count: int = 0,
         stamp: Stamp = NO_STAMP,
+        owner: object = None,
     ) -> None:
         self.tp = tp
         self.created = created
@@ -89,7 +90,7 @@ class ProducerBatch:
         self._payload = payload
         self.count = count
         self.closed = payload is not None
-        self.result = ProduceResult(tp.topic, tp.partition)
+        self.result = ProduceResult(tp.topic, tp.partition, owner)
         self.attempts = 0
         self.retry_at = 0.0
         self.stamp = stamp

@@ -32,21 +32,36 @@ log = logging.getLogger(__name__)
 Callback = tuple[Callable[..., Any], tuple[Any, ...], bool]
 """(function, leading arguments, on_success)."""
 
+_completing = threading.local()
+"""Per thread: the owners (producers' accumulators) whose batches' callbacks are running
+on it, innermost last (a callback may complete other batches, whose callbacks nest)."""
+
+
+def in_send_callback(owner: object) -> bool:
+    """Is a callback of ``owner``'s batches running on this thread, one of the producer's
+    own? There ``flush()`` would wait for the callback's own batch, and ``close()`` must not
+    wait for the thread it runs on. (Callbacks registered after completion run on the
+    caller's thread, which is not the producer's: they do not count.)"""
+    return owner in getattr(_completing, "owners", ())
+
 
 class ProduceResult:
     """The outcome of one batch of ``topic``-``partition``, shared by its records' futures.
 
     Set once (``done``); later calls are ignored, so a batch failed by ``close`` keeps
     that outcome. Callbacks registered before completion run on the thread that completes
-    the batch, after the outcome is set; those registered later run at once on the
-    caller's thread. Thread safety: any thread.
+    the batch, after the outcome is set, marked as ``owner``'s (see ``in_send_callback``);
+    those registered later run at once on the caller's thread. Thread safety: any thread.
     """
 
-    __slots__ = ("_callbacks", "_event", "_lock", "base_offset", "error", "log_append_time", "partition", "topic")
+    __slots__ = (
+        "_callbacks", "_event", "_lock", "base_offset", "error", "log_append_time", "owner", "partition", "topic",
+    )  # fmt: skip
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, owner: object = None) -> None:
         self.topic = topic
         self.partition = partition
+        self.owner = owner
         self._event = threading.Event()
         self._lock = threading.Lock()
         self.base_offset = -1
@@ -62,8 +77,14 @@ class ProduceResult:
             self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
             self._event.set()
             callbacks, self._callbacks = self._callbacks or [], None
-        for fut, cb in callbacks:
-            fut._call(cb)
+        if callbacks:
+            owners = _completing.__dict__.setdefault("owners", [])
+            owners.append(self.owner)
+            try:
+                for fut, cb in callbacks:
+                    fut._call(cb)
+            finally:
+                owners.pop()
         return True
 
     def wait(self, timeout: float | None) -> bool:

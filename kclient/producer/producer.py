@@ -44,7 +44,7 @@ from kclient.errors import (
 from kclient.metadata import ClusterMetadata
 from kclient.partitioner import partition_for_key
 from kclient.producer.accumulator import RecordAccumulator
-from kclient.producer.futures import FutureBatchMetadata, FutureRecordMetadata, Run
+from kclient.producer.futures import FutureBatchMetadata, FutureRecordMetadata, Run, in_send_callback
 from kclient.producer.sender import Sender
 from kclient.producer.sequences import MAX_IN_FLIGHT, Sequences, fetch_producer_id
 from kclient.producer.transactions import TransactionManager
@@ -406,7 +406,12 @@ class Producer:
         return self._sender.metrics.snapshot(in_flight)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered and wait for every outcome."""
+        """Send everything buffered and wait for every outcome.
+
+        Raises IllegalStateError inside a send callback (as Kafka's producer does): the
+        callback's own batch completes only once the callback returns."""
+        if in_send_callback(self._accumulator):
+            raise IllegalStateError("flush() inside a send callback is not permitted: it would wait for itself")
         acc = self._accumulator
         deadline = None if timeout is None else time.monotonic() + timeout
         with acc.cond:
@@ -425,8 +430,15 @@ class Producer:
         """Send what is buffered and wait up to ``timeout`` seconds (``None``: until every
         batch has its outcome), then release the connections. Returns within about
         ``timeout`` and does not raise for it: batches still undelivered then fail with
-        KafkaTimeoutError on their futures."""
+        KafkaTimeoutError on their futures.
+
+        Inside a send callback it closes at once, as Kafka's ``close(0)``: a callback runs
+        on the producer's own threads, which close() would otherwise wait for."""
         if self._closed:
+            return
+        if in_send_callback(self._accumulator):
+            log.warning("close() called from a send callback: closing at once; undelivered batches fail")
+            self._abort(time.monotonic(), wait=False)
             return
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         try:
@@ -444,7 +456,9 @@ class Producer:
 
     # --- internals -----------------------------------------------------------------------
 
-    def _abort(self, deadline: float | None) -> None:
+    def _abort(self, deadline: float | None, wait: bool = True) -> None:
+        """Fail what is queued, stop the sender and close the channels; without ``wait``
+        (from a callback, on the sender's or a channel's thread) nothing is joined."""
         self._closed = True
         acc = self._accumulator
         with acc.cond:
@@ -456,6 +470,9 @@ class Producer:
         for b in aborted:
             b.fail(err)
             acc.complete(b, in_flight=False)
+        if not wait:
+            self._transport.close(wait=False)  # the calls in flight fail; their callbacks run elsewhere
+            return
         if not self._sender.aborted:
             # Nothing left to send: the sender may still be in a metadata refresh (or a
             # producer id request) of up to request_timeout_ms; closing the channels first

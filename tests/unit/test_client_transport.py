@@ -2,7 +2,8 @@
 dropped (also from a call's done-callback, without hanging the channel's other calls),
 metadata refreshed every metadata_max_age_ms and from a broker other than the one that
 just failed; a broker-side REQUEST_TIMED_OUT makes the producer look again, and close()
-does not wait out a slow broker's metadata refresh.
+does not wait out a slow broker's metadata refresh. Inside a send callback (on a
+channel's thread or the sender's), close() closes at once and flush() is refused.
 
 The brokers here are in-process fake gRPC servers (no ZooKeeper, no log)."""
 
@@ -18,7 +19,7 @@ import grpc
 import pytest
 
 from kclient import Producer
-from kclient.errors import KafkaTimeoutError
+from kclient.errors import IllegalStateError, KafkaError, KafkaTimeoutError, LeaderNotAvailableError
 from kclient.metadata import ClusterMetadata
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2, metadata_pb2
 from kclient.transport import CHANNEL_OPTIONS, SERVER_KEEPALIVE_OPTIONS, Transport
@@ -241,3 +242,85 @@ def test_close_does_not_wait_out_a_metadata_refresh_with_nothing_to_send(
     finally:
         a.slow_s = 0.0
     assert took < 1.5, f"close() took {took:.1f} s behind a refresh of up to 3 s"
+
+
+def test_close_inside_a_send_callback_closes_at_once(brokers: tuple[FakeBroker, FakeBroker]) -> None:
+    """A callback runs on the producer's own threads (here a channel's, with an answer): a
+    close() there closes without waiting for them, as Kafka's close(0); the batches not yet
+    delivered fail. Before, close() waited for the callback's own batch forever."""
+    a, b = brokers
+    b.stop()
+    p = Producer(bootstrap_servers=a.address, acks=1, enable_idempotence=False, linger_ms=0)
+    closed = threading.Event()
+
+    def close_here(_meta: object) -> None:
+        p.close()
+        closed.set()
+
+    assert p.send("t", b"first", partition=0).get(10).offset == 42
+    a.slow_s = 0.5  # the next batch is still queued or in flight when the callback closes
+    first = p.send("t", b"x", partition=0)
+    first.add_callback(close_here)
+    assert closed.wait(5), "close() inside the callback did not return"
+    assert first.get(1).offset == 42
+    with pytest.raises(KafkaError):  # closed: a send after close() is refused
+        p.send("t", b"late", partition=0)
+    p.close()  # again, from the application: a no-op
+
+
+def test_close_inside_an_errback_on_the_sender_thread_closes_at_once(brokers: tuple[FakeBroker, FakeBroker]) -> None:
+    """A batch that expires without a leader fails on the producer's sender thread: its
+    errback's close() must not join that thread (it is the caller's own)."""
+    a, b = brokers
+    b.stop()
+    a.leader = -1  # t-0 has no leader
+    p = Producer(
+        bootstrap_servers=a.address,
+        acks=1,
+        enable_idempotence=False,
+        request_timeout_ms=300,
+        delivery_timeout_ms=400,
+        retry_backoff_ms=20,
+    )
+    closed = threading.Event()
+    failed: list[tuple[BaseException, str]] = []
+
+    def close_here(err: BaseException) -> None:
+        failed.append((err, threading.current_thread().name))
+        p.close()
+        closed.set()
+
+    fut = p.send("t", b"x", partition=0)
+    fut.add_errback(close_here)
+    assert closed.wait(5), "close() inside the errback did not return"
+    ((err, thread),) = failed
+    assert isinstance(err, LeaderNotAvailableError), err
+    assert thread == "kclient-producer-sender"
+    p.close()
+
+
+def test_flush_inside_a_send_callback_is_refused(brokers: tuple[FakeBroker, FakeBroker]) -> None:
+    """Kafka's rule: flush() in the producer's own callback would wait for the callback's
+    own batch. Another producer's flush() there is fine."""
+    a, _ = brokers
+    seen: list[str] = []
+
+    def flush_here(_meta: object) -> None:
+        try:
+            p.flush()
+        except IllegalStateError as exc:
+            seen.append(str(exc))
+        other.flush(5)
+        seen.append("the other producer flushed")
+
+    with Producer(bootstrap_servers=a.address, acks=1, enable_idempotence=False) as other:
+        other.send("t", b"y", partition=0)
+        with Producer(bootstrap_servers=a.address, acks=1, enable_idempotence=False) as p:
+            fut = p.send("t", b"x", partition=0)
+            fut.add_callback(flush_here)
+            fut.get(10)
+            deadline = time.monotonic() + 5
+            while len(seen) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            p.flush()  # on the application's thread: fine
+    assert len(seen) == 2 and "inside a send callback" in seen[0], seen
