@@ -31,7 +31,8 @@ def rewind(consumer: ck.Consumer) -> None:
 
 
 def retrying(call: Callable[[], object]) -> None:
-    """``call`` again while it fails with a retriable error that needs no abort."""
+    """``call`` again while it fails with a retriable error that needs no abort (each
+    error printed: a test that finds the copier stalled shows what it kept retrying)."""
     while True:
         try:
             call()
@@ -40,6 +41,7 @@ def retrying(call: Callable[[], object]) -> None:
             error = exc.args[0]
             if not error.retriable() or error.txn_requires_abort() or error.fatal():
                 raise
+            print(f"retrying: {error}", flush=True)
             time.sleep(0.1)
 
 
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             "session.timeout.ms": 10000,
             "group.instance.id": f"{args.group}-copier",
             "topic.metadata.refresh.interval.ms": 1000,
+            "debug": "cgrp",  # the group's side of a stall, in the log a failing test shows
         }
     )
     producer = ck.Producer(
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             "transaction.timeout.ms": 60000,
             "linger.ms": 5,
             "topic.metadata.refresh.interval.ms": 1000,
+            "debug": "eos",  # every transactional request and its answer
         }
     )
     producer.init_transactions(60)

@@ -68,7 +68,7 @@ class Copier:
         assert code is None, f"the copier exited with {code}:\n{self.tail()}"
 
     def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
+        return self.log.read_text(errors="replace")[-12000:]
 
 
 class InputProducer(threading.Thread):
