@@ -55,6 +55,9 @@ from kclient.transport import Transport
 
 log = logging.getLogger(__name__)
 
+CANCELLED_BATCHES_WAIT_S = 1.0
+"""How long close() waits, after cancelling the calls in flight, for their batches to fail."""
+
 Headers = Sequence[tuple[str, bytes | None]]
 
 _RECORD_BOUND = HEADER_SIZE + MAX_RECORD_OVERHEAD
@@ -480,8 +483,12 @@ class Producer:
             self._transport.close()
         left = 5.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
         self._sender.join(min(left, 5.0))
-        # Closing the channels cancels the calls in flight: their batches fail.
+        # Closing the channels cancels the calls in flight: their batches fail on gRPC's
+        # threads a moment later. Like Kafka's, close() returns once every record has its
+        # outcome (bounded: a callback of the application's runs there too).
         self._transport.close()
+        with acc.cond:
+            acc.cond.wait_for(lambda: acc.pending <= 0, timeout=CANCELLED_BATCHES_WAIT_S)
 
     def _load_partitions(self, topic: str) -> tuple[int, ...]:
         parts = tuple(sorted(self._metadata.wait_for_partitions(topic, self._max_block_s)))

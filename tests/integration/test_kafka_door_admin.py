@@ -5,6 +5,7 @@ gRPC side (kclient) sees, since both doors serve the same core."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,21 @@ def _results(futures: dict[object, object], timeout_s: float = 60) -> dict[objec
 def _grpc_topics(cluster: LocalCluster) -> dict[str, object]:
     with AdminClient(bootstrap_servers=cluster.bootstrap) as admin:
         return {t.name: t for t in admin.describe_topics()}
+
+
+def _grpc_topics_once(cluster: LocalCluster, ready: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    """The gRPC view once ``ready`` holds: the broker that answered the Kafka door's
+    request has the change, another one learns it a moment later (as in Kafka, whose
+    tests wait for every broker's metadata too)."""
+    seen: dict[str, Any] = {}
+
+    def check() -> bool:
+        seen.clear()
+        seen.update(_grpc_topics(cluster))
+        return ready(seen)
+
+    wait_until(check, what=what)
+    return seen
 
 
 @pytest.fixture
@@ -58,7 +74,7 @@ def test_confluent_admin_creates_describes_alters_and_deletes_topics(cluster: Lo
         operation_timeout=30,
     )
     assert _results(created) == {"events": None, "pinned": None}
-    seen = _grpc_topics(cluster)
+    seen = _grpc_topics_once(cluster, lambda t: {"events", "pinned"} <= set(t), "both topics over gRPC")
     assert len(seen["events"].partitions) == 3  # type: ignore[attr-defined]
     assert seen["events"].configs["retention.ms"] == "60000"  # type: ignore[attr-defined]
     assert [p.replicas for p in seen["pinned"].partitions] == [[0, 1], [1, 0]]  # type: ignore[attr-defined]
@@ -100,7 +116,7 @@ def test_confluent_admin_creates_describes_alters_and_deletes_topics(cluster: Lo
 
     # CreatePartitions
     _results(admin.create_partitions([ck_admin.NewPartitions("events", 5)], operation_timeout=30))
-    assert len(_grpc_topics(cluster)["events"].partitions) == 5  # type: ignore[attr-defined]
+    _grpc_topics_once(cluster, lambda t: len(t["events"].partitions) == 5, "5 partitions over gRPC")
     fewer = admin.create_partitions([ck_admin.NewPartitions("events", 2)], operation_timeout=30)
     with pytest.raises(ck.KafkaException) as info:
         fewer["events"].result(30)
@@ -113,7 +129,8 @@ def test_confluent_admin_creates_describes_alters_and_deletes_topics(cluster: Lo
             [ck_admin.NewPartitions("events", 6, replica_assignment=[chosen])], operation_timeout=30
         )
     )
-    grown = {p.partition: list(p.replicas) for p in _grpc_topics(cluster)["events"].partitions}  # type: ignore[attr-defined]
+    now = _grpc_topics_once(cluster, lambda t: len(t["events"].partitions) == 6, "6 partitions over gRPC")
+    grown = {p.partition: list(p.replicas) for p in now["events"].partitions}
     assert len(grown) == 6 and grown[5] == chosen
     unknown = admin.create_partitions(
         [ck_admin.NewPartitions("events", 7, replica_assignment=[[99] * rf])], operation_timeout=30

@@ -21,6 +21,7 @@ import pytest
 from kclient import Producer
 from kclient.errors import IllegalStateError, KafkaError, KafkaTimeoutError, LeaderNotAvailableError
 from kclient.metadata import ClusterMetadata
+from kclient.producer.sender import Sender
 from kclient.proto.kbroker.v1 import broker_pb2_grpc, log_pb2, metadata_pb2
 from kclient.transport import CHANNEL_OPTIONS, SERVER_KEEPALIVE_OPTIONS, Transport
 
@@ -324,3 +325,31 @@ def test_flush_inside_a_send_callback_is_refused(brokers: tuple[FakeBroker, Fake
                 time.sleep(0.01)
             p.flush()  # on the application's thread: fine
     assert len(seen) == 2 and "inside a send callback" in seen[0], seen
+
+
+def test_close_with_a_timeout_returns_once_every_record_has_its_outcome(
+    brokers: tuple[FakeBroker, FakeBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close(timeout) with a batch the sender has taken from its queue but not yet sent:
+    the sender fails it a moment later (the channels are closed), on its own thread, which
+    close() does not wait for. Like Kafka's, close() returns only once every record has its
+    outcome (CI once found a record still without one right after close(timeout=1))."""
+    a, b = brokers
+    b.stop()
+    p = Producer(bootstrap_servers=a.address, acks=1, enable_idempotence=False, linger_ms=0)
+    assert p.send("t", b"first", partition=0).get(10).offset == 42
+    taken = threading.Event()
+    send = Sender._send
+
+    def send_late(self: Sender, addr: str, batches: list[Any]) -> None:
+        taken.set()
+        time.sleep(0.5)  # drained, not sent yet: close() runs meanwhile
+        send(self, addr, batches)
+
+    monkeypatch.setattr(Sender, "_send", send_late)
+    fut = p.send("t", b"x", partition=0)
+    assert taken.wait(5)
+    started = time.monotonic()
+    p.close(timeout=0.1)
+    assert time.monotonic() - started < 1.5
+    assert isinstance(fut.exception(0), KafkaTimeoutError), fut.exception(0)
