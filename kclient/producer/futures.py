@@ -78,7 +78,9 @@ class ProduceResult:
             self._event.set()
             callbacks, self._callbacks = self._callbacks or [], None
         if callbacks:
-            owners = _completing.__dict__.setdefault("owners", [])
+            owners: list[object] | None = getattr(_completing, "owners", None)
+            if owners is None:
+                owners = _completing.owners = []
             owners.append(self.owner)
             try:
                 for fut, cb in callbacks:

@@ -36,6 +36,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         self.leader = node_id
         self.produce_error = 0
         self.slow_s = 0.0
+        self.produce_slow_s = 0.0
         self.peers: dict[int, int] = {}  # node id -> port
         self.calls: list[str] = []
         self.server = grpc.server(futures.ThreadPoolExecutor(4), options=SERVER_KEEPALIVE_OPTIONS)
@@ -57,6 +58,8 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
 
     def Produce(self, request: Any, context: Any) -> log_pb2.ProduceResponse:
         self.calls.append("Produce")
+        if self.produce_slow_s:
+            time.sleep(self.produce_slow_s)
         resp = log_pb2.ProduceResponse()
         for t in request.topics:
             tr = resp.topics.add(name=t.name)
@@ -253,20 +256,24 @@ def test_close_inside_a_send_callback_closes_at_once(brokers: tuple[FakeBroker, 
     b.stop()
     p = Producer(bootstrap_servers=a.address, acks=1, enable_idempotence=False, linger_ms=0)
     closed = threading.Event()
+    undelivered: list[Any] = []
 
     def close_here(_meta: object) -> None:
+        a.produce_slow_s = 2.0  # were it sent before the close, no answer comes first
+        undelivered.append(p.send("t", b"undelivered", partition=0))
         p.close()
         closed.set()
 
     assert p.send("t", b"first", partition=0).get(10).offset == 42
-    a.slow_s = 0.5  # the next batch is still queued or in flight when the callback closes
     first = p.send("t", b"x", partition=0)
     first.add_callback(close_here)
     assert closed.wait(5), "close() inside the callback did not return"
     assert first.get(1).offset == 42
+    assert isinstance(undelivered[0].exception(1.5), KafkaTimeoutError), undelivered[0].exception(0)
     with pytest.raises(KafkaError):  # closed: a send after close() is refused
         p.send("t", b"late", partition=0)
     p.close()  # again, from the application: a no-op
+    a.produce_slow_s = 0.0
 
 
 def test_close_inside_an_errback_on_the_sender_thread_closes_at_once(brokers: tuple[FakeBroker, FakeBroker]) -> None:
