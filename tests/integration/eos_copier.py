@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     total = 0
     while True:
         msgs = consumer.consume(args.batch, 1.0)
+        for m in msgs:
+            if m.error() is not None:  # a fenced static member, say: the log shows why nothing is copied
+                print(f"consumer error: {m.error()}", flush=True)
         msgs = [m for m in msgs if m.error() is None]
         if not msgs:
             continue

@@ -135,14 +135,15 @@ def _read(conf: dict[str, Any], topic: str, partitions: int, n: int) -> list[byt
     return values
 
 
-def _sees_everywhere(secure: Secure, user: str, topic: str) -> None:
-    """Wait until every broker's Kafka door answers ``user``'s metadata of ``topic``
-    without an error (his DESCRIBE allowed: the ACLs reached its authorizer)."""
+def _sees_everywhere(secure: Secure, user: str, topic: str, password: str | None = None) -> None:
+    """Wait until every broker's Kafka door logs ``user`` in and answers his metadata of
+    ``topic`` without an error (his credential and his DESCRIBE reached it)."""
     for address in secure.cluster.kafka_bootstrap("KSCRAM").split(","):
 
         def sees(address: str = address) -> bool:
             with WireClient(address) as wire:
-                assert _login(wire, user, PASSWORDS[user]).error_code == 0
+                if _login(wire, user, password or PASSWORDS[user]).error_code != 0:
+                    return False
                 (t,) = wire.call(METADATA, 1, {"topics": [{"name": topic}]}).topics
                 return t.error_code == 0
 
@@ -359,6 +360,7 @@ def test_kafka_python_over_sasl_ssl(secure: Secure, caplog: pytest.LogCaptureFix
         (ck_admin.ScramMechanism.SCRAM_SHA_256, 8192)
     ]
     _results(confluent.create_acls(_allow("User:erin", "kp-secure", ck_admin.AclOperation.WRITE)))
+    _sees_everywhere(secure, "erin", "kp-secure", "erin-secret")  # the controller knew first; the rest by notification
     erin = {**secure.sasl("erin", mechanism="SCRAM-SHA-256"), "sasl.password": "erin-secret"}
     assert _produce(erin, "kp-secure", 5) == (5, [])
     producer = kafka.KafkaProducer(acks="all", **settings)

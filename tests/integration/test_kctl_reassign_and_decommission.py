@@ -69,13 +69,13 @@ def test_grow_then_drain_a_broker_with_kctl(cluster_factory: Callable[..., Local
     assert verified.count("is complete.") == 6, verified
     assert ok(kctl(z, "partitions reassign --list")) == "No partition reassignments found.\n"
     want = {e["partition"]: e["replicas"] for e in proposed["partitions"]}
-    assert replicas(cluster.bootstrap, "grow") == want
+    wait_until(lambda: replicas(cluster.bootstrap, "grow") == want, what="the plan in the metadata")
     wait_until(lambda: in_sync(cluster.bootstrap, "grow"), what="in sync after the move")
 
     # Drain broker 0, stop it: nothing is under-replicated, every record is still there.
     drained = ok(kctl(z, "brokers decommission 0 --timeout-ms 120000"))
     assert drained.splitlines()[-1] == "Broker 0 holds no partition replicas; it can be stopped.", drained
-    assert all(0 not in rs for rs in replicas(cluster.bootstrap, "grow").values())
+    wait_until(lambda: all(0 not in rs for rs in replicas(cluster.bootstrap, "grow").values()), what="0 drained")
     cluster.brokers[0].stop()
     others = ",".join(cluster.brokers[b].address for b in (1, 2, 3))
     wait_until(lambda: in_sync(others, "grow"), what="every partition fully in sync without broker 0")
@@ -132,7 +132,8 @@ def test_reassign_and_decommission_over_bootstrap_server(
     assert verified.splitlines()[0] == "Status of partition reassignment:"
     assert verified.count("is complete.") == 4 and verified.endswith("complete.\n\n"), verified
     assert ok(kctl(b, "partitions reassign --list")) == "No partition reassignments found.\n"
-    assert replicas(cluster.bootstrap, "boot") == {e["partition"]: e["replicas"] for e in proposed["partitions"]}
+    planned = {e["partition"]: e["replicas"] for e in proposed["partitions"]}
+    wait_until(lambda: replicas(cluster.bootstrap, "boot") == planned, what="the plan in the metadata")
     nothing = ok(kctl(b, f"partitions reassign --cancel --reassignment-json-file {plan}"))
     assert nothing == (
         "None of the specified partition reassignments are active.\nNone of the specified partition moves are active.\n"
@@ -183,7 +184,7 @@ def test_reassign_and_decommission_over_bootstrap_server(
     # Drain broker 0 over gRPC, stop it: nothing under-replicated.
     drained = ok(kctl(b, "brokers decommission 0 --timeout-ms 120000"))
     assert drained.splitlines()[-1] == "Broker 0 holds no partition replicas; it can be stopped.", drained
-    assert all(0 not in rs for rs in replicas(cluster.bootstrap, "boot").values())
+    wait_until(lambda: all(0 not in rs for rs in replicas(cluster.bootstrap, "boot").values()), what="0 drained")
     cluster.brokers[0].stop()
     others = ",".join(cluster.brokers[x].address for x in (1, 2, 3))
     wait_until(lambda: in_sync(others, "boot"), what="boot fully in sync without broker 0")

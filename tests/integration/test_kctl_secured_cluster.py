@@ -20,7 +20,7 @@ from tests.integration.test_broker_listeners import (
     secure_cluster,
 )
 from tests.integration.test_kctl import fails, kctl, ok
-from tests.support import set_scram_passwords
+from tests.support import set_scram_passwords, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -106,6 +106,8 @@ def test_kctl_admin_commands_over_sasl_ssl(secured: tuple[LocalCluster, str, str
     # users delete: alice is gone and can no longer log in
     ok(kctl("users delete alice", conn))
     assert "'alice'" not in ok(kctl("users list", conn))
+    # A broker that had her cached drops her by the change notification, a moment later.
+    wait_until(lambda: kctl("topics list", as_alice).returncode != 0, 30, "alice refused")
     fails(kctl("topics list", as_alice), mentions="uthentication")
 
 

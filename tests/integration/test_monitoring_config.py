@@ -51,6 +51,7 @@ from tests.monitoring_support import (
     metric_names,
     variable_queries,
 )
+from tests.support import wait_until
 
 MOUNT = "/etc/prometheus"
 
@@ -242,8 +243,15 @@ def test_a_real_broker_serves_the_metrics_the_queries_read(cluster_factory: Call
             broker_pb2_grpc.BrokerStub(channel).Fetch(log_pb2.FetchRequest(max_bytes=-1), timeout=10)
     found = re.search(rb"metrics: (http://\S+/metrics)", broker.log_path.read_bytes())
     assert found, f"the broker logged no metrics URL:\n{broker.log_tail()}"
-    with urllib.request.urlopen(found.group(1).decode(), timeout=10) as resp:
-        text = resp.read().decode()
+    url = found.group(1).decode()
+
+    def served_text() -> str:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return str(resp.read().decode())
+
+    # grpc's abort() answers before the handler that counts the error resumes.
+    wait_until(lambda: "kafka_network_requestmetrics_errors_total{" in served_text(), 10, "the error counted")
+    text = served_text()
     served = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and line[0] != "#"}
     exported = exported_metric_names()
     assert served - exported == set(), "the broker serves names exported_metric_names() misses"

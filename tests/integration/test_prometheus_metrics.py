@@ -96,7 +96,7 @@ def test_counters_and_gauges_move_with_the_cluster(cluster_factory: Callable[...
     assert s['kafka_network_requestmetrics_requests_total{request="Produce"}'] >= 2
     assert s['kafka_network_requestmetrics_totaltimems_count{request="Produce"}'] >= 2
     assert s["kafka_server_replicamanager_leadercount"] >= 1
-    assert s["kafka_server_replicamanager_underreplicatedpartitions"] == 0
+    wait_for(lambda: scrape(lead)["kafka_server_replicamanager_underreplicatedpartitions"] == 0, timeout_s=30)
     assert s['kafka_log_log_size{partition="0",topic="m"}'] > 0
     assert s['kafka_server_sessionexpirelistener_sessionstate{state="CONNECTED"}'] == 1
     zk_requests = s["kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms_count"]

@@ -123,4 +123,5 @@ def test_reassignment_rpcs_at_the_controller_only(cluster_factory: Callable[...,
     with AdminClient(cluster.bootstrap) as admin:
         assert admin.alter_partition_reassignments({("mv", 1): [3, 2]}) == {TopicPartition("mv", 1): None}
         wait_until(lambda: admin.list_partition_reassignments() == {}, timeout_s=60, what="the move to finish")
-    assert replicas(cluster.bootstrap, "mv")[1] == [3, 2]
+    # The listing reads ZooKeeper; a broker's metadata follows by its topic watch.
+    wait_until(lambda: replicas(cluster.bootstrap, "mv")[1] == [3, 2], what="the new placement in the metadata")

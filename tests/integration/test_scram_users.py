@@ -230,8 +230,8 @@ def test_broker_cache_follows_changes_and_deletions(zk: ZkClient, zk_connect: st
     sessions = SessionStore()
 
     def on_user_changed(user: str) -> None:
+        sessions.revoke_user(user)  # first: the test waits on ``changed``
         changed.append(user)
-        sessions.revoke_user(user)
 
     cache = CredentialStore(broker_zk, on_user_changed=on_user_changed)
     cache.start()
