@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 RPC_TIMEOUT_S = 30
 QUICK_STOP = {"controlled.shutdown.retry.backoff.ms": "200"}
 """The last broker of a cluster cannot move its leaderships away: do not retry for 10 s."""
-SLOW_ISR = {**QUICK_STOP, "replica.lag.time.max.ms": "10000", "zookeeper.session.timeout.ms": "10000"}
+SLOW_ISR = {**QUICK_STOP, "replica.lag.time.max.ms": "30000", "zookeeper.session.timeout.ms": "30000"}
 """A paused follower stays in the ISR (and registered) for the whole test."""
 
 SIZED: dict[str, Any] = {"partition_max_bytes": 1048576}

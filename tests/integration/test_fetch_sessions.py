@@ -8,7 +8,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 
 import grpc
 import pytest
@@ -146,10 +145,6 @@ def test_replication_through_sessions_loses_nothing_across_leader_changes(
     wait_until(lambda: len({log_bytes(b) for b in cluster.brokers.values()}) == 1, 30, "equal logs on every broker")
 
 
-def reconnected(b: BrokerProcess) -> bool:
-    return "reachable again" in b.log_tail(400)
-
-
 def test_followers_start_a_new_session_after_a_frozen_leader(cluster_factory: Callable[..., LocalCluster]) -> None:
     # The ZooKeeper session outlives the freeze (the leader keeps its partitions) while the
     # followers' fetches time out (replica.fetch.wait.max.ms + 5 s): connection errors.
@@ -161,11 +156,21 @@ def test_followers_start_a_new_session_after_a_frozen_leader(cluster_factory: Ca
     followers = [b for b in cluster.brokers.values() if b.broker_id != leader]
     with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as p:
         p.send("frozen", b"before", partition=0).get(20)
+    logged = {f.broker_id: f.log_path.stat().st_size for f in followers}
+
+    def since_paused(f: BrokerProcess) -> str:
+        with f.log_path.open("rb") as log:
+            log.seek(logged[f.broker_id])
+            return log.read().decode(errors="replace")
+
     cluster.brokers[leader].pause()
-    time.sleep(8)
-    cluster.brokers[leader].resume()
+    try:  # until both followers' fetches have failed (each after replica.fetch.wait.max.ms + 5 s)
+        for f in followers:
+            wait_until(lambda f=f: "cannot reach leader" in since_paused(f), 25, f"broker {f.broker_id} failing")
+    finally:
+        cluster.brokers[leader].resume()
     for f in followers:
-        wait_until(partial(reconnected, f), 30, f"broker {f.broker_id} reconnecting")
+        wait_until(lambda f=f: "reachable again" in since_paused(f), 30, f"broker {f.broker_id} reconnecting")
     with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as p:
         # min.insync.replicas = 3: answered only once both followers fetched it.
         assert p.send("frozen", b"after", partition=0).get(30).offset == 1

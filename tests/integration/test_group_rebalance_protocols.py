@@ -101,7 +101,7 @@ def test_kip394_a_first_join_v4_is_answered_member_id_required(door: LocalCluste
 def test_a_restarted_static_member_keeps_its_assignment_without_a_rebalance(door: LocalCluster) -> None:
     _create(door, "static", 4)
     _produce(door, "static", range(40), 4)
-    settings = {"session.timeout.ms": 6000, "max.poll.interval.ms": 20000}
+    settings = {"session.timeout.ms": 15000, "max.poll.interval.ms": 30000}
     a = Watched(door, "sg", "static", **settings, **{"group.instance.id": "a"})
     b = Watched(door, "sg", "static", **settings, **{"group.instance.id": "b"})
     _pump([a, b], lambda: len(a.owned()) + len(b.owned()) == 4 and bool(a.owned()) and bool(b.owned()), "two owners")
@@ -111,14 +111,14 @@ def test_a_restarted_static_member_keeps_its_assignment_without_a_rebalance(door
     started = time.monotonic()
     b = Watched(door, "sg", "static", **settings, **{"group.instance.id": "b"})
     _pump([a, b], lambda: b.owned() == b_had, "b's old partitions back")
-    assert time.monotonic() - started < 6  # well within the session timeout
+    assert time.monotonic() - started < 15  # within the session timeout: the generation below proves it
     for _ in range(20):  # a sees no rebalance, now or a little later
         a.poll()
         b.poll()
     assert len(a.events) == a_events and _stored_generation(door, "sg") == generation
 
     b.c.close()  # and without a restart, the session timeout removes it
-    _pump([a], lambda: len(a.owned()) == 4, "a owning everything after b's session timed out", timeout_s=30)
+    _pump([a], lambda: len(a.owned()) == 4, "a owning everything after b's session timed out", timeout_s=60)
     a.c.close()
 
 

@@ -220,8 +220,10 @@ def test_queue_splits_partitions_and_idle_member_takes_over(
     left_at = time.monotonic()
     leaving.stop()  # close(): commits and sends LeaveGroup
     wait_until(lambda: fifth.assignment() == freed, 30, "the idle member to take over the freed partition")
-    takeover_s = time.monotonic() - left_at
-    assert takeover_s < MEMBER["session_timeout_ms"] / 1000, "LeaveGroup, not the session timeout, moved it"
+    print(f"takeover after LeaveGroup: {time.monotonic() - left_at:.2f} s")
+    logs = [b.log_path.read_text() for b in cluster.brokers.values()]
+    expired = [line for text in logs for line in text.splitlines() if "expired (no heartbeat)" in line]
+    assert expired == [], "LeaveGroup, not the session timeout, moved it"
     produce(cluster.bootstrap, "jobs", [f"b{i}" for i in range(200)], spread=4)
     wait_until(lambda: any(v.startswith("b") for v in fifth.values()), 30, "the new owner to read its partition")
     group.append(fifth)
@@ -498,8 +500,11 @@ def test_no_commit_and_reset_none(cluster_factory: Callable[..., LocalCluster]) 
         c.commit({TP("strict", 0): OffsetAndMetadata(7)})
     with Consumer(bootstrap_servers=cluster.bootstrap, group_id="strict-g", **cfg) as c:
         c.subscribe(["strict"])
-        got = c.poll(timeout_ms=5000)
-        assert [r.value for r in got[TP("strict", 0)]] == [b"s7", b"s8", b"s9"]
+        values: list[bytes | None] = []
+        deadline = time.monotonic() + 30  # the join, then the fetch
+        while len(values) < 3 and time.monotonic() < deadline:
+            values += [r.value for records in c.poll(timeout_ms=1000).values() for r in records]
+        assert values == [b"s7", b"s8", b"s9"]
 
 
 def test_pattern_subscription_and_new_partitions(cluster_factory: Callable[..., LocalCluster]) -> None:

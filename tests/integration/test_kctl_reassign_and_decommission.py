@@ -96,8 +96,9 @@ def test_grow_then_drain_a_broker_with_kctl(cluster_factory: Callable[..., Local
 def test_reassign_and_decommission_over_bootstrap_server(
     cluster_factory: Callable[..., LocalCluster], tmp_path: Path
 ) -> None:
-    # A broker is paused below; its ZooKeeper session must outlive the few commands run meanwhile.
-    cluster = cluster_factory(3, **{"zookeeper.session.timeout.ms": "15000"})
+    # A broker is paused below; its ZooKeeper session must outlive the seven commands run meanwhile
+    # (a few seconds each on a loaded machine).
+    cluster = cluster_factory(3, **{"zookeeper.session.timeout.ms": "60000"})
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic("boot", 4, 2)])
     wait_until(lambda: in_sync(cluster.bootstrap, "boot"), what="boot in sync")

@@ -130,8 +130,8 @@ def test_a_paused_broker_logs_its_session_loss(cluster_factory: Callable[..., Lo
     paused, other = cluster.brokers[0], cluster.brokers[1]
     offsets = {b.broker_id: b.log_path.stat().st_size for b in (paused, other)}
     paused.pause()
-    try:
-        time.sleep(5.0)  # past zookeeper.session.timeout.ms (3 s)
+    try:  # past zookeeper.session.timeout.ms (3 s): the other broker sees its session end
+        wait_until(lambda: "broker 0 lost (was at" in _new_log(cluster, 1, offsets[1]), 30, "the session to expire")
     finally:
         paused.resume()
     wait_until(

@@ -33,7 +33,7 @@ def reach(src: netns.Host, dst: netns.Host) -> str:
 
 def serve(host: netns.Host) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(host.wrap([sys.executable, "-c", SERVE.format(ip=host.ip)]))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a Python process starting on a loaded machine
     while reach(host, host) != "ok":
         assert time.monotonic() < deadline, "probe server did not start"
         time.sleep(0.05)

@@ -48,7 +48,7 @@ def test_close_without_timeout_returns_once_delivery_timeout_passed(cluster: Loc
     took = time.monotonic() - started
     # Was 29.75 s with delivery_timeout_ms=20000: a metadata refresh waited out the whole
     # request timeout, and a request in flight its own, past the batches' delivery time.
-    assert took < 6 + 2.5, f"close() took {took:.1f} s with delivery_timeout_ms=6000"
+    assert took < 6 + 5, f"close() took {took:.1f} s with delivery_timeout_ms=6000"
     for f in futures:
         assert isinstance(f.exception(0), KafkaError)
         assert "delivery_timeout_ms" in str(f.exception(0)) or isinstance(f.exception(0), KafkaTimeoutError)

@@ -182,7 +182,14 @@ def test_unclean_election_only_where_enabled(cluster_factory: Callable[..., Loca
 
 
 def test_divergent_follower_truncates(cluster_factory: Callable[..., LocalCluster]) -> None:
-    cluster = cluster_factory(3, **{"auto.leader.rebalance.enable": "false", "replica.lag.time.max.ms": "20000"})
+    cluster = cluster_factory(
+        3,
+        **{
+            "auto.leader.rebalance.enable": "false",
+            "replica.lag.time.max.ms": "20000",
+            "zookeeper.session.timeout.ms": "15000",  # the stopped followers stay in the ISR
+        },
+    )
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topics([NewTopic("div", 1, 3, replica_assignments={0: [0, 1, 2]})])
     wait_until(lambda: full_isr(cluster.bootstrap, "div"), what="full ISR")

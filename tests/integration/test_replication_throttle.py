@@ -100,7 +100,8 @@ def test_a_throttled_move_is_rate_bounded_and_normal_replication_is_not(
     floor = (size - 10 * RATE) / RATE
     print(f"move of {size} B: unthrottled {unthrottled:.2f} s, throttled at {RATE} B/s {throttled:.2f} s")
     assert throttled >= 0.7 * floor, (throttled, floor, unthrottled)
-    assert unthrottled < 0.5 * floor, (throttled, floor, unthrottled)
+    # The rate, not the machine, holds the throttled move: a loaded machine slows both.
+    assert unthrottled < 0.6 * throttled, (throttled, floor, unthrottled)
 
     # The last --verify cleared the throttles on every broker and the topic.
     cleared = ok(kctl(z, verify))

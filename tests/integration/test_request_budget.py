@@ -175,6 +175,7 @@ def test_replication_is_served_while_clients_hold_the_whole_budget(
             "socket.request.max.bytes": str(2 * MIB),
             "min.insync.replicas": "2",  # the write is acknowledged only once the follower has it
             "replica.lag.time.max.ms": "30000",
+            "zookeeper.session.timeout.ms": "30000",  # the paused follower stays in the ISR
             "request.read.timeout.ms": "120000",  # the clients' frames hold the budget throughout
         },
     )

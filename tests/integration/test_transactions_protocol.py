@@ -202,7 +202,7 @@ def test_a_new_producer_of_the_id_fences_the_old_one(two_brokers: LocalCluster) 
 
 
 def test_an_expired_transaction_is_aborted_by_the_coordinator(two_brokers: LocalCluster) -> None:
-    txn = Txn(two_brokers, "t-expire", timeout_ms=1000)
+    txn = Txn(two_brokers, "t-expire", timeout_ms=5000)  # outlives the send on a loaded machine
     txn.init()
     txn.add("tx", [0])
     assert txn.send("tx", 0, [b"slow"]).error_code == 0

@@ -350,7 +350,7 @@ def test_close_with_a_timeout_returns_once_every_record_has_its_outcome(
 
     def send_late(self: Sender, addr: str, batches: list[Any]) -> None:
         taken.set()
-        time.sleep(0.5)  # drained, not sent yet: close() runs meanwhile
+        time.sleep(0.2)  # drained, not sent yet: close() runs meanwhile
         send(self, addr, batches)
 
     monkeypatch.setattr(Sender, "_send", send_late)
@@ -358,5 +358,5 @@ def test_close_with_a_timeout_returns_once_every_record_has_its_outcome(
     assert taken.wait(5)
     started = time.monotonic()
     p.close(timeout=0.1)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0  # bounded (CANCELLED_BATCHES_WAIT_S), even on a loaded machine
     assert isinstance(fut.exception(0), KafkaTimeoutError), fut.exception(0)

@@ -25,11 +25,14 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         self.broker_id = broker_id
         self.delay_s = delay_s
         self.refuse = refuse
+        self.serving = threading.Event()
+        """Set once the first request arrives."""
         self.calls: list[tuple[str, float, float, list[tuple[str, int, int]]]] = []
         """(kind, started, answered, [(topic, partition, leader epoch)])."""
 
     def _serve(self, kind: str, request: object) -> None:
         started = time.monotonic()
+        self.serving.set()
         time.sleep(self.delay_s)
         states = [(m.topic, m.partition, m.leader_epoch) for m in request.partition_states]  # type: ignore[attr-defined]
         self.calls.append((kind, started, time.monotonic(), states))
@@ -99,7 +102,7 @@ def test_pending_states_coalesce_and_a_refusal_fails_the_future(servers: list[gr
     try:
         channel.set_brokers({1: BrokerInfo(1, "127.0.0.1", port, epoch=11)})
         first = channel.send({}, [_update(0, 1)])[1]
-        time.sleep(0.1)  # the first request is being served: the next ones wait, and merge
+        assert busy.serving.wait(10)  # the first request is being served: the next ones wait, and merge
         channel.send({}, [_update(0, 2), _update(1, 1)])
         last = channel.send({}, [_update(0, 3)])[1]
         first.result(10)
@@ -129,6 +132,7 @@ def test_a_broker_not_reachable_yet_gets_the_states_once_it_is(servers: list[grp
 
 
 def test_a_broker_gone_fails_what_was_pending_and_a_new_registration_is_new() -> None:
+    earlier = set(threading.enumerate())
     channel = ControllerChannel(0, 5, grpc.insecure_channel)
     port = _free_port()  # nothing listens: the request stays pending
     try:
@@ -140,4 +144,9 @@ def test_a_broker_gone_fails_what_was_pending_and_a_new_registration_is_new() ->
         assert channel.set_brokers({}) == []
     finally:
         channel.close()
-    assert threading.active_count() < 50
+    # Each registration's sender ends once closed (the first one's call to nowhere may
+    # still be timing out): none is left behind.
+    senders = [t for t in set(threading.enumerate()) - earlier if t.name.startswith("controller-channel-")]
+    for sender in senders:
+        sender.join(30)
+    assert not [t for t in senders if t.is_alive()]

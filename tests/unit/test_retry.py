@@ -39,7 +39,7 @@ def test_the_deadline_ends_with_a_timeout_naming_the_work() -> None:
     start = time.monotonic()
     with pytest.raises(KafkaTimeoutError, match=r"commit did not complete: \[Error 16\] NotCoordinatorError: moved"):
         retry(attempt, what="commit did not complete", deadline=start + 0.2, backoff_s=0.05)
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 2.0  # the deadline, not a retry count, ended it
 
 
 def test_other_errors_pass_at_once_and_on_error_may_replace_them() -> None:
