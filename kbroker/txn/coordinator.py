@@ -27,8 +27,9 @@ States and moves (Kafka's)::
   answer CONCURRENT_TRANSACTIONS), and a marker that cannot be written (no leader)
   delays the answer by the wait only. Until it succeeds it is tried again by :meth:`complete_pending` (the
   coordinator's housekeeping, which also retries :meth:`take_incomplete`, and a new
-  coordinator of the id). So ``send_offsets_to_transaction`` offsets reach the group exactly when the
-  transaction commits, and never when it aborts.
+  coordinator of the id); that leaves an id whose completion is still with ``completions``
+  to it, so each decision's markers are written once. So ``send_offsets_to_transaction``
+  offsets reach the group exactly when the transaction commits, and never when it aborts.
 - **Expiry.** An Ongoing transaction older than its timeout is aborted, its epoch bumped
   (:meth:`abort_expired`).
 
@@ -127,6 +128,9 @@ class TransactionCoordinator:
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
         self._incomplete: set[str] = set()
+        self._completing: set[str] = set()
+        """The ids whose completion is with ``completions`` now: :meth:`complete_pending`
+        leaves them to it (it would write their markers twice, and lose the store's race)."""
         self._offset_txns: dict[str, set[str]] = {}
         """Group -> the transactional ids whose TxnOffsetCommit this broker served: the
         candidates for :meth:`unstable_offsets` (this broker is the group's coordinator)."""
@@ -404,16 +408,28 @@ class TransactionCoordinator:
         )
         version = self._store.write(prepared, version)
         log.info("transaction %s: %s (%d partition(s))", meta.transactional_id, state.value, len(meta.partitions))
-        return self._completions(lambda: self._complete(prepared, version))
+        with self._guard:
+            self._completing.add(meta.transactional_id)
+        try:
+            return self._completions(lambda: self._complete(prepared, version))
+        except BaseException:  # not handed over (the pool is shut down): the housekeeping's, then
+            with self._guard:
+                self._completing.discard(meta.transactional_id)
+            raise
 
     def _complete(self, prepared: TransactionMetadata, version: int) -> None:
         """Complete a decided transaction (on ``completions``): on failure it stays
         preparing and its id is handed to :meth:`take_incomplete`."""
         tid = prepared.transactional_id
+        completed = False
         with self._lock(tid):
-            if not self._try_complete(prepared, version):
+            try:
+                completed = self._try_complete(prepared, version)
+            finally:
                 with self._guard:
-                    self._incomplete.add(tid)
+                    self._completing.discard(tid)
+                    if not completed:
+                        self._incomplete.add(tid)
 
     def take_incomplete(self) -> set[str]:
         """The ids whose completion failed since the last call (to be retried)."""
@@ -457,6 +473,9 @@ class TransactionCoordinator:
         done = 0
         for tid in self._store.transactional_ids() if transactional_ids is None else transactional_ids:
             with self._lock(tid):
+                with self._guard:
+                    if tid in self._completing:
+                        continue
                 found = self._store.load(tid)
                 if found is not None and found[0].state.preparing and self._try_complete(*found):
                     done += 1

@@ -5,7 +5,7 @@ left preparing, and expiry."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import SimpleNamespace
 
 import pytest
@@ -361,3 +361,32 @@ def test_end_txn_waits_a_bounded_time_for_the_completion_on_the_pool(f: Fixture)
         c.end_txn("app", pid, epoch, commit=False)  # markers stuck: answered after the wait
         assert 0.2 <= time.monotonic() - t0 < 2 and f.state("app").state is TxnState.PREPARE_ABORT
         release.set()
+
+
+def test_the_housekeeping_leaves_a_completion_in_flight_to_the_pool(
+    f: Fixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    """complete_pending skips an id whose completion is queued on the pool: before, the
+    housekeeping completed it first, then the pool wrote the markers again and lost the
+    store's race ("changed by another coordinator")."""
+    queued: list[Callable[[], None]] = []
+    c = TransactionCoordinator(
+        f.store, ProducerIds(), f.markers, f.offsets, clock=f.clock, completions=queued.append, end_txn_wait_s=0
+    )
+    pid, epoch = c.init_producer_id("app", 10000)
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    c.end_txn("app", pid, epoch, commit=True)
+    assert c.complete_pending() == 0  # the pool's
+    queued.pop()()
+    assert f.state("app").state is TxnState.COMPLETE_COMMIT
+    assert [w[2] for w in f.markers.written] == [True]  # one set of commit markers
+    assert "changed by another coordinator" not in caplog.text
+
+    # A completion that failed is the housekeeping's again.
+    c.add_partitions("app", pid, epoch, [("out", 0)])
+    f.markers.failing = {("out", 0)}
+    c.end_txn("app", pid, epoch, commit=False)
+    queued.pop()()
+    assert f.state("app").state is TxnState.PREPARE_ABORT and c.take_incomplete() == {"app"}
+    f.markers.failing = set()
+    assert c.complete_pending(["app"]) == 1 and f.state("app").state is TxnState.COMPLETE_ABORT
