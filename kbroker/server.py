@@ -71,6 +71,10 @@ from kclient.transport import CHANNEL_OPTIONS, map_rpc_error
 
 log = logging.getLogger("kbroker")
 
+METADATA_LOAD_WAIT_S = 30.0
+"""How long start-up waits for the first read of the cluster's metadata before it says it
+is serving (Metadata is refused until then: a client asks another broker)."""
+
 
 class KafkaServer:
     """One broker."""
@@ -289,6 +293,8 @@ class KafkaServer:
         )
         self.dynamic.start()
         self._serve_metrics(services[0])
+        if not self.metadata.wait_loaded(METADATA_LOAD_WAIT_S):  # until then Metadata is refused
+            log.warning("broker %d: the cluster's metadata is not loaded yet; serving", cfg.broker_id)
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
 
     def _trusted_broker(self, call: CallContext) -> bool:

@@ -360,6 +360,9 @@ class FakeMetadataCache:
         self.brokers = list(brokers)
         self.topics = dict(topics or {})
 
+    def loaded(self) -> bool:
+        return True
+
     def snapshot(self) -> ClusterSnapshot:
         first = self.brokers[:1]
         return ClusterSnapshot(

@@ -135,9 +135,10 @@ class MetadataApi:
         self.auto_create_topics = auto_create_topics
 
     def is_stale(self) -> bool:
-        """Cut off from ZooKeeper and from followers: this broker's view is stale; clients
+        """Not loaded yet (a broker just started: no brokers, no topics), or cut off from
+        ZooKeeper and from followers: this broker's view is not the cluster's; clients
         should ask another broker."""
-        return self._any_fenced()
+        return not self._metadata.loaded() or self._any_fenced()
 
     def brokers(self, snap: ClusterSnapshot | None = None) -> ClusterMetadata:
         """The cluster id, the controller and the brokers, as the caller reaches them (a

@@ -168,6 +168,8 @@ class MetadataCache:
         self._topic_paths: dict[str, set[str]] = {}
         self._thread = threading.Thread(target=self._run, name="metadata-events", daemon=True)
         self._changed = threading.Condition()
+        self._loaded = threading.Event()
+        """Set once the first resync has read the brokers, the controller and the topics."""
         self._stopped = False
         self._disconnected = False
 
@@ -196,6 +198,14 @@ class MetadataCache:
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:
             return self._snapshot
+
+    def loaded(self) -> bool:
+        """Whether the first read of the cluster is done: until then the snapshot is empty
+        (no brokers, no topics), not the cluster's."""
+        return self._loaded.is_set()
+
+    def wait_loaded(self, timeout_s: float) -> bool:
+        return self._loaded.wait(timeout_s)
 
     def wait_for(self, predicate: Callable[[ClusterSnapshot], bool], timeout_s: float) -> bool:
         """Block until ``predicate(snapshot)`` holds or the timeout passes."""
@@ -362,6 +372,7 @@ class MetadataCache:
         self._read_brokers()
         self._read_controller()
         self._read_topic_znodes(self._read_topics(resync=True))
+        self._loaded.set()
 
     def _read_brokers(self) -> None:
         brokers: dict[int, BrokerInfo] = {}

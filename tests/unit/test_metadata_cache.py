@@ -183,3 +183,20 @@ def test_a_deleted_incarnations_late_state_does_not_reach_its_recreation() -> No
     cache._step(block=False)
     assert seen[-1] == ("t07", 0, LeaderAndIsr(0, 0, [0, 1], 2, 0), "id-again")
     assert all(state is None or state.leader_epoch == 0 for _t, _p, state, _id in seen)
+
+
+def test_the_cache_is_loaded_once_its_first_read_of_the_cluster_is_done() -> None:
+    """Until then its snapshot is empty, not the cluster's: the doors refuse Metadata
+    (is_stale), so a client that reaches a just-started broker asks another one."""
+    from kbroker.api.metadata_api import MetadataApi
+
+    zk = FakeZooKeeper()
+    zk.set(zkdata.topic_path("t"), zkdata.encode_assignment({0: [0]}, "id-t"))
+    cache = MetadataCache(zk, broker_epoch=lambda: -1)  # type: ignore[arg-type]
+    api = MetadataApi(lambda: "c", cache, None, None, lambda t, p: False, lambda: False)  # type: ignore[arg-type]
+    assert not cache.loaded() and not cache.wait_loaded(0.01) and api.is_stale()
+    assert cache.snapshot().topics == {}
+    cache._events.put(("resync",))
+    cache._step(block=False)
+    assert cache.loaded() and not api.is_stale()
+    assert set(cache.snapshot().topics) == {"t"}
