@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             "linger.ms": 5,
             "topic.metadata.refresh.interval.ms": 1000,
             "debug": "eos",  # every transactional request and its answer
+            # librdkafka #5511/#5456 (open): send_offsets_to_transaction() waits forever, past its
+            # timeout, for a group coordinator that died and left the metadata, unless another
+            # broker connection changes state. With a connection to every broker, the dead
+            # one's return does that (CI once saw this copier silent for 96 s after the bounce).
+            "enable.sparse.connections": False,
         }
     )
     producer.init_transactions(60)
