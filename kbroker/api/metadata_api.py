@@ -140,6 +140,10 @@ class MetadataApi:
         should ask another broker."""
         return not self._metadata.loaded() or self._any_fenced()
 
+    def loaded(self) -> bool:
+        """Whether the first read of the cluster is done (a fresh broker's is not)."""
+        return self._metadata.loaded()
+
     def brokers(self, snap: ClusterSnapshot | None = None) -> ClusterMetadata:
         """The cluster id, the controller and the brokers, as the caller reaches them (a
         broker without the caller's listener is left out, as in Kafka)."""

@@ -371,8 +371,11 @@ class MetadataCache:
         """Re-read everything (start-up, reconnect), re-arm every watch, notify changes."""
         self._read_brokers()
         self._read_controller()
-        self._read_topic_znodes(self._read_topics(resync=True))
-        self._loaded.set()
+        topics = self._read_topics(resync=True)
+        try:
+            self._read_topic_znodes(topics)
+        finally:  # the brokers and the topics are read: a failure past here is logged, as before
+            self._loaded.set()
 
     def _read_brokers(self) -> None:
         brokers: dict[int, BrokerInfo] = {}
