@@ -294,7 +294,11 @@ class KafkaServer:
         self.dynamic.start()
         self._serve_metrics(services[0])
         if not self.metadata.wait_loaded(METADATA_LOAD_WAIT_S):  # until then Metadata is refused
-            log.warning("broker %d: the cluster's metadata is not loaded yet; serving", cfg.broker_id)
+            log.warning(
+                "broker %d: the cluster's metadata is not read yet after %.0f s; serving, Metadata refused until it is",
+                cfg.broker_id,
+                METADATA_LOAD_WAIT_S,
+            )
         log.info("broker %d started: %s:%d, cluster %s", cfg.broker_id, cfg.advertised, self.port, self.cluster_id)
 
     def _trusted_broker(self, call: CallContext) -> bool:

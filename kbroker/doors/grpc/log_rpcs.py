@@ -272,9 +272,10 @@ class LogRpcs:
         self, request: metadata_pb2.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> metadata_pb2.MetadataResponse:
         if self.metadata_api.is_stale():
-            why = "is cut off from ZooKeeper; its metadata is stale" if self.metadata_api.loaded() else (
-                "has not read the cluster's metadata yet"
-            )
+            if self.metadata_api.loaded():
+                why = "is cut off from ZooKeeper; its metadata is stale"
+            else:
+                why = "has not read the cluster's metadata yet"
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"broker {self._broker_id} {why}: ask another broker")
         return metadata_response(await self._offload(self.metadata_api.metadata, list(request.topics)))
 
